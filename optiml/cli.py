@@ -1,0 +1,318 @@
+"""The `optiml` command. Each subcommand is a thin shell over `optiml.api`: it prints a rich table
+for people or JSON for machines (`--json`), and turns errors into one line and a distinct exit code.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from optiml import __version__
+from optiml.errors import ExitCode, OptimlError
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+EXIT_CODES = """Exit codes:
+  0 ok, 1 internal error, 2 usage, 3 file missing or unreadable, 4 no such kernel, 5 bad spec,
+  6 nvcc not found, 7 no NVIDIA GPU, 8 compile error, 9 runtime error, 10 timeout, 11 wrong result"""
+
+VERDICT_EXIT = {
+    "ok": ExitCode.OK,
+    "compile_error": ExitCode.COMPILE_ERROR,
+    "runtime_error": ExitCode.RUNTIME_ERROR,
+    "timeout": ExitCode.TIMEOUT,
+    "wrong_result": ExitCode.WRONG_RESULT,
+}
+
+
+def _fail(e: OptimlError, as_json: bool) -> None:
+    if as_json:
+        pos = e.position
+        payload = {"error": e.message, "exit_code": int(e.exit_code)}
+        if pos:
+            payload["position"] = {"path": pos.path, "line": pos.line, "column": pos.column}
+        click.echo(json.dumps(payload))
+    err.print(f"optiml: error: {e}", markup=False)
+    sys.exit(int(e.exit_code))
+
+
+def handles_errors(fn):
+    """One line on stderr and the error's exit code for every `OptimlError`."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except OptimlError as e:
+            _fail(e, kwargs.get("as_json", False))
+
+    return wrapper
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+arch_option = click.option(
+    "--arch",
+    default=None,
+    metavar="SM",
+    help="Target architecture, e.g. sm_90 (default: the local GPU's, else sm_90).",
+)
+
+
+@click.group(epilog=EXIT_CODES, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="optiml")
+def main() -> None:
+    """OptiML: check, time and optimize CUDA kernels against the contract in their @optiml spec."""
+
+
+# ---- check ----------------------------------------------------------------------------------
+
+
+@main.command(epilog=EXIT_CODES)
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option(
+    "--kernel", "-k", default=None, help="Only this kernel (default: every kernel in FILE)."
+)
+@arch_option
+@json_option
+@handles_errors
+def check(file: Path, kernel: str | None, arch: str | None, as_json: bool) -> None:
+    """Parse FILE, check its specs, compile its kernels and report registers, spills and
+    theoretical occupancy. Needs nvcc, not a GPU."""
+    from optiml.api import check_file
+
+    result = check_file(file, kernel, arch)
+    if as_json:
+        click.echo(json.dumps(_check_json(result), indent=2))
+    else:
+        _print_check(result)
+    if result.compile_failed:
+        sys.exit(int(ExitCode.COMPILE_ERROR))
+    if result.spec_failed:
+        sys.exit(int(ExitCode.BAD_SPEC))
+
+
+def _check_json(result) -> dict:
+    kernels = []
+    for c in result.kernels:
+        kernels.append(
+            {
+                "kernel": c.kernel.name,
+                "spec": c.spec.model_dump() if c.spec else None,
+                "spec_errors": [
+                    {"message": m, "path": p.path, "line": p.line, "column": p.column}
+                    for m, p in c.spec_error.issues
+                ]
+                if c.spec_error
+                else [],
+                "compiled": c.build.ok if c.build else None,
+                "skipped": c.skipped,
+                "messages": [m.model_dump() for m in c.messages],
+                "report": c.report.model_dump() if c.report else None,
+            }
+        )
+    return {"file": result.source.path, "arch": result.arch, "kernels": kernels}
+
+
+def _print_check(result) -> None:
+    for c in result.kernels:
+        if c.spec_error:
+            for message, pos in c.spec_error.issues:
+                err.print(f"{pos}: spec error: {message}", markup=False)
+        for m in c.messages:
+            if m.severity in ("error", "warning"):
+                err.print(str(m), markup=False)
+    table = Table(title=f"{result.source.path} ({result.arch})", title_justify="left")
+    columns = (
+        "kernel",
+        "spec",
+        "regs",
+        "spill B",
+        "stack B",
+        "smem B",
+        "block",
+        "occupancy",
+        "limiter",
+    )
+    for col in columns:
+        left = col in ("kernel", "spec", "limiter")
+        table.add_column(col, justify="left" if left else "right", no_wrap=True)
+    for c in result.kernels:
+        spec = "ok" if c.spec else ("error" if c.spec_error else "none")
+        if c.report is None:
+            status = c.skipped or (
+                "does not compile" if c.build and not c.build.ok else "no report"
+            )
+            table.add_row(c.kernel.name, spec, "", "", "", "", "", "", status)
+            continue
+        r, o = c.report.resources, c.report.occupancy
+        table.add_row(
+            c.kernel.name,
+            spec,
+            str(r.registers),
+            f"{r.spill_store_bytes}/{r.spill_load_bytes}",
+            str(r.stack_bytes),
+            str(r.static_smem_bytes + (c.report.dynamic_smem or 0)),
+            _dims(c.report.block) if c.report.block else "",
+            f"{o.occupancy:.0%} ({o.blocks_per_sm}/SM)" if o else "",
+            o.limiter.replace("_", " ") if o else "",
+        )
+    out.print(table)
+    for c in result.kernels:
+        if c.skipped:
+            out.print(f"  {c.kernel.name}: {c.skipped}", markup=False)
+        for note in c.report.notes if c.report else []:
+            out.print(f"  {c.kernel.name}: {note}", markup=False)
+
+
+def _dims(dims) -> str:
+    dims = list(dims)
+    while len(dims) > 1 and dims[-1] == 1:
+        dims.pop()
+    return "×".join(str(d) for d in dims)
+
+
+# ---- eval -----------------------------------------------------------------------------------
+
+
+@main.command("eval", epilog=EXIT_CODES)
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--kernel", "-k", required=True, help="The kernel to evaluate.")
+@click.option(
+    "--candidate",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A file with another version of the kernel: check it against FILE's reference and time both.",
+)
+@arch_option
+@click.option(
+    "--timeout",
+    "timeout_s",
+    default=60.0,
+    show_default=True,
+    help="Wall-clock limit of the run, seconds.",
+)
+@click.option("--no-time", is_flag=True, help="Check correctness only.")
+@json_option
+@handles_errors
+def eval_(
+    file: Path,
+    kernel: str,
+    candidate: Path | None,
+    arch: str | None,
+    timeout_s: float,
+    no_time: bool,
+    as_json: bool,
+) -> None:
+    """Run KERNEL (or CANDIDATE's version of it) on a GPU at every size and seed of its spec,
+    check every output element against the reference, and time both with CUDA events."""
+    from optiml.api import EvalOptions, default_arch, evaluate_file
+
+    opts = EvalOptions(arch=arch or default_arch(), timeout_s=timeout_s, time=not no_time)
+    verdict = evaluate_file(file, kernel, candidate, opts)
+    if as_json:
+        click.echo(verdict.model_dump_json(indent=2))
+    else:
+        _print_verdict(verdict)
+    sys.exit(int(VERDICT_EXIT[verdict.status]))
+
+
+def _print_verdict(v) -> None:
+    style = "green" if v.ok else "red"
+    out.print(f"[{style}]{v.status}[/{style}] {v.kernel}: ", end="")
+    out.print(v.message, markup=False)
+    for m in v.messages:
+        if m.severity in ("error", "warning"):
+            err.print(str(m), markup=False)
+    if v.cases:
+        table = Table(title_justify="left")
+        for col in (
+            "size",
+            "grid × block",
+            "seeds",
+            "max abs err",
+            "candidate ms (IQR)",
+            "reference ms (IQR)",
+            "speedup",
+            "SM MHz",
+        ):
+            table.add_column(col, justify="left" if col in ("size", "grid × block") else "right")
+        for c in v.cases:
+            seeds_ok = sum(1 for s in c.seeds if s.ok)
+            errs = [
+                b.max_abs_error
+                for s in c.seeds
+                for b in s.buffers
+                if isinstance(b.max_abs_error, float)
+            ]
+            t = c.timing
+            table.add_row(
+                c.label,
+                f"{_dims(c.grid)} × {_dims(c.block)}",
+                f"{seeds_ok}/{len(c.seeds)}",
+                f"{max(errs):.3g}" if errs else "",
+                f"{t.candidate.median_ms:.4f} ({t.candidate.iqr_ms:.4f})" if t else "",
+                f"{t.reference.median_ms:.4f} ({t.reference.iqr_ms:.4f})"
+                if t and t.reference
+                else "",
+                f"{t.speedup:.2f}×" if t and t.speedup else "",
+                "/".join(str(x) for x in t.sm_clock_mhz) if t else "",
+            )
+        out.print(table)
+        for c in v.cases:
+            for s in c.seeds:
+                for b in s.buffers:
+                    for m in b.first[:3]:
+                        what = "unwritten" if m.unwritten else f"expected {m.expected}, got {m.got}"
+                        out.print(
+                            f"  {c.label} seed {s.seed}: {b.name}[{m.index}] {what}", markup=False
+                        )
+    if v.log_tail and not v.ok:
+        err.print(v.log_tail, markup=False)
+    if v.device:
+        d = v.device
+        out.print(
+            f"[dim]{d.name} (sm_{d.compute_capability.replace('.', '')}, {d.sm_count} SMs), driver {d.driver_version}, "
+            f"nvcc {v.nvcc_version}, {v.date}; compile {v.compile_s:.1f} s, run {v.run_s:.1f} s, total {v.wall_s:.1f} s[/dim]"
+        )
+
+
+# ---- spec -----------------------------------------------------------------------------------
+
+
+@main.command(epilog=EXIT_CODES)
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--kernel", "-k", required=True, help="The kernel to draft a spec for.")
+@json_option
+@handles_errors
+def spec(file: Path, kernel: str, as_json: bool) -> None:
+    """Draft an @optiml spec for KERNEL from its signature, how its body uses each pointer, and a
+    <<<...>>> launch site in FILE where there is one. Prints it; FILE is not changed."""
+    from optiml.cuda.draft import draft_spec
+    from optiml.cuda.source import SourceFile
+
+    source = SourceFile.read(file)
+    k = source.kernel(kernel)
+    text = draft_spec(source, k)
+    if as_json:
+        line = k.span.start_point[0] + 1
+        click.echo(json.dumps({"kernel": k.name, "insert_before_line": line, "spec": text}))
+    else:
+        click.echo(text, nl=False)
+
+
+def _register_optional_groups() -> None:
+    try:
+        from optiml.llm.cli import llm
+    except ImportError:
+        return
+    main.add_command(llm)
+
+
+_register_optional_groups()

@@ -1,0 +1,461 @@
+"""The source model: a `.cu` file parsed by tree-sitter-cuda into kernels, their signatures, spec
+comments, ranges and `<<<...>>>` launch sites, and the translation unit that compiles one kernel
+without the user's `main`.
+
+Positions are 0-based (line, character) internally, like LSP; `Position` (1-based) is made at the edge.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import tree_sitter_cuda
+from tree_sitter import Language, Node, Parser, Tree
+
+from optiml.errors import InputFileError, NoSuchKernel, Position
+
+
+@cache
+def _parser() -> Parser:
+    return Parser(Language(tree_sitter_cuda.language()))
+
+
+@dataclass(frozen=True)
+class Span:
+    """A range of the source: character offsets and 0-based (line, character) ends."""
+
+    start: int
+    end: int
+    start_point: tuple[int, int]
+    end_point: tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type_text: str  # the element type as written, without qualifiers: "float", "T", "unsigned int"
+    pointer_depth: int  # 0 for scalars, 1 for `float*`
+    const_pointee: bool  # `const float*`
+    restrict: bool
+    span: Span
+
+    @property
+    def is_pointer(self) -> bool:
+        return self.pointer_depth > 0
+
+    @property
+    def declared(self) -> str:
+        """The parameter's type as a C programmer would read it back, e.g. `const float*`."""
+        const = "const " if self.const_pointee else ""
+        return f"{const}{self.type_text}{'*' * self.pointer_depth}"
+
+
+@dataclass(frozen=True)
+class TemplateParam:
+    name: str
+    kind: str  # "type" | "value"
+    type_text: str  # for value parameters: "int"; for type parameters: "typename"
+    default: str | None
+
+
+@dataclass(frozen=True)
+class Comment:
+    text: str
+    span: Span
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str  # qualified with namespaces, e.g. "ns::scale"
+    params: tuple[Param, ...]
+    template_params: tuple[TemplateParam, ...]
+    extern_c: bool
+    span: Span  # the whole definition, `template <...>` line included
+    name_span: Span
+    body_span: Span
+    spec_comment: Comment | None
+
+    @property
+    def short_name(self) -> str:
+        return self.name.rsplit("::", 1)[-1]
+
+    def param(self, name: str) -> Param | None:
+        return next((p for p in self.params if p.name == name), None)
+
+
+@dataclass(frozen=True)
+class LaunchSite:
+    """A `kernel<<<grid, block, smem, stream>>>(args)` call in host code."""
+
+    kernel: str
+    template_args: tuple[str, ...]
+    config: tuple[str, ...]  # the texts of grid, block and, where given, smem and stream
+    args: tuple[str, ...]
+    span: Span
+    # Values of simple local variables assigned before the call in the same function, and of
+    # file-level constants and macros: name -> expression text (for drafting specs).
+    bindings: dict[str, str] = field(default_factory=dict)
+
+
+_COMMENT_PREFIX = re.compile(r"^\s*(?:/\*+|\*+/?|//+)?")
+
+
+class SourceFile:
+    """One parsed `.cu`/`.cuh` file."""
+
+    def __init__(self, text: str, path: str = "<memory>"):
+        self.text = text
+        self.path = path
+        self._bytes = text.encode("utf-8")
+        self._ascii = len(self._bytes) == len(text)
+        self.tree: Tree = _parser().parse(self._bytes)
+        self.kernels: list[Kernel] = []
+        self.device_functions: list[str] = []
+        self.main_span: Span | None = None
+        self._globals: dict[str, str] = {}
+        self._launch_nodes: list[Node] = []
+        self._scan(self.tree.root_node, namespace=(), extern_c=False)
+
+    @classmethod
+    def read(cls, path: str | Path) -> SourceFile:
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise InputFileError(f"no such file: {p}") from None
+        except IsADirectoryError:
+            raise InputFileError(f"{p} is a directory, not a .cu file") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputFileError(f"cannot read {p}: {e}") from None
+        return cls(text, str(p))
+
+    # ---- positions ------------------------------------------------------------------------
+
+    def _offset(self, byte_offset: int) -> int:
+        if self._ascii:
+            return byte_offset
+        return len(self._bytes[:byte_offset].decode("utf-8", errors="replace"))
+
+    def _point(self, point: tuple[int, int]) -> tuple[int, int]:
+        row, col = point
+        if self._ascii:
+            return (row, col)
+        line = self._bytes.split(b"\n")[row]
+        return (row, len(line[:col].decode("utf-8", errors="replace")))
+
+    def span(self, node: Node) -> Span:
+        return Span(
+            self._offset(node.start_byte),
+            self._offset(node.end_byte),
+            self._point(node.start_point),
+            self._point(node.end_point),
+        )
+
+    def position(self, offset: int, end: int | None = None) -> Position:
+        """The 1-based position of a character offset (and optional end offset)."""
+        line, col = self.line_col(offset)
+        if end is None:
+            return Position(self.path, line + 1, col + 1)
+        end_line, end_col = self.line_col(end)
+        return Position(self.path, line + 1, col + 1, end_line + 1, end_col + 1)
+
+    def line_col(self, offset: int) -> tuple[int, int]:
+        line = self.text.count("\n", 0, offset)
+        col = offset - (self.text.rfind("\n", 0, offset) + 1)
+        return line, col
+
+    def node_text(self, node: Node) -> str:
+        return self._bytes[node.start_byte : node.end_byte].decode("utf-8", errors="replace")
+
+    # ---- queries --------------------------------------------------------------------------
+
+    def kernel(self, name: str) -> Kernel:
+        """The kernel called `name` (plain or namespace-qualified); a clear error if there is none."""
+        found = [k for k in self.kernels if name in (k.name, k.short_name)]
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            names = ", ".join(k.name for k in found)
+            raise NoSuchKernel(f"`{name}` names several kernels ({names}): qualify it")
+        known = [k.name for k in self.kernels]
+        if not known:
+            raise NoSuchKernel(f"{self.path} defines no __global__ kernel")
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean `{close[0]}`?" if close else f"kernels here: {', '.join(known)}"
+        raise NoSuchKernel(f"no kernel `{name}` in {self.path}; {hint}")
+
+    def launch_sites(self, kernel: str | None = None) -> list[LaunchSite]:
+        sites = [self._launch_site(n) for n in self._launch_nodes]
+        if kernel is None:
+            return sites
+        short = kernel.rsplit("::", 1)[-1]
+        return [s for s in sites if s.kernel.rsplit("::", 1)[-1] == short]
+
+    def translation_unit(self) -> str:
+        """The file's text with the body of `main` blanked out, line for line, so that compiler
+        positions still point at the user's file and no user `main` clashes with the harness."""
+        if self.main_span is None:
+            return self.text
+        s = self.main_span
+        blanked = re.sub(r"[^\n]", " ", self.text[s.start : s.end])
+        return self.text[: s.start] + blanked + self.text[s.end :]
+
+    # ---- scanning -------------------------------------------------------------------------
+
+    def _scan(self, node: Node, namespace: tuple[str, ...], extern_c: bool) -> None:
+        for child in node.named_children:
+            t = child.type
+            if t == "function_definition":
+                self._function(child, child, namespace, extern_c, ())
+            elif t == "template_declaration":
+                fn = next(
+                    (c for c in child.named_children if c.type == "function_definition"), None
+                )
+                if fn is not None:
+                    self._function(fn, child, namespace, extern_c, self._template_params(child))
+                else:
+                    self._scan(child, namespace, extern_c)
+            elif t == "namespace_definition":
+                name_node = child.child_by_field_name("name")
+                ns = namespace + ((self.node_text(name_node),) if name_node else ())
+                body = child.child_by_field_name("body")
+                if body is not None:
+                    self._scan(body, ns, extern_c)
+            elif t == "linkage_specification":
+                body = child.child_by_field_name("body")
+                if body is None:
+                    continue
+                if body.type == "function_definition":
+                    self._function(body, child, namespace, True, ())
+                else:
+                    self._scan(body, namespace, True)
+            elif t in (
+                "preproc_if",
+                "preproc_ifdef",
+                "preproc_else",
+                "preproc_elif",
+                "declaration_list",
+            ):
+                self._scan(child, namespace, extern_c)
+            elif t == "preproc_def":
+                name, value = child.child_by_field_name("name"), child.child_by_field_name("value")
+                if name is not None and value is not None:
+                    self._globals[self.node_text(name)] = self.node_text(value).strip()
+            elif t == "declaration":
+                self._globals.update(self._bindings_of(child))
+
+    def _function(
+        self,
+        fn: Node,
+        outer: Node,
+        namespace: tuple[str, ...],
+        extern_c: bool,
+        template_params: tuple[TemplateParam, ...],
+    ) -> None:
+        qualifiers = {c.type for c in fn.children if not c.is_named}
+        declarator = fn.child_by_field_name("declarator")
+        while declarator is not None and declarator.type != "function_declarator":
+            declarator = declarator.child_by_field_name("declarator")
+        if declarator is None:
+            return
+        name_node = declarator.child_by_field_name("declarator")
+        name = self.node_text(name_node) if name_node is not None else ""
+        body = fn.child_by_field_name("body")
+        if body is not None:
+            self._collect_launches(body)
+        if "__global__" not in qualifiers:
+            if "__device__" in qualifiers:
+                self.device_functions.append(name)
+            elif name == "main" and not namespace:
+                self.main_span = self.span(outer)
+            return
+        params = tuple(
+            self._param(p, i)
+            for i, p in enumerate(declarator.child_by_field_name("parameters").named_children)
+            if p.type == "parameter_declaration"
+        )
+        self.kernels.append(
+            Kernel(
+                name="::".join(namespace + (name,)),
+                params=params,
+                template_params=template_params,
+                extern_c=extern_c,
+                span=self.span(outer),
+                name_span=self.span(name_node),
+                body_span=self.span(body) if body is not None else self.span(fn),
+                spec_comment=self._spec_comment(outer),
+            )
+        )
+
+    def _param(self, decl: Node, index: int) -> Param:
+        type_node = decl.child_by_field_name("type")
+        const = any(
+            c.type == "type_qualifier" and self.node_text(c) == "const" for c in decl.named_children
+        )
+        depth, restrict, name = 0, False, f"arg{index}"
+        d = decl.child_by_field_name("declarator")
+        while d is not None:
+            if d.type == "pointer_declarator":
+                depth += 1
+                restrict |= any(
+                    c.type == "type_qualifier" and "restrict" in self.node_text(c)
+                    for c in d.named_children
+                )
+            elif d.type == "identifier":
+                name = self.node_text(d)
+                break
+            d = d.child_by_field_name("declarator")
+        type_text = " ".join(self.node_text(type_node).split()) if type_node is not None else "int"
+        return Param(name, type_text, depth, const, restrict, self.span(decl))
+
+    def _template_params(self, tdecl: Node) -> tuple[TemplateParam, ...]:
+        plist = tdecl.child_by_field_name("parameters")
+        out: list[TemplateParam] = []
+        for p in plist.named_children if plist is not None else []:
+            default = p.child_by_field_name("default_type") or p.child_by_field_name(
+                "default_value"
+            )
+            default_text = self.node_text(default) if default is not None else None
+            if p.type in ("type_parameter_declaration", "optional_type_parameter_declaration"):
+                ident = next((c for c in p.named_children if c.type == "type_identifier"), None)
+                name = p.child_by_field_name("name") or ident
+                out.append(TemplateParam(self.node_text(name), "type", "typename", default_text))
+            elif p.type in ("parameter_declaration", "optional_parameter_declaration"):
+                decl = p.child_by_field_name("declarator")
+                type_node = p.child_by_field_name("type")
+                out.append(
+                    TemplateParam(
+                        self.node_text(decl) if decl is not None else "",
+                        "value",
+                        self.node_text(type_node) if type_node is not None else "int",
+                        default_text,
+                    )
+                )
+        return tuple(out)
+
+    def _spec_comment(self, outer: Node) -> Comment | None:
+        """The `@optiml` comment right above a definition: a block comment or a run of `//` lines,
+        with only blank lines between it and the definition."""
+        prev = outer.prev_sibling
+        if (
+            prev is None
+            or prev.type != "comment"
+            or self._has_code_between(prev.end_byte, outer.start_byte)
+        ):
+            return None
+        nodes = [prev]
+        if not self.node_text(prev).startswith("/*"):
+            while (
+                (p := nodes[0].prev_sibling) is not None
+                and p.type == "comment"
+                and self.node_text(p).startswith("//")
+                and p.end_point[0] == nodes[0].start_point[0] - 1
+            ):
+                nodes.insert(0, p)
+        first, last = nodes[0], nodes[-1]
+        span = Span(
+            self._offset(first.start_byte),
+            self._offset(last.end_byte),
+            self._point(first.start_point),
+            self._point(last.end_point),
+        )
+        text = self.text[span.start : span.end]
+        return Comment(text, span) if "@optiml" in text else None
+
+    def _has_code_between(self, start_byte: int, end_byte: int) -> bool:
+        return bool(self._bytes[start_byte:end_byte].strip())
+
+    # ---- launch sites ---------------------------------------------------------------------
+
+    def _collect_launches(self, node: Node) -> None:
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            if n.type == "call_expression" and any(
+                c.type == "kernel_call_syntax" for c in n.named_children
+            ):
+                self._launch_nodes.append(n)
+            stack.extend(reversed(n.named_children))
+
+    def _launch_site(self, call: Node) -> LaunchSite:
+        fn = call.child_by_field_name("function")
+        template_args: tuple[str, ...] = ()
+        if fn is not None and fn.type == "template_function":
+            targs = fn.child_by_field_name("arguments")
+            template_args = tuple(self.node_text(a) for a in targs.named_children) if targs else ()
+            fn = fn.child_by_field_name("name")
+        config_node = next(c for c in call.named_children if c.type == "kernel_call_syntax")
+        args_node = call.child_by_field_name("arguments")
+        bindings = dict(self._globals)
+        enclosing = call.parent
+        while enclosing is not None and enclosing.type != "function_definition":
+            enclosing = enclosing.parent
+        if enclosing is not None:
+            bindings.update(self._local_bindings(enclosing, call.start_byte))
+        return LaunchSite(
+            kernel=self.node_text(fn) if fn is not None else "",
+            template_args=template_args,
+            config=tuple(self.node_text(c) for c in config_node.named_children),
+            args=tuple(self.node_text(a) for a in args_node.named_children) if args_node else (),
+            span=self.span(call),
+            bindings=bindings,
+        )
+
+    def _local_bindings(self, fn: Node, before_byte: int) -> dict[str, str]:
+        out: dict[str, str] = {}
+        stack = [fn.child_by_field_name("body")]
+        found: list[Node] = []
+        while stack:
+            n = stack.pop()
+            if n is None or n.start_byte >= before_byte:
+                continue
+            if n.type in ("declaration", "assignment_expression"):
+                found.append(n)
+            stack.extend(n.named_children)
+        for n in sorted(found, key=lambda n: n.start_byte):
+            if n.type == "declaration":
+                out.update(self._bindings_of(n))
+            else:
+                left, right = n.child_by_field_name("left"), n.child_by_field_name("right")
+                if left is not None and right is not None and left.type == "identifier":
+                    out[self.node_text(left)] = self.node_text(right)
+        return out
+
+    def _bindings_of(self, decl: Node) -> dict[str, str]:
+        """`int n = 1 << 20;`, `dim3 block(32, 8);`, `dim3 grid = dim3(a, b);` as name -> text."""
+        out: dict[str, str] = {}
+        for d in decl.children_by_field_name("declarator"):
+            if d.type != "init_declarator":
+                continue
+            name, value = d.child_by_field_name("declarator"), d.child_by_field_name("value")
+            if name is None or value is None or name.type != "identifier":
+                continue
+            text = self.node_text(value)  # `dim3 block(32, 8)` keeps its parenthesized tuple
+            if value.type == "call_expression":
+                f = value.child_by_field_name("function")
+                if f is not None and self.node_text(f) == "dim3":
+                    text = self.node_text(value.child_by_field_name("arguments"))
+            elif value.type == "initializer_list":
+                text = "(" + self.node_text(value)[1:-1] + ")"
+            out[self.node_text(name)] = text
+        return out
+
+
+def comment_body_lines(comment: Comment) -> list[tuple[int, str]]:
+    """The lines of a comment with the comment markers blanked out, as (character offset of the
+    line's start in the file, text). Blanking instead of cutting keeps every column true."""
+    out = []
+    offset = comment.span.start
+    for raw in comment.text.split("\n"):
+        m = _COMMENT_PREFIX.match(raw)
+        kept = " " * m.end() + raw[m.end() :]
+        stripped = kept.rstrip()
+        if stripped.endswith("*/"):
+            kept = stripped[:-2]
+        out.append((offset, kept))
+        offset += len(raw) + 1
+    return out

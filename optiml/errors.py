@@ -1,0 +1,83 @@
+"""Errors a user can cause, each with a one-line message, an optional file position and an exit code.
+
+The CLI prints `str(error)` and exits with `error.exit_code`; the language server turns the position
+into a diagnostic. Nothing here knows about CUDA.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Distinct exit codes of the `optiml` command (documented in `optiml --help`)."""
+
+    OK = 0
+    INTERNAL = 1
+    USAGE = 2
+    FILE = 3
+    NO_KERNEL = 4
+    BAD_SPEC = 5
+    NO_NVCC = 6
+    NO_GPU = 7
+    COMPILE_ERROR = 8
+    RUNTIME_ERROR = 9
+    TIMEOUT = 10
+    WRONG_RESULT = 11
+
+
+@dataclass(frozen=True)
+class Position:
+    """A place in a file: 1-based line and column, as editors and compilers print them."""
+
+    path: str
+    line: int
+    column: int
+    end_line: int | None = None
+    end_column: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}:{self.column}"
+
+
+class OptimlError(Exception):
+    """A failure caused by the input or the environment, not by a bug in OptiML."""
+
+    exit_code: ExitCode = ExitCode.INTERNAL
+
+    def __init__(self, message: str, position: Position | None = None):
+        super().__init__(message)
+        self.message = message
+        self.position = position
+
+    def __str__(self) -> str:
+        return f"{self.position}: {self.message}" if self.position else self.message
+
+
+class InputFileError(OptimlError):
+    exit_code = ExitCode.FILE
+
+
+class NoSuchKernel(OptimlError):
+    exit_code = ExitCode.NO_KERNEL
+
+
+class SpecError(OptimlError):
+    """One or more errors in an `@optiml` spec; `issues` holds each with its position."""
+
+    exit_code = ExitCode.BAD_SPEC
+
+    def __init__(self, issues: list[tuple[str, Position]]):
+        self.issues = issues
+        first_message, first_position = issues[0]
+        more = f" (and {len(issues) - 1} more)" if len(issues) > 1 else ""
+        super().__init__(first_message + more, first_position)
+
+
+class ToolMissing(OptimlError):
+    exit_code = ExitCode.NO_NVCC
+
+
+class NoGpu(OptimlError):
+    exit_code = ExitCode.NO_GPU

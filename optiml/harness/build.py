@@ -1,0 +1,271 @@
+"""Building what an evaluation runs: the translation unit of one kernel plus its launcher, compiled
+to a shared object (or a cubin for static reports), content-addressed in a cache; and the runner.
+
+The launcher exports three C functions the runner looks up: `optiml_launch`, `optiml_attributes`
+and `optiml_occupancy`. Every object gets its own symbols (loaded with RTLD_LOCAL), so a reference
+and a candidate that define the same kernel never clash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from optiml.cuda.source import Kernel, SourceFile
+from optiml.harness.nvcc import (
+    CompilerMessage,
+    Resources,
+    compile_cuda,
+    find_toolkit,
+    parse_messages,
+    parse_resources,
+)
+
+LAUNCHER_FILE = "optiml-launcher"
+DEFAULT_FLAGS = ("-O3",)
+
+
+def cache_dir() -> Path:
+    root = (
+        os.environ.get("OPTIML_CACHE_DIR")
+        or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "optiml"
+    )
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def launcher_source(source: SourceFile, kernel: Kernel, instantiation: str) -> str:
+    """The user's file (without `main`) with `#line` markers so nvcc reports the user's lines, and
+    the launcher after it."""
+    path = str(Path(source.path).resolve()) if source.path != "<memory>" else source.path
+    fn = f"{kernel.name}{instantiation}"
+    return f"""#line 1 "{path}"
+{source.translation_unit()}
+#line 1 "{LAUNCHER_FILE}"
+static const void* optiml_kernel() {{ return (const void*)&{fn}; }}
+#define OPTIML_EXPORT extern "C" __attribute__((visibility("default")))
+OPTIML_EXPORT int optiml_launch(void** args, const unsigned* g, const unsigned* b, size_t smem, void* stream) {{
+  const void* fn = optiml_kernel();
+  if (smem > 48 * 1024) {{
+    cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return (int)e;
+  }}
+  return (int)cudaLaunchKernel(fn, dim3(g[0], g[1], g[2]), dim3(b[0], b[1], b[2]), args, smem, (cudaStream_t)stream);
+}}
+OPTIML_EXPORT int optiml_attributes(int* regs, int* local_bytes, int* static_smem, int* max_threads) {{
+  cudaFuncAttributes a;
+  cudaError_t e = cudaFuncGetAttributes(&a, optiml_kernel());
+  if (e != cudaSuccess) return (int)e;
+  *regs = a.numRegs; *local_bytes = (int)a.localSizeBytes; *static_smem = (int)a.sharedSizeBytes;
+  *max_threads = a.maxThreadsPerBlock;
+  return 0;
+}}
+OPTIML_EXPORT int optiml_occupancy(int threads, size_t smem, int* blocks) {{
+  return (int)cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, optiml_kernel(), threads, smem);
+}}
+"""
+
+
+_LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+
+
+def _local_includes_digest(text: str, directory: Path) -> str:
+    """Quoted includes next to the user's file are part of what is compiled, so of the cache key."""
+    h = hashlib.sha256()
+    for name in _LOCAL_INCLUDE.findall(text):
+        p = directory / name
+        if p.is_file():
+            h.update(name.encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+@dataclass
+class Build:
+    """A compiled kernel: the object, the compiler's messages mapped to the user's file, and
+    ptxas's resources for the kernel."""
+
+    ok: bool
+    path: Path
+    messages: list[CompilerMessage]
+    resources: Resources | None
+    all_resources: list[Resources] = field(default_factory=list)
+    seconds: float = 0.0
+    cached: bool = False
+    log: str = ""
+
+
+def build_kernel(
+    source: SourceFile,
+    kernel: Kernel,
+    *,
+    instantiation: str,
+    arch: str,
+    flags: list[str] | tuple[str, ...] = DEFAULT_FLAGS,
+    mode: str = "shared",
+) -> Build:
+    """Compile one kernel of `source` with its launcher. Outputs are cached by content."""
+    text = launcher_source(source, kernel, instantiation)
+    target, log, ok, seconds, cached = _compile_cached(
+        source, text, kernel.short_name, arch, flags, mode
+    )
+    return Build(
+        ok=ok,
+        path=target,
+        messages=_messages(log, ok, source, [kernel]),
+        resources=kernel_resources(parse_resources(log), kernel) if ok else None,
+        all_resources=parse_resources(log) if ok else [],
+        seconds=seconds,
+        cached=cached,
+        log=log,
+    )
+
+
+def build_device_code(
+    source: SourceFile,
+    instantiations: dict[str, str],
+    *,
+    arch: str,
+    flags: list[str] | tuple[str, ...] = DEFAULT_FLAGS,
+) -> Build:
+    """Compile the device code of a whole file once (templated kernels at the instantiations
+    given), for static reports: one nvcc run however many kernels the file has."""
+    path = str(Path(source.path).resolve()) if source.path != "<memory>" else source.path
+    templated = [k for k in source.kernels if k.name in instantiations]
+    refs = "".join(
+        f"static const void* optiml_ref_{i}() {{ return (const void*)&{k.name}{instantiations[k.name]}; }}\n"
+        for i, k in enumerate(templated)
+    )
+    text = f'#line 1 "{path}"\n{source.translation_unit()}\n#line 1 "{LAUNCHER_FILE}"\n{refs}'
+    stem = Path(source.path).stem
+    target, log, ok, seconds, cached = _compile_cached(source, text, stem, arch, flags, "cubin")
+    return Build(
+        ok=ok,
+        path=target,
+        messages=_messages(log, ok, source, templated),
+        resources=None,
+        all_resources=parse_resources(log) if ok else [],
+        seconds=seconds,
+        cached=cached,
+        log=log,
+    )
+
+
+def _messages(
+    log: str, ok: bool, source: SourceFile, kernels: list[Kernel]
+) -> list[CompilerMessage]:
+    messages = [_to_user_file(m, source, kernels) for m in parse_messages(log)]
+    if not ok and not any(m.severity == "error" for m in messages):
+        tail = next(
+            (line for line in reversed(log.strip().splitlines()) if line.strip()), "nvcc failed"
+        )
+        messages.append(CompilerMessage(severity="error", message=tail.strip()))
+    return messages
+
+
+def _compile_cached(
+    source: SourceFile, text: str, stem: str, arch: str, flags, mode: str
+) -> tuple[Path, str, bool, float, bool]:
+    tk = find_toolkit()
+    directory = Path(source.path).resolve().parent if source.path != "<memory>" else Path.cwd()
+    key = hashlib.sha256(
+        "\0".join(
+            [text, arch, " ".join(flags), mode, tk.version, _local_includes_digest(text, directory)]
+        ).encode()
+    ).hexdigest()[:24]
+    suffix = ".so" if mode == "shared" else ".cubin"
+    out_dir = cache_dir() / "build"
+    out_dir.mkdir(exist_ok=True)
+    target = out_dir / f"{stem}-{key}{suffix}"
+    meta = target.with_suffix(".log")
+    if target.exists() and meta.exists():
+        return target, meta.read_text(), True, 0.0, True
+    with tempfile.TemporaryDirectory(prefix="optiml-build-") as tmp:
+        tu = Path(tmp) / f"{stem}.cu"
+        tu.write_text(text)
+        partial = Path(tmp) / f"out{suffix}"
+        result = compile_cuda(
+            tu, partial, arch=arch, flags=list(flags), include_dirs=[directory], mode=mode
+        )
+        if result.ok:
+            meta.write_text(result.log)
+            os.replace(partial, target)  # atomic: a concurrent build of the same key is harmless
+    return target, result.log, result.ok, result.seconds, False
+
+
+def _to_user_file(m: CompilerMessage, source: SourceFile, kernels: list[Kernel]) -> CompilerMessage:
+    """Messages about the launcher (a bad template instantiation, say) belong at the spec of the
+    kernel whose line of the launcher they are on."""
+    if m.path and m.path.endswith(LAUNCHER_FILE) and kernels:
+        kernel = kernels[min(max((m.line or 1) - 1, 0), len(kernels) - 1)]
+        anchor = kernel.spec_comment.span if kernel.spec_comment else kernel.name_span
+        line, col = anchor.start_point
+        return m.model_copy(
+            update={
+                "path": source.path,
+                "line": line + 1,
+                "column": col + 1,
+                "message": f"{m.message} (instantiating `{kernel.name}` from its spec)",
+            }
+        )
+    if (
+        m.path
+        and source.path != "<memory>"
+        and Path(m.path).resolve() == Path(source.path).resolve()
+    ):
+        return m.model_copy(update={"path": source.path})
+    return m
+
+
+def kernel_resources(found: list[Resources], kernel: Kernel) -> Resources | None:
+    for r in found:
+        if kernel.extern_c and r.mangled == kernel.short_name:
+            return r
+        base = r.name.split("(", 1)[0]
+        base = re.sub(r"<.*>$", "", base).removeprefix("void ").strip()
+        if base == kernel.name:
+            return r
+    return None
+
+
+def runner_binary() -> Path:
+    """The generic runner, compiled once per toolkit and runner source."""
+    tk = find_toolkit()
+    files = {
+        name: resources.files("optiml.harness").joinpath(name).read_text()
+        for name in ("runner.cpp", "values.h")
+    }
+    key = hashlib.sha256(("".join(files.values()) + tk.version).encode()).hexdigest()[:16]
+    target = cache_dir() / f"runner-{key}"
+    if target.exists():
+        return target
+    with tempfile.TemporaryDirectory(prefix="optiml-runner-") as tmp:
+        cu = Path(tmp) / "runner.cu"
+        cu.write_text(files["runner.cpp"])
+        (Path(tmp) / "values.h").write_text(files["values.h"])
+        out = Path(tmp) / "runner"
+        cmd = [
+            str(tk.nvcc),
+            "-O2",
+            "-std=c++17",
+            "-cudart",
+            "shared",
+            "-Xlinker",
+            f"-rpath,{tk.lib_dir}",
+            "-o",
+            str(out),
+            str(cu),
+            "-ldl",
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"building the runner failed:\n{proc.stdout}{proc.stderr}")
+        shutil.move(str(out), target)
+    return target

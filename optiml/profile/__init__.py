@@ -1,0 +1,1 @@
+"""Hardware feedback: static resource analysis (ptxas, occupancy) now; Nsight Compute profiles later."""

@@ -1,0 +1,757 @@
+"""The kernel contract: the `@optiml` comment above a kernel, parsed into pydantic models and checked
+against the kernel's signature. The syntax is documented in docs/spec.md.
+
+Every error carries the file position of the text it is about and says what would be right.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from optiml.cuda.source import Kernel, SourceFile, comment_body_lines
+from optiml.cuda.types import SPEC_TYPE_NAMES, DType, lookup
+from optiml.errors import Position, SpecError
+from optiml.expr import Expr, ExprError, Number
+
+KEYS = ("args", "launch", "sizes", "tol", "seeds", "reference", "template")
+MIN_SEEDS = 2
+MAX_THREADS_PER_BLOCK = 1024
+
+
+class BufferArg(BaseModel):
+    name: str
+    role: Literal["in", "out", "inout"]
+    dtype: str  # type code, see optiml.cuda.types
+    length: str  # expression, in elements
+    value_range: tuple[str, str] | None = None  # [low, high) expressions
+
+
+class ScalarArg(BaseModel):
+    name: str
+    dtype: str
+    value: str  # expression
+
+
+class Launch(BaseModel):
+    grid: list[str]
+    block: list[str]
+    smem: str = "0"
+
+
+class Reference(BaseModel):
+    kind: Literal["self", "kernel", "numpy"] = "self"
+    kernel: str | None = None
+    path: str | None = None  # NumPy file, absolute
+    function: str | None = None
+
+
+class Case(BaseModel):
+    """One problem size with every expression of the spec evaluated."""
+
+    sizes: dict[str, int]
+    scalars: dict[str, Number]
+    lengths: dict[str, int]
+    ranges: dict[str, tuple[Number, Number]]
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem: int
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.sizes.items())
+
+
+class Spec(BaseModel):
+    kernel: str
+    params: list[str]  # every parameter, in signature order
+    buffers: list[BufferArg]
+    scalars: list[ScalarArg]
+    launch: Launch
+    size_vars: list[str]
+    sizes: list[dict[str, int]]
+    rtol: float | None = None
+    atol: float | None = None
+    seeds: int = MIN_SEEDS
+    reference: Reference = Field(default_factory=Reference)
+    template: dict[str, str] = Field(default_factory=dict)
+    template_values: dict[str, int] = Field(default_factory=dict)
+
+    def buffer(self, name: str) -> BufferArg | None:
+        return next((b for b in self.buffers if b.name == name), None)
+
+    def tolerance(self, dtype: DType) -> tuple[float, float]:
+        if not dtype.is_float:
+            return (0.0, 0.0)
+        return (
+            dtype.rtol if self.rtol is None else self.rtol,
+            dtype.atol if self.atol is None else self.atol,
+        )
+
+    @property
+    def instantiation(self) -> str:
+        """`<float, 256>` for a templated kernel, "" otherwise."""
+        return f"<{', '.join(self.template.values())}>" if self.template else ""
+
+    def cases(self) -> list[Case]:
+        return [self.case(s) for s in self.sizes]
+
+    def case(self, sizes: dict[str, int]) -> Case:
+        env: dict[str, Number] = {**self.template_values, **sizes}
+        scalars: dict[str, Number] = {}
+        for s in self.scalars:
+            value = Expr.parse(s.value).evaluate(env)
+            if isinstance(value, tuple):
+                raise ExprError(f"`{s.name}` must be a single value")
+            scalars[s.name] = value
+            env[s.name] = value
+        lengths = {
+            b.name: _positive_int(b.length, env, f"the length of `{b.name}`") for b in self.buffers
+        }
+        ranges = {
+            b.name: (
+                Expr.parse(b.value_range[0]).evaluate(env),
+                Expr.parse(b.value_range[1]).evaluate(env),
+            )
+            for b in self.buffers
+            if b.value_range
+        }
+        grid = _dims(self.launch.grid, env, "grid")
+        block = _dims(self.launch.block, env, "block")
+        smem = Expr.parse(self.launch.smem).evaluate(env)
+        if not isinstance(smem, int) or smem < 0:
+            raise ExprError(f"smem must be a non-negative integer, got {smem}")
+        return Case(
+            sizes=sizes,
+            scalars=scalars,
+            lengths=lengths,
+            ranges=ranges,
+            grid=grid,
+            block=block,
+            smem=smem,
+        )
+
+
+def _positive_int(text: str, env: dict[str, Number], what: str) -> int:
+    value = Expr.parse(text).evaluate(env)
+    if not isinstance(value, int) or value <= 0:
+        raise ExprError(f"{what} must be a positive integer, got {value}")
+    return value
+
+
+def _dims(texts: list[str], env: dict[str, Number], what: str) -> tuple[int, int, int]:
+    values = [_positive_int(t, env, f"{what} dimension `{t}`") for t in texts]
+    values += [1] * (3 - len(values))
+    return (values[0], values[1], values[2])
+
+
+# ---- parsing ---------------------------------------------------------------------------------
+
+
+class _Text:
+    """A value of the spec gathered from one or more comment lines, with the file offset of every
+    character, so that any part of it can be reported at its true position."""
+
+    def __init__(self, chars: str, offsets: list[int]):
+        self.chars = chars
+        self.offsets = offsets
+
+    def __str__(self) -> str:
+        return self.chars
+
+    def slice(self, start: int, end: int) -> _Text:
+        return _Text(self.chars[start:end], self.offsets[start:end])
+
+    def strip(self) -> _Text:
+        lead = len(self.chars) - len(self.chars.lstrip())
+        end = len(self.chars.rstrip())
+        return self.slice(lead, max(lead, end))
+
+    def offset(self, index: int = 0) -> int:
+        if not self.offsets:
+            return 0
+        return self.offsets[min(max(index, 0), len(self.offsets) - 1)]
+
+    def split_top(self, sep: str) -> list[_Text]:
+        """Split at `sep` outside brackets; `[0, n)` counts as one bracket pair."""
+        parts, depth, start = [], 0, 0
+        for i, c in enumerate(self.chars):
+            if c in "([{":
+                depth += 1
+            elif c in ")]}":
+                depth -= 1
+            elif c == sep and depth == 0:
+                parts.append(self.slice(start, i))
+                start = i + 1
+        parts.append(self.slice(start, len(self.chars)))
+        return parts
+
+    def partition(self, sep: str) -> tuple[_Text, _Text] | None:
+        i = self.chars.find(sep)
+        if i < 0:
+            return None
+        return self.slice(0, i), self.slice(i + len(sep), len(self.chars))
+
+
+class _Parser:
+    def __init__(self, source: SourceFile, kernel: Kernel):
+        self.source = source
+        self.kernel = kernel
+        self.issues: list[tuple[str, Position]] = []
+
+    def error(self, message: str, at: _Text | int | None = None, end: int | None = None) -> None:
+        if isinstance(at, _Text):
+            start = at.offset(0)
+            stop = at.offset(len(at.chars) - 1) + 1 if at.chars else start + 1
+        elif isinstance(at, int):
+            start, stop = at, end if end is not None else at + 1
+        else:
+            start = (
+                self.kernel.spec_comment.span.start
+                if self.kernel.spec_comment
+                else self.kernel.name_span.start
+            )
+            stop = start + 1
+        self.issues.append((message, self.source.position(start, stop)))
+
+    def expr(self, text: _Text, what: str) -> Expr | None:
+        t = text.strip()
+        try:
+            return Expr.parse(t.chars)
+        except ExprError as e:
+            self.error(f"{what}: {e}", t.slice(e.column, e.column + 1) if t.chars else text)
+            return None
+
+    # -- entry point --
+
+    def parse(self) -> Spec:
+        comment = self.kernel.spec_comment
+        assert comment is not None
+        values = self._key_values(comment)
+        k = self.kernel
+        signature = f"{k.name}({', '.join(p.declared + ' ' + p.name for p in k.params)})"
+        template, template_values = self._template(values.get("template"))
+        sizes_vars, sizes = self._sizes(values.get("sizes"))
+        buffers, scalars = self._args(values.get("args"), template, sizes_vars, signature)
+        launch = self._launch(values.get("launch"))
+        rtol, atol = self._tol(values.get("tol"))
+        seeds = self._seeds(values.get("seeds"))
+        reference = self._reference(values.get("reference"))
+        if self.issues:
+            raise SpecError(self.issues)
+        spec = Spec(
+            kernel=k.name,
+            params=[p.name for p in k.params],
+            buffers=buffers,
+            scalars=scalars,
+            launch=launch,
+            size_vars=sizes_vars,
+            sizes=sizes,
+            rtol=rtol,
+            atol=atol,
+            seeds=seeds,
+            reference=reference,
+            template=template,
+            template_values=template_values,
+        )
+        self._check_cases(spec, values)
+        if self.issues:
+            raise SpecError(self.issues)
+        return spec
+
+    def _key_values(self, comment) -> dict[str, _Text]:
+        values: dict[str, _Text] = {}
+        key_at: dict[str, int] = {}
+        current: str | None = None
+        seen_marker = False
+        for offset, line in comment_body_lines(comment):
+            text = line.split("#", 1)[0]
+            if not seen_marker:
+                i = text.find("@optiml")
+                if i < 0:
+                    continue
+                seen_marker = True
+                text = " " * (i + len("@optiml")) + text[i + len("@optiml") :]
+            m = re.match(r"^(\s*)([A-Za-z_]\w*)\s*:(?!:)", text)
+            # `y: out float[n]` on its own line continues `args:`; it is not a key.
+            if m and m.group(2) not in KEYS and current == "args" and self.kernel.param(m.group(2)):
+                m = None
+            if m:
+                key = m.group(2)
+                key_offset = offset + len(m.group(1))
+                if key not in KEYS:
+                    close = difflib.get_close_matches(key, KEYS, n=1)
+                    hint = (
+                        f"did you mean `{close[0]}`?" if close else f"known keys: {', '.join(KEYS)}"
+                    )
+                    self.error(
+                        f"unknown spec key `{key}`; {hint}", key_offset, key_offset + len(key)
+                    )
+                    current = None
+                    continue
+                if key in values:
+                    self.error(
+                        f"`{key}` is given twice; give it once", key_offset, key_offset + len(key)
+                    )
+                    current = None
+                    continue
+                current = key
+                key_at[key] = key_offset
+                start = m.end()
+                values[key] = _Text(
+                    text[start:], [offset + start + j for j in range(len(text) - start)]
+                )
+            elif text.strip():
+                if current is None:
+                    stripped = text.lstrip()
+                    at = offset + len(text) - len(stripped)
+                    self.error(
+                        f"`{stripped.strip()[:30]}` is outside any key; start the line with one of: {', '.join(KEYS)}",
+                        at,
+                        at + len(stripped.rstrip()),
+                    )
+                    continue
+                prev = values[current]
+                values[current] = _Text(
+                    prev.chars + " " + text,
+                    prev.offsets
+                    + [prev.offset(len(prev.chars))]
+                    + [offset + j for j in range(len(text))],
+                )
+        for key in ("launch", "sizes"):
+            if key not in values:
+                example = {
+                    "launch": "launch: grid = cdiv(n, 256), block = 256",
+                    "sizes": "sizes: n = 1 << 24, 1000003",
+                }[key]
+                self.error(f"the spec has no `{key}:`; add a line like `{example}`")
+        self._key_at = key_at
+        return values
+
+    # -- keys --
+
+    def _template(self, text: _Text | None) -> tuple[dict[str, str], dict[str, int]]:
+        tparams = self.kernel.template_params
+        given: dict[str, str] = {}
+        where: dict[str, _Text] = {}
+        if text is not None:
+            if not tparams:
+                self.error(
+                    f"`{self.kernel.name}` is not a template; remove `template:`", text.strip()
+                )
+                return {}, {}
+            for item in text.split_top(","):
+                parts = item.partition("=")
+                if parts is None or not parts[0].strip().chars:
+                    self.error("expected `NAME = VALUE`, e.g. `T = float`", item.strip())
+                    continue
+                name, value = parts[0].strip().chars, parts[1].strip()
+                if name not in {p.name for p in tparams}:
+                    names = ", ".join(p.name for p in tparams)
+                    self.error(
+                        f"`{name}` is not a template parameter of `{self.kernel.name}` ({names})",
+                        parts[0].strip(),
+                    )
+                    continue
+                given[name] = value.chars
+                where[name] = value
+        out: dict[str, str] = {}
+        values: dict[str, int] = {}
+        missing = []
+        for p in tparams:
+            v = given.get(p.name, p.default)
+            if v is None:
+                missing.append(p)
+                continue
+            out[p.name] = v
+            if p.kind == "value":
+                expr = (
+                    self.expr(where[p.name], f"template value `{p.name}`")
+                    if p.name in where
+                    else None
+                )
+                try:
+                    value = (expr or Expr.parse(v)).evaluate(values)
+                except ExprError as e:
+                    self.error(f"template value `{p.name}`: {e}", where.get(p.name))
+                    continue
+                if isinstance(value, int):
+                    values[p.name] = value
+        if missing:
+            example = ", ".join(
+                f"{p.name} = {'float' if p.kind == 'type' else '256'}" for p in missing
+            )
+            self.error(
+                f"`{self.kernel.name}` is a template: give its instantiation, e.g. `template: {example}`",
+                text,
+            )
+        return out, values
+
+    def _sizes(self, text: _Text | None) -> tuple[list[str], list[dict[str, int]]]:
+        if text is None:
+            return [], []
+        parts = text.partition("=")
+        if parts is None:
+            self.error("expected `NAME = VALUE, VALUE` (e.g. `n = 1 << 24, 1000003`)", text.strip())
+            return [], []
+        lhs, rhs = parts
+        names = [n.strip() for n in lhs.split_top(",")]
+        for n in names:
+            if not re.fullmatch(r"[A-Za-z_]\w*", n.chars):
+                self.error(
+                    f"`{n.chars}` is not a name; size variables are names like `n` or `rows`", n
+                )
+                return [], []
+        out: list[dict[str, int]] = []
+        for item in rhs.split_top(","):
+            expr = self.expr(item, "size")
+            if expr is None:
+                continue
+            try:
+                value = expr.evaluate({})
+            except ExprError as e:
+                self.error(f"sizes are numbers: {e}", item.strip())
+                continue
+            values = value if isinstance(value, tuple) else (value,)
+            if len(values) != len(names):
+                want = (
+                    f"a tuple of {len(names)} like ({', '.join('...' for _ in names)})"
+                    if len(names) > 1
+                    else "one number"
+                )
+                self.error(
+                    f"this size has {len(values)} value(s) for {len(names)} variable(s); write {want}",
+                    item.strip(),
+                )
+                continue
+            if not all(isinstance(v, int) and v > 0 for v in values):
+                self.error("sizes must be positive integers", item.strip())
+                continue
+            out.append(dict(zip((n.chars for n in names), values, strict=True)))
+        if not out and not self.issues:
+            self.error(
+                "no sizes given; list at least one, e.g. `n = 1 << 24, 1000003`", text.strip()
+            )
+        return [n.chars for n in names], out
+
+    def _args(
+        self, text: _Text | None, template: dict[str, str], size_vars: list[str], signature: str
+    ) -> tuple[list[BufferArg], list[ScalarArg]]:
+        k = self.kernel
+        buffers: list[BufferArg] = []
+        scalars: list[ScalarArg] = []
+        seen: set[str] = set()
+        items = [i for i in text.split_top(",") if i.strip().chars] if text is not None else []
+        for item in items:
+            item = item.strip()
+            m_buf = re.fullmatch(r"([A-Za-z_]\w*)\s*:\s*(.*)", item.chars, re.S)
+            m_sc = re.fullmatch(r"([A-Za-z_]\w*)\s*=\s*(.*)", item.chars, re.S)
+            if not m_buf and not m_sc:
+                self.error(
+                    f"cannot read `{item.chars}`: write `x: in float[n]` for a pointer or `a = 2.5` for a scalar",
+                    item,
+                )
+                continue
+            name = (m_buf or m_sc).group(1)
+            name_text = item.slice(0, len(name))
+            param = k.param(name)
+            if param is None:
+                self.error(f"`{name}` is not a parameter of `{signature}`", name_text)
+                continue
+            if name in seen:
+                self.error(f"`{name}` is declared twice", name_text)
+                continue
+            seen.add(name)
+            if m_buf:
+                if not param.is_pointer:
+                    self.error(
+                        f"`{name}` is a scalar (`{param.declared}`) in the signature; give it a value: `{name} = ...`",
+                        name_text,
+                    )
+                    continue
+                buf = self._buffer(item, m_buf.start(2), param, template)
+                if buf is not None:
+                    buffers.append(buf)
+            else:
+                if param.is_pointer:
+                    self.error(
+                        f"`{name}` is a pointer (`{param.declared}`); declare it as `{name}: in {param.type_text}[n]`",
+                        name_text,
+                    )
+                    continue
+                dtype = self._dtype(param.type_text, template)
+                if dtype is None:
+                    self.error(
+                        f"OptiML cannot pass a `{param.type_text}` scalar; supported: {', '.join(SPEC_TYPE_NAMES)}",
+                        name_text,
+                    )
+                    continue
+                value = item.slice(m_sc.start(2), len(item.chars))
+                if self.expr(value, f"value of `{name}`") is not None:
+                    scalars.append(
+                        ScalarArg(name=name, dtype=dtype.code, value=value.strip().chars)
+                    )
+        for p in k.params:
+            if p.name in seen:
+                continue
+            if not p.is_pointer and p.name in size_vars:
+                dtype = self._dtype(p.type_text, template)
+                if dtype is not None:
+                    scalars.append(ScalarArg(name=p.name, dtype=dtype.code, value=p.name))
+                    continue
+            at = text.strip() if text is not None else None
+            if p.is_pointer:
+                self.error(
+                    f"pointer `{p.name}` (`{p.declared}`) is not declared; add `{p.name}: in {p.type_text}[n]` to args",
+                    at,
+                )
+            else:
+                self.error(
+                    f"scalar `{p.name}` (`{p.declared}`) has no value; add `{p.name} = ...` to args or make it a size",
+                    at,
+                )
+        # scalar values may refer to sizes, template values and scalars declared before them
+        known = set(size_vars) | set(template)
+        for s in scalars:
+            if s.value != s.name:
+                unknown = Expr.parse(s.value).names() - known
+                if unknown:
+                    self.error(
+                        f"value of `{s.name}` uses `{sorted(unknown)[0]}`, which is not a size, template value or earlier scalar",
+                        text,
+                    )
+            known.add(s.name)
+        order = {p.name: i for i, p in enumerate(k.params)}
+        scalars.sort(key=lambda s: order[s.name])
+        return buffers, scalars
+
+    def _buffer(
+        self, item: _Text, rest_at: int, param, template: dict[str, str]
+    ) -> BufferArg | None:
+        rest = item.slice(rest_at, len(item.chars))
+        m = re.fullmatch(
+            r"(\w+)\s+([A-Za-z_][\w ]*?)\s*\[(.*?)\]\s*(?:in\s*\[(.*),(.*)\)\s*)?", rest.chars, re.S
+        )
+        if not m:
+            self.error(
+                f"cannot read `{rest.chars.strip()}`: write `{param.name}: in {param.type_text}[n]` (role, type, [length])",
+                rest.strip(),
+            )
+            return None
+        role, type_name = m.group(1), m.group(2)
+        if role not in ("in", "out", "inout"):
+            self.error(
+                f"unknown role `{role}`; use in, out or inout", rest.slice(m.start(1), m.end(1))
+            )
+            return None
+        if role != "in" and param.const_pointee:
+            self.error(
+                f"`{param.name}` is `{param.declared}`: a const pointer can only be `in`",
+                rest.slice(m.start(1), m.end(1)),
+            )
+            return None
+        type_at = rest.slice(m.start(2), m.end(2))
+        dtype = self._dtype(type_name, template)
+        if dtype is None:
+            self.error(
+                f"unknown element type `{type_name}`; use one of: {', '.join(SPEC_TYPE_NAMES)}",
+                type_at,
+            )
+            return None
+        param_dtype = self._dtype(param.type_text, template)
+        if param_dtype is None:
+            self.error(
+                f"OptiML cannot generate data for `{param.declared}` (`{param.name}`); supported element types: {', '.join(SPEC_TYPE_NAMES)}",
+                type_at,
+            )
+            return None
+        if param_dtype.code != dtype.code:
+            self.error(
+                f"`{param.name}` is `{param.declared}` in the signature; write `{param.type_text}` here",
+                type_at,
+            )
+            return None
+        length = rest.slice(m.start(3), m.end(3))
+        if self.expr(length, f"length of `{param.name}`") is None:
+            return None
+        value_range = None
+        if m.group(4) is not None:
+            lo, hi = rest.slice(m.start(4), m.end(4)), rest.slice(m.start(5), m.end(5))
+            if self.expr(lo, "range start") is None or self.expr(hi, "range end") is None:
+                return None
+            value_range = (lo.strip().chars, hi.strip().chars)
+        return BufferArg(
+            name=param.name,
+            role=role,
+            dtype=dtype.code,
+            length=length.strip().chars,
+            value_range=value_range,
+        )
+
+    def _dtype(self, name: str, template: dict[str, str]) -> DType | None:
+        return lookup(template.get(name, name))
+
+    def _launch(self, text: _Text | None) -> Launch:
+        if text is None:
+            return Launch(grid=["1"], block=["1"])
+        found: dict[str, list[str]] = {}
+        for item in text.split_top(","):
+            item = item.strip()
+            parts = item.partition("=")
+            key = parts[0].strip().chars if parts else ""
+            if key not in ("grid", "block", "smem"):
+                self.error(
+                    "launch takes `grid = ...`, `block = ...` and optionally `smem = ...`", item
+                )
+                continue
+            expr = self.expr(parts[1], key)
+            if expr is None:
+                continue
+            if expr.is_tuple and key == "smem":
+                self.error("smem is one number of bytes", parts[1].strip())
+                continue
+            texts = [ast.unparse(e) for e in expr.tree.elts] if expr.is_tuple else [str(expr)]
+            found[key] = texts
+        for key in ("grid", "block"):
+            if key not in found:
+                self.error(f"launch has no `{key} = ...`", text.strip())
+        return Launch(
+            grid=found.get("grid", ["1"]),
+            block=found.get("block", ["1"]),
+            smem=(found.get("smem") or ["0"])[0],
+        )
+
+    def _tol(self, text: _Text | None) -> tuple[float | None, float | None]:
+        out: dict[str, float] = {}
+        if text is None:
+            return None, None
+        for item in text.split_top(","):
+            parts = item.partition("=")
+            key = parts[0].strip().chars if parts else ""
+            if key not in ("rtol", "atol"):
+                self.error("tol takes `rtol = ...` and/or `atol = ...`", item.strip())
+                continue
+            try:
+                value = float(parts[1].chars.strip().rstrip("fF"))
+            except ValueError:
+                self.error(f"{key} must be a number like 1e-5", parts[1].strip())
+                continue
+            if value < 0:
+                self.error(f"{key} must not be negative", parts[1].strip())
+                continue
+            out[key] = value
+        return out.get("rtol"), out.get("atol")
+
+    def _seeds(self, text: _Text | None) -> int:
+        if text is None:
+            return MIN_SEEDS
+        t = text.strip()
+        if not t.chars.isdigit() or int(t.chars) < MIN_SEEDS:
+            self.error(f"seeds must be a whole number ≥ {MIN_SEEDS}, got `{t.chars}`", t)
+            return MIN_SEEDS
+        return int(t.chars)
+
+    def _reference(self, text: _Text | None) -> Reference:
+        if text is None:
+            return Reference()
+        t = text.strip()
+        value = t.chars
+        if value == "self":
+            return Reference()
+        if ".py:" in value:
+            path_text, function = value.rsplit(":", 1)
+            path = (Path(self.source.path).parent / path_text).resolve()
+            if not path.is_file():
+                self.error(
+                    f"NumPy reference file `{path_text}` not found next to {self.source.path}", t
+                )
+            if not function.isidentifier():
+                self.error(f"`{function}` is not a Python function name", t)
+            return Reference(kind="numpy", path=str(path), function=function)
+        if not re.fullmatch(r"[A-Za-z_][\w:]*", value):
+            self.error("reference is `self`, a kernel name, or `file.py:function`", t)
+            return Reference()
+        others = [k for k in self.source.kernels if value in (k.name, k.short_name)]
+        if not others:
+            names = ", ".join(k.name for k in self.source.kernels if k is not self.kernel)
+            self.error(
+                f"no kernel `{value}` in this file to use as the reference; kernels: {names or 'none'}",
+                t,
+            )
+            return Reference()
+        other = others[0]
+        if [p.declared for p in other.params] != [p.declared for p in self.kernel.params]:
+            self.error(
+                f"reference `{value}` must take the same parameters as `{self.kernel.name}`", t
+            )
+        return Reference(kind="kernel", kernel=other.name)
+
+    def _check_cases(self, spec: Spec, values: dict[str, _Text]) -> None:
+        sizes_text = values.get("sizes")
+        cases = []
+        for s in spec.sizes:
+            try:
+                cases.append(spec.case(s))
+            except ExprError as e:
+                label = ", ".join(f"{k}={v}" for k, v in s.items())
+                self.error(f"at size {label}: {e}", sizes_text.strip() if sizes_text else None)
+        launch_text = values.get("launch")
+        for c in cases:
+            threads = c.block[0] * c.block[1] * c.block[2]
+            if threads > MAX_THREADS_PER_BLOCK:
+                self.error(
+                    f"block {c.block} has {threads} threads; at most {MAX_THREADS_PER_BLOCK}",
+                    launch_text.strip() if launch_text else None,
+                )
+                return
+            if c.grid[1] > 65535 or c.grid[2] > 65535:
+                self.error(
+                    f"grid {c.grid}: y and z are at most 65535 (at {c.label})",
+                    launch_text.strip() if launch_text else None,
+                )
+                return
+        blocks = {d for c in cases for d in (c.block[0], c.block[1]) if d > 1}
+        if (
+            cases
+            and blocks
+            and all(v % d == 0 for c in cases for v in c.sizes.values() for d in blocks)
+        ):
+            b = min(blocks)
+            self.error(
+                f"every size is a multiple of the block size ({b}); add one that is not (e.g. {_odd_size(cases[0])}) so bounds checks are tested",
+                sizes_text.strip() if sizes_text else None,
+            )
+
+
+def _odd_size(case: Case) -> str:
+    values = list(case.sizes.values())
+    if len(values) == 1:
+        return str(values[0] // 16 + 3)
+    return "(" + ", ".join(str(v // 4 + 3) for v in values) + ")"
+
+
+def parse_spec(source: SourceFile, kernel: Kernel) -> Spec:
+    """The spec above `kernel`; `SpecError` with every problem found, each at its position."""
+    if kernel.spec_comment is None:
+        at = source.position(kernel.name_span.start, kernel.name_span.end)
+        raise SpecError(
+            [
+                (
+                    f"kernel `{kernel.name}` has no `@optiml` spec above it; `optiml spec {source.path} --kernel {kernel.name}` drafts one",
+                    at,
+                )
+            ]
+        )
+    return _Parser(source, kernel).parse()
+
+
+def load(path: str | Path, kernel_name: str) -> tuple[SourceFile, Kernel, Spec]:
+    """Read a file, find a kernel and parse its spec: the first step of every command."""
+    source = SourceFile.read(path)
+    kernel = source.kernel(kernel_name)
+    return source, kernel, parse_spec(source, kernel)
