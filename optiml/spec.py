@@ -556,6 +556,8 @@ class _Parser:
             )
             return None
         type_at = rest.slice(m.start(2), m.end(2))
+        if type_name in {t.name for t in self.kernel.template_params} - set(template):
+            return None  # the missing instantiation is reported once, at `template:`
         dtype = self._dtype(type_name, template)
         if dtype is None:
             self.error(

@@ -24,10 +24,20 @@ DEFAULT_BLOCK = 256
 
 def pointer_roles(source: SourceFile, kernel: Kernel) -> dict[str, str]:
     """in / out / inout for each pointer parameter, from reads and writes in the body."""
-    names = {p.name for p in kernel.params if p.is_pointer}
+    params = {p.name for p in kernel.params if p.is_pointer}
     reads: set[str] = set()
     writes: set[str] = set()
     root = source.tree.root_node.descendant_for_byte_range(*_byte_range(source, kernel.body_span))
+    # `float* row = out + r * cols;` makes `row` an alias of `out`: its writes are `out`'s.
+    alias = {p: p for p in params}
+    for decl in _descendants(root, "init_declarator"):
+        d, value = decl.child_by_field_name("declarator"), decl.child_by_field_name("value")
+        if d is not None and d.type == "pointer_declarator" and value is not None:
+            base = _base_identifier(source, value)
+            target = _base_identifier(source, d.child_by_field_name("declarator"))
+            if base in alias and target:
+                alias[target] = alias[base]
+    names = set(alias)
     stack: list[Node] = [root] if root is not None else []
     while stack:
         n = stack.pop()
@@ -51,6 +61,14 @@ def pointer_roles(source: SourceFile, kernel: Kernel) -> dict[str, str]:
                     else []
                 )
             continue
+        if n.type == "init_declarator":
+            # the declared name is not a read of anything; its initializer may be
+            value = n.child_by_field_name("value")
+            declarator = n.child_by_field_name("declarator")
+            is_alias = declarator is not None and declarator.type == "pointer_declarator"
+            if value is not None and not (is_alias and _base_identifier(source, value) in names):
+                stack.append(value)  # `float* row = out + k` takes an address: no read of `out`
+            continue
         if n.type == "call_expression":
             fn = n.child_by_field_name("function")
             args = n.child_by_field_name("arguments")
@@ -69,6 +87,8 @@ def pointer_roles(source: SourceFile, kernel: Kernel) -> dict[str, str]:
         if n.type == "identifier" and source.node_text(n) in names:
             reads.add(source.node_text(n))
         stack.extend(n.named_children)
+    reads = {alias[n] for n in reads}
+    writes = {alias[n] for n in writes}
     roles = {}
     for p in kernel.params:
         if not p.is_pointer:
@@ -76,6 +96,16 @@ def pointer_roles(source: SourceFile, kernel: Kernel) -> dict[str, str]:
         w, r = p.name in writes, p.name in reads
         roles[p.name] = "inout" if (w and r) else "out" if w else "in"
     return roles
+
+
+def _descendants(node: Node | None, type_name: str) -> list[Node]:
+    out, stack = [], [node] if node is not None else []
+    while stack:
+        n = stack.pop()
+        if n.type == type_name:
+            out.append(n)
+        stack.extend(n.named_children)
+    return out
 
 
 def _byte_range(source: SourceFile, span) -> tuple[int, int]:
@@ -154,8 +184,15 @@ def draft_spec(source: SourceFile, kernel: Kernel) -> str:
 
     template: dict[str, str] = {}
     for i, tp in enumerate(kernel.template_params):
-        if site and i < len(site.template_args):
-            template[tp.name] = site.template_args[i]
+        given = site.template_args[i] if site and i < len(site.template_args) else None
+        # A launch inside a host template passes its own parameters on: only concrete ones count.
+        concrete = given is not None and (
+            lookup(given) is not None
+            if tp.kind == "type"
+            else _literal(given, bindings) is not None
+        )
+        if concrete:
+            template[tp.name] = given if tp.kind == "type" else _literal(given, bindings)
         else:
             template[tp.name] = tp.default or ("float" if tp.kind == "type" else str(DEFAULT_BLOCK))
     template_ints = {k for k, v in template.items() if re.fullmatch(r"\d+", v)}
@@ -239,7 +276,7 @@ def _fallback_length(source: SourceFile, kernel: Kernel, int_scalars) -> str:
     """With no allocation to go by: the scalars the body compares indices against (`i < n`,
     `row < rows && col < cols`), multiplied; else the first integer parameter."""
     body = source.text[kernel.body_span.start : kernel.body_span.end]
-    bounds = [p.name for p in int_scalars if re.search(rf"<\s*{re.escape(p.name)}\b", body)]
+    bounds = [p.name for p in int_scalars if re.search(rf"(?:<|>=)\s*{re.escape(p.name)}\b", body)]
     if bounds:
         return " * ".join(bounds[:2])
     return int_scalars[0].name if int_scalars else "1024"
@@ -254,10 +291,14 @@ def _sizes(
         return "_ = 1, 3"
     big = []
     for name in size_vars:
-        v = _literal(host_value.get(name), bindings)
-        big.append(
-            v if v is not None and v.isdigit() else ("4096" if len(size_vars) > 1 else DEFAULT_SIZE)
-        )
+        host = host_value.get(name)
+        v = _literal(host, bindings)
+        if v is not None and v.isdigit():
+            # Keep the host's own spelling (`1 << 22`) where it is a plain expression.
+            text = _clean(_substitute(host, bindings))
+            big.append(text if _valid(text, set()) else v)
+        else:
+            big.append("4096" if len(size_vars) > 1 else DEFAULT_SIZE)
     odd = []
     for v in big:
         n = Expr.parse(v).evaluate({})

@@ -384,10 +384,17 @@ class SourceFile:
     def _launch_site(self, call: Node) -> LaunchSite:
         fn = call.child_by_field_name("function")
         template_args: tuple[str, ...] = ()
-        if fn is not None and fn.type == "template_function":
-            targs = fn.child_by_field_name("arguments")
+        name = self.node_text(fn) if fn is not None else ""
+        # `k<float>` or `ns::k<float>`: the template arguments are not part of the name.
+        tf = fn
+        while tf is not None and tf.type == "qualified_identifier":
+            tf = tf.child_by_field_name("name")
+        if tf is not None and tf.type == "template_function":
+            targs = tf.child_by_field_name("arguments")
             template_args = tuple(self.node_text(a) for a in targs.named_children) if targs else ()
-            fn = fn.child_by_field_name("name")
+            name = name[: len(name) - len(self.node_text(tf))] + self.node_text(
+                tf.child_by_field_name("name")
+            )
         config_node = next(c for c in call.named_children if c.type == "kernel_call_syntax")
         args_node = call.child_by_field_name("arguments")
         bindings = dict(self._globals)
@@ -397,7 +404,7 @@ class SourceFile:
         if enclosing is not None:
             bindings.update(self._local_bindings(enclosing, call.start_byte))
         return LaunchSite(
-            kernel=self.node_text(fn) if fn is not None else "",
+            kernel=name,
             template_args=template_args,
             config=tuple(self.node_text(c) for c in config_node.named_children),
             args=tuple(self.node_text(a) for a in args_node.named_children) if args_node else (),

@@ -263,6 +263,8 @@ def runner_binary() -> Path:
             str(out),
             str(cu),
             "-ldl",
+            "-Xcompiler",
+            "-pthread",
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:

@@ -113,7 +113,7 @@ def evaluate(
         runner = runner_f.result()
     compile_s = time.perf_counter() - start
 
-    if ref_build is not None and not ref_build.ok:
+    if ref_build is not None and not ref_build.ok and not same:
         return Verdict(
             status="compile_error",
             message=f"the reference does not compile: {_first_error(ref_build.messages)}",
@@ -347,7 +347,7 @@ def _verdict_of(
     status = data["status"]
     if status == "runtime_error":
         who = data.get("failed", "")
-        prefix = "the reference kernel failed: " if who == "reference" else ""
+        prefix = "the reference failed: " if who == "reference" else ""
         return Verdict(
             status="runtime_error",
             message=f"{prefix}{data['message']} ({where})",

@@ -23,6 +23,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 typedef int (*launch_fn)(void** args, const unsigned* grid, const unsigned* block, size_t smem,
@@ -100,76 +101,107 @@ static void check(cudaError_t e, const std::string& who, const char* what) {
 
 #include "values.h"
 
+enum Code { F64, F32, F16, BF16, I8, I16, I32, I64, U8, U16, U32, U64 };
+
 struct DType {
-  std::string code;
+  std::string name;
+  Code code;
   size_t size;
   bool is_float, is_signed;
 };
 
-static DType dtype_of(const std::string& code) {
-  if (code == "f64") return {code, 8, true, true};
-  if (code == "f32") return {code, 4, true, true};
-  if (code == "f16" || code == "bf16") return {code, 2, true, true};
-  if (code[0] == 'i' || code[0] == 'u') {
-    size_t bits = std::stoul(code.substr(1));
-    return {code, bits / 8, false, code[0] == 'i'};
+static DType dtype_of(const std::string& c) {
+  static const struct { const char* name; Code code; size_t size; bool is_float, is_signed; } table[] = {
+      {"f64", F64, 8, true, true},  {"f32", F32, 4, true, true},  {"f16", F16, 2, true, true},
+      {"bf16", BF16, 2, true, true}, {"i8", I8, 1, false, true},   {"i16", I16, 2, false, true},
+      {"i32", I32, 4, false, true},  {"i64", I64, 8, false, true}, {"u8", U8, 1, false, false},
+      {"u16", U16, 2, false, false}, {"u32", U32, 4, false, false}, {"u64", U64, 8, false, false},
+  };
+  for (const auto& t : table)
+    if (c == t.name) return {t.name, t.code, t.size, t.is_float, t.is_signed};
+  fail("harness_error", "plan", "unknown type code " + c);
+}
+
+template <typename T>
+static inline void put(void* dst, T v) { memcpy(dst, &v, sizeof(T)); }
+template <typename T>
+static inline T get(const void* src) { T v; memcpy(&v, src, sizeof(T)); return v; }
+
+// Stores one element: `v` for floating-point types, `iv` for integer types.
+static inline void store(const DType& d, void* dst, double v, int64_t iv) {
+  switch (d.code) {
+    case F64: put<double>(dst, v); break;
+    case F32: put<float>(dst, (float)v); break;
+    case F16: put<uint16_t>(dst, float_to_half_bits((float)v)); break;
+    case BF16: put<uint16_t>(dst, float_to_bf16_bits((float)v)); break;
+    case I8: put<int8_t>(dst, (int8_t)iv); break;
+    case I16: put<int16_t>(dst, (int16_t)iv); break;
+    case I32: put<int32_t>(dst, (int32_t)iv); break;
+    case I64: put<int64_t>(dst, iv); break;
+    case U8: put<uint8_t>(dst, (uint8_t)iv); break;
+    case U16: put<uint16_t>(dst, (uint16_t)iv); break;
+    case U32: put<uint32_t>(dst, (uint32_t)iv); break;
+    case U64: put<uint64_t>(dst, (uint64_t)iv); break;
   }
-  fail("harness_error", "plan", "unknown type code " + code);
 }
 
-// Stores `v` (a double for floats, an integer value for ints) as one element of `d` at `dst`.
-static void store(const DType& d, void* dst, double v, int64_t iv, uint64_t uv) {
-  const std::string& c = d.code;
-  if (c == "f64") { memcpy(dst, &v, 8); return; }
-  if (c == "f32") { float f = (float)v; memcpy(dst, &f, 4); return; }
-  if (c == "f16") { uint16_t h = float_to_half_bits((float)v); memcpy(dst, &h, 2); return; }
-  if (c == "bf16") { uint16_t h = float_to_bf16_bits((float)v); memcpy(dst, &h, 2); return; }
-  if (d.is_signed) {
-    if (d.size == 1) { int8_t x = (int8_t)iv; memcpy(dst, &x, 1); }
-    else if (d.size == 2) { int16_t x = (int16_t)iv; memcpy(dst, &x, 2); }
-    else if (d.size == 4) { int32_t x = (int32_t)iv; memcpy(dst, &x, 4); }
-    else { memcpy(dst, &iv, 8); }
-  } else {
-    if (d.size == 1) { uint8_t x = (uint8_t)uv; memcpy(dst, &x, 1); }
-    else if (d.size == 2) { uint16_t x = (uint16_t)uv; memcpy(dst, &x, 2); }
-    else if (d.size == 4) { uint32_t x = (uint32_t)uv; memcpy(dst, &x, 4); }
-    else { memcpy(dst, &uv, 8); }
+static inline double load_float(const DType& d, const void* src) {
+  switch (d.code) {
+    case F64: return get<double>(src);
+    case F32: return get<float>(src);
+    case F16: return half_bits_to_float(get<uint16_t>(src));
+    default: return bf16_bits_to_float(get<uint16_t>(src));
   }
 }
 
-// One element as a double (for floats) and as exact integers (for ints).
-static double load_float(const DType& d, const void* src) {
-  const std::string& c = d.code;
-  if (c == "f64") { double v; memcpy(&v, src, 8); return v; }
-  if (c == "f32") { float f; memcpy(&f, src, 4); return f; }
-  uint16_t h;
-  memcpy(&h, src, 2);
-  return c == "f16" ? half_bits_to_float(h) : bf16_bits_to_float(h);
+static inline int64_t load_signed(const DType& d, const void* src) {
+  switch (d.size) {
+    case 1: return get<int8_t>(src);
+    case 2: return get<int16_t>(src);
+    case 4: return get<int32_t>(src);
+    default: return get<int64_t>(src);
+  }
 }
 
-static int64_t load_signed(const DType& d, const void* src) {
-  if (d.size == 1) { int8_t x; memcpy(&x, src, 1); return x; }
-  if (d.size == 2) { int16_t x; memcpy(&x, src, 2); return x; }
-  if (d.size == 4) { int32_t x; memcpy(&x, src, 4); return x; }
-  int64_t x; memcpy(&x, src, 8); return x;
+static inline uint64_t load_unsigned(const DType& d, const void* src) {
+  switch (d.size) {
+    case 1: return get<uint8_t>(src);
+    case 2: return get<uint16_t>(src);
+    case 4: return get<uint32_t>(src);
+    default: return get<uint64_t>(src);
+  }
 }
 
-static uint64_t load_unsigned(const DType& d, const void* src) {
-  if (d.size == 1) { uint8_t x; memcpy(&x, src, 1); return x; }
-  if (d.size == 2) { uint16_t x; memcpy(&x, src, 2); return x; }
-  if (d.size == 4) { uint32_t x; memcpy(&x, src, 4); return x; }
-  uint64_t x; memcpy(&x, src, 8); return x;
+// Runs body(begin, end, chunk) over [0, n) on all cores: input generation and comparison of
+// hundreds of millions of elements would otherwise dominate an evaluation.
+template <typename F>
+static void parallel_chunks(size_t n, size_t chunks, F body) {
+  std::vector<std::thread> threads;
+  size_t per = (n + chunks - 1) / chunks;
+  for (size_t c = 0; c < chunks; ++c) {
+    size_t begin = c * per, end = std::min(n, begin + per);
+    if (begin >= end) break;
+    threads.emplace_back(body, begin, end, c);
+  }
+  for (auto& t : threads) t.join();
+}
+
+static size_t worker_count(size_t n) {
+  size_t hw = std::max(1u, std::thread::hardware_concurrency());
+  return std::max<size_t>(1, std::min(hw, n / 65536 + 1));
 }
 
 // Poison: a NaN with a payload no arithmetic produces, or an unlikely integer pattern.
 static void poison_bytes(const DType& d, std::vector<unsigned char>& pattern) {
   pattern.resize(d.size);
-  const std::string& c = d.code;
-  if (c == "f64") { uint64_t p = 0x7FF4DEADBEEFCAFEull; memcpy(pattern.data(), &p, 8); }
-  else if (c == "f32") { uint32_t p = 0x7FA5DEADu; memcpy(pattern.data(), &p, 4); }
-  else if (c == "f16") { uint16_t p = 0x7D5Bu; memcpy(pattern.data(), &p, 2); }
-  else if (c == "bf16") { uint16_t p = 0x7FA5u; memcpy(pattern.data(), &p, 2); }
-  else { for (size_t i = 0; i < d.size; ++i) pattern[i] = (unsigned char)(0xA5 ^ (i * 0x3C)); }
+  switch (d.code) {
+    case F64: put<uint64_t>(pattern.data(), 0x7FF4DEADBEEFCAFEull); break;
+    case F32: put<uint32_t>(pattern.data(), 0x7FA5DEADu); break;
+    case F16: put<uint16_t>(pattern.data(), 0x7D5Bu); break;
+    case BF16: put<uint16_t>(pattern.data(), 0x7FA5u); break;
+    default:
+      for (size_t i = 0; i < d.size; ++i) pattern[i] = (unsigned char)(0xA5 ^ (i * 0x3C));
+  }
 }
 
 // ---- the plan --------------------------------------------------------------------------------
@@ -285,11 +317,11 @@ struct ScalarStorage {
 static ScalarStorage scalar_value(const DType& d, const std::string& text) {
   ScalarStorage s{};
   if (d.is_float) {
-    store(d, s.bytes, strtod(text.c_str(), nullptr), 0, 0);
+    store(d, s.bytes, strtod(text.c_str(), nullptr), 0);
   } else if (d.is_signed) {
-    store(d, s.bytes, 0, strtoll(text.c_str(), nullptr, 10), 0);
+    store(d, s.bytes, 0, strtoll(text.c_str(), nullptr, 10));
   } else {
-    store(d, s.bytes, 0, 0, strtoull(text.c_str(), nullptr, 10));
+    store(d, s.bytes, 0, (int64_t)strtoull(text.c_str(), nullptr, 10));
   }
   return s;
 }
@@ -297,18 +329,19 @@ static ScalarStorage scalar_value(const DType& d, const std::string& text) {
 static void fill_inputs(const Buffer& b, size_t buffer_index, size_t n, double lo, double hi,
                         uint64_t seed, std::vector<unsigned char>& host) {
   host.resize(n * b.dtype.size);
-  const DType& d = b.dtype;
-  double span = hi - lo;
-  for (size_t i = 0; i < n; ++i) {
-    double u = uniform01(seed, buffer_index, i);
-    void* dst = host.data() + i * d.size;
-    if (d.is_float) {
-      store(d, dst, lo + u * span, 0, 0);
-    } else {
-      double k = std::floor(u * span);
-      store(d, dst, 0, (int64_t)lo + (int64_t)k, (uint64_t)((int64_t)lo + (int64_t)k));
+  const DType d = b.dtype;
+  const double span = hi - lo;
+  unsigned char* base = host.data();
+  parallel_chunks(n, worker_count(n), [&](size_t begin, size_t end, size_t) {
+    for (size_t i = begin; i < end; ++i) {
+      double u = uniform01(seed, buffer_index, i);
+      if (d.is_float) {
+        store(d, base + i * d.size, lo + u * span, 0);
+      } else {
+        store(d, base + i * d.size, 0, (int64_t)lo + (int64_t)std::floor(u * span));
+      }
     }
-  }
+  });
 }
 
 struct Mismatch {
@@ -335,16 +368,17 @@ static std::string show(const DType& d, const void* p) {
   return buf;
 }
 
-static Comparison compare(const Buffer& b, const std::vector<unsigned char>& expected,
-                          const std::vector<unsigned char>& got, size_t n, int max_report) {
+static Comparison compare_range(const Buffer& b, const unsigned char* expected,
+                                const unsigned char* got, size_t begin, size_t end,
+                                int max_report) {
   Comparison c;
   const DType& d = b.dtype;
   std::vector<unsigned char> poison;
   poison_bytes(d, poison);
-  bool check_unwritten = b.role == "out";
-  for (size_t i = 0; i < n; ++i) {
-    const unsigned char* e = expected.data() + i * d.size;
-    const unsigned char* g = got.data() + i * d.size;
+  const bool check_unwritten = b.role == "out";
+  for (size_t i = begin; i < end; ++i) {
+    const unsigned char* e = expected + i * d.size;
+    const unsigned char* g = got + i * d.size;
     bool unwritten = check_unwritten && memcmp(g, poison.data(), d.size) == 0;
     bool ok;
     if (unwritten) {
@@ -379,6 +413,26 @@ static Comparison compare(const Buffer& b, const std::vector<unsigned char>& exp
                            unwritten});
       }
     }
+  }
+  return c;
+}
+
+// Every element of one output, in parallel chunks merged in index order.
+static Comparison compare(const Buffer& b, const std::vector<unsigned char>& expected,
+                          const std::vector<unsigned char>& got, size_t n, int max_report) {
+  size_t chunks = worker_count(n);
+  std::vector<Comparison> parts(chunks);
+  parallel_chunks(n, chunks, [&](size_t begin, size_t end, size_t k) {
+    parts[k] = compare_range(b, expected.data(), got.data(), begin, end, max_report);
+  });
+  Comparison c;
+  for (const Comparison& p : parts) {
+    c.mismatches += p.mismatches;
+    c.unwritten += p.unwritten;
+    c.max_abs = std::max(c.max_abs, p.max_abs);
+    c.max_rel = std::max(c.max_rel, p.max_rel);
+    for (const Mismatch& m : p.first)
+      if ((int)c.first.size() < max_report) c.first.push_back(m);
   }
   return c;
 }
@@ -504,9 +558,9 @@ int main(int argc, char** argv) {
     g_device_json = d.str();
   }
 
-  Kernel reference, candidate = load_kernel(argv[4], "candidate");
+  // With no candidate the kernel is checked against a second run of itself: call both "kernel".
+  Kernel reference, candidate = load_kernel(argv[4], same ? "kernel" : "candidate");
   if (have_reference) reference = same ? candidate : load_kernel(argv[3], "reference");
-  if (have_reference && !same) reference.who = "reference";
 
   cudaStream_t stream;
   check(cudaStreamCreate(&stream), "harness", "cudaStreamCreate");
@@ -536,31 +590,35 @@ int main(int argc, char** argv) {
       }
     }
 
+    // Poisoned images of the `out` buffers, made once per case.
+    std::vector<std::vector<unsigned char>> poisoned(nb);
+    for (size_t b = 0; b < nb; ++b) {
+      const Buffer& buf = plan.buffers[b];
+      if (buf.role != "out") continue;
+      std::vector<unsigned char> pattern;
+      poison_bytes(buf.dtype, pattern);
+      poisoned[b].resize(c.lengths[b] * buf.dtype.size);
+      unsigned char* base = poisoned[b].data();
+      parallel_chunks(c.lengths[b], worker_count(c.lengths[b]), [&](size_t begin, size_t end, size_t) {
+        for (size_t i = begin; i < end; ++i) memcpy(base + i * pattern.size(), pattern.data(), pattern.size());
+      });
+    }
     auto upload = [&](const std::vector<std::vector<unsigned char>>& host) {
       for (size_t b = 0; b < nb; ++b) {
         const Buffer& buf = plan.buffers[b];
-        size_t bytes = c.lengths[b] * buf.dtype.size;
-        if (buf.role == "out") {
-          std::vector<unsigned char> pattern, poisoned(bytes);
-          poison_bytes(buf.dtype, pattern);
-          for (size_t i = 0; i < bytes; i += pattern.size())
-            memcpy(poisoned.data() + i, pattern.data(), pattern.size());
-          check(cudaMemcpy(dev_bufs[b], poisoned.data(), bytes, cudaMemcpyHostToDevice), "harness",
-                "poisoning an output");
-        } else {
-          check(cudaMemcpy(dev_bufs[b], host[b].data(), bytes, cudaMemcpyHostToDevice), "harness",
-                "uploading an input");
-        }
+        const std::vector<unsigned char>& src = buf.role == "out" ? poisoned[b] : host[b];
+        check(cudaMemcpy(dev_bufs[b], src.data(), src.size(), cudaMemcpyHostToDevice), "harness",
+              buf.role == "out" ? "poisoning an output" : "uploading an input");
       }
     };
     auto run = [&](const Kernel& k, const char* what) {
       check(cudaGetLastError(), "harness", "before launch");
       int rc = k.launch(args.data(), c.grid, c.block, c.smem, stream);
       if (rc != 0)
-        check((cudaError_t)rc, k.who, (std::string("launching the ") + what + " kernel").c_str());
+        check((cudaError_t)rc, k.who, (std::string("launching the ") + what).c_str());
       check(cudaStreamSynchronize(stream), k.who,
-            (std::string("running the ") + what + " kernel").c_str());
-      check(cudaGetLastError(), k.who, (std::string("after the ") + what + " kernel").c_str());
+            (std::string("running the ") + what).c_str());
+      check(cudaGetLastError(), k.who, (std::string("after the ") + what).c_str());
     };
     auto download = [&](std::vector<std::vector<unsigned char>>& host) {
       host.assign(nb, {});
@@ -588,9 +646,9 @@ int main(int argc, char** argv) {
           fill_inputs(plan.buffers[b], b, c.lengths[b], c.lo[b], c.hi[b], seed, inputs[b]);
       }
       if (have_reference) {
-        phase("case=%zu seed=%" PRIu64 " kernel=reference", ci, seed);
+        phase("case=%zu seed=%" PRIu64 " kernel=%s", ci, seed, reference.who.c_str());
         upload(inputs);
-        run(reference, "reference");
+        run(reference, reference.who.c_str());
         download(ref_out);
       } else {
         ref_out.assign(nb, {});
@@ -603,9 +661,9 @@ int main(int argc, char** argv) {
             fail("harness_error", "reference", "cannot read expected output " + path);
         }
       }
-      phase("case=%zu seed=%" PRIu64 " kernel=candidate", ci, seed);
+      phase("case=%zu seed=%" PRIu64 " kernel=%s", ci, seed, candidate.who.c_str());
       upload(inputs);
-      run(candidate, "candidate");
+      run(candidate, candidate.who.c_str());
       download(cand_out);
       cj << (si ? ", " : "") << "{\"seed\": " << seed << ", \"buffers\": [";
       bool first_buf = true;

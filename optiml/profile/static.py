@@ -76,8 +76,10 @@ def occupancy(arch: str, threads_per_block: int, registers: int, smem_per_block:
         "warps": a.max_warps // warps,
         "blocks": a.max_blocks,
     }
-    if registers > a.max_registers_per_thread or smem_per_block > a.smem_per_block_optin:
-        limits = {k: 0 for k in limits}
+    if registers > a.max_registers_per_thread:
+        limits["registers"] = 0
+    if smem_per_block > a.smem_per_block_optin:
+        limits["shared_memory"] = 0
     blocks = min(limits.values())
     # On a tie the hardware's own ceiling (warps, blocks) is named: a kernel at full occupancy is
     # not "limited by registers" in any sense a developer acts on.

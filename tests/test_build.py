@@ -1,0 +1,172 @@
+"""Real nvcc compiles: every fixture, the launcher, the runner; diagnostics at the user's lines;
+ptxas's resource report; theoretical occupancy."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from optiml.api import check_file
+from optiml.cuda.source import SourceFile
+from optiml.harness.build import build_kernel, runner_binary
+from optiml.harness.nvcc import parse_messages, parse_resources
+from optiml.profile.static import occupancy
+from tests.support import FIXTURES, MANIFEST
+
+FILES = sorted({e["file"] for e in MANIFEST})
+
+
+@pytest.mark.parametrize("file", FILES)
+def test_every_fixture_compiles_or_fails_where_expected(file):
+    result = check_file(FIXTURES / file, arch="sm_90")
+    expected_errors = [e for e in MANIFEST if e["file"] == file and e["verdict"] == "compile_error"]
+    if expected_errors:
+        assert result.compile_failed
+        errors = [m for m in result.kernels[0].messages if m.severity == "error"]
+        assert errors[0].line == expected_errors[0]["error_line"]
+        assert errors[0].path == str(FIXTURES / file)
+        assert errors[0].column is not None
+    else:
+        assert not result.compile_failed and not result.spec_failed
+        specified = {e["kernel"] for e in MANIFEST if e["file"] == file}
+        for k in result.kernels:
+            if k.kernel.name in specified:
+                assert k.report is not None, k.kernel.name
+                assert k.report.resources.registers > 0
+                assert k.report.occupancy is not None
+
+
+def test_spill_fixture_reports_its_spills():
+    result = check_file(FIXTURES / "spill.cu", arch="sm_90")
+    r = result.kernels[0].report.resources
+    # ptxas 13.0 for sm_90, with __launch_bounds__(256, 8)
+    assert (r.registers, r.stack_bytes, r.spill_store_bytes, r.spill_load_bytes) == (
+        32,
+        1488,
+        2696,
+        3084,
+    )
+    assert "spills" in result.kernels[0].report.notes[0]
+
+
+def test_launcher_exports_what_the_runner_looks_up():
+    source = SourceFile.read(FIXTURES / "templated.cu")
+    build = build_kernel(source, source.kernel("axpby"), instantiation="<float, 256>", arch="sm_90")
+    assert build.ok, build.log
+    symbols = subprocess.run(
+        ["nm", "-D", "--defined-only", str(build.path)], capture_output=True, text=True
+    ).stdout
+    for name in ("optiml_launch", "optiml_attributes", "optiml_occupancy"):
+        assert f" T {name}" in symbols
+    assert build.resources.name == "void axpby<float, 256>(int, float, float const*, float, float*)"
+    again = build_kernel(source, source.kernel("axpby"), instantiation="<float, 256>", arch="sm_90")
+    assert again.cached and again.path == build.path
+
+
+def test_bad_instantiation_is_reported_at_the_spec():
+    source = SourceFile.read(FIXTURES / "templated.cu")
+    kernel = source.kernel("axpby")
+    build = build_kernel(
+        source, kernel, instantiation="<float, 256, 3>", arch="sm_90", mode="cubin"
+    )
+    assert not build.ok
+    first = next(m for m in build.messages if m.severity == "error")
+    assert first.line == kernel.spec_comment.span.start_point[0] + 1
+    assert "instantiating `axpby` from its spec" in first.message
+
+
+def test_runner_builds_without_warnings():
+    assert runner_binary().exists()
+
+
+def test_compile_error_in_a_candidate_points_at_its_line(tmp_path):
+    text = (
+        (FIXTURES / "saxpy.cu")
+        .read_text()
+        .replace("y[i] = a * x[i] + y[i];", "y[i] = a * x[i] + z;")
+    )
+    bad = tmp_path / "saxpy.cu"
+    bad.write_text(text)
+    line = next(i for i, line in enumerate(text.splitlines(), 1) if "+ z;" in line)
+    source = SourceFile.read(bad)
+    build = build_kernel(source, source.kernel("saxpy"), instantiation="", arch="sm_90")
+    assert not build.ok
+    err = build.messages[0]
+    assert (err.path, err.line, err.severity) == (str(bad), line, "error")
+    assert 'identifier "z" is undefined' in err.message
+    assert text.splitlines()[line - 1][err.column - 1] == "z"
+
+
+PTXAS_LOG = """\
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '_Z9transposePfPKfii' for 'sm_90'
+ptxas info    : Function properties for _Z9transposePfPKfii
+    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 4224 bytes smem, 384 bytes cmem[0]
+ptxas info    : Function properties for _Z6helperf
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Compiling entry function 'vec_add' for 'sm_90'
+ptxas info    : Function properties for vec_add
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 12 registers, used 0 barriers, 380 bytes cmem[0]
+"""
+
+
+def test_ptxas_report_is_read_per_entry_function():
+    t, v = parse_resources(PTXAS_LOG)
+    assert (t.name, t.registers, t.barriers, t.static_smem_bytes, t.cmem_bytes) == (
+        "transpose(float*, float const*, int, int)",
+        40,
+        1,
+        4224,
+        384,
+    )
+    assert (t.stack_bytes, t.spill_store_bytes, t.spill_load_bytes) == (8, 4, 12)
+    assert (v.mangled, v.name, v.registers, v.static_smem_bytes) == ("vec_add", "vec_add", 12, 0)
+
+
+def test_messages_of_each_tool():
+    log = """\
+/src/k.cu(12): error: identifier "q" is undefined
+      int i = q + 1;
+              ^
+
+/src/k.cu(20): warning #177-D: variable "t" was declared but never referenced
+      int t;
+          ^
+
+/src/host.cpp:7:3: error: 'foo' was not declared in this scope
+ptxas fatal   : Unresolved extern function '_Z3barv'
+"""
+    msgs = parse_messages(log)
+    assert [(m.severity, m.path, m.line, m.column) for m in msgs] == [
+        ("error", "/src/k.cu", 12, 13),
+        ("warning", "/src/k.cu", 20, 9),
+        ("error", "/src/host.cpp", 7, 3),
+        ("error", None, None, None),
+    ]
+    assert msgs[3].message == "ptxas: Unresolved extern function '_Z3barv'"
+
+
+# Blocks per SM on sm_90, worked out by hand from the limits in the CUDA programming guide; the GPU
+# benchmark compares the same formula with cudaOccupancyMaxActiveBlocksPerMultiprocessor for every
+# fixture (benchmarks/results/).
+OCCUPANCY = [
+    # threads, registers, smem bytes -> blocks, limiter
+    (256, 10, 0, 8, "warps"),
+    (256, 64, 0, 4, "registers"),
+    (128, 255, 0, 2, "registers"),
+    (1024, 32, 0, 2, "warps"),
+    (256, 32, 48 * 1024, 4, "shared_memory"),
+    (32, 16, 0, 32, "blocks"),
+    (1024, 33, 0, 1, "registers"),
+    (256, 32, 228 * 1024, 0, "shared_memory"),  # more than a block may have
+]
+
+
+@pytest.mark.parametrize(("threads", "regs", "smem", "blocks", "limiter"), OCCUPANCY)
+def test_theoretical_occupancy(threads, regs, smem, blocks, limiter):
+    occ = occupancy("sm_90", threads, regs, smem)
+    assert (occ.blocks_per_sm, occ.limiter) == (blocks, limiter)
+    assert occ.occupancy == pytest.approx(blocks * ((threads + 31) // 32) / 64)

@@ -1,0 +1,274 @@
+"""The @optiml spec: what parses, into what, and every error at its position."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from optiml.cuda.source import SourceFile
+from optiml.errors import SpecError
+from optiml.spec import parse_spec
+from tests.support import FIXTURES, MANIFEST, fixture_ids
+
+SAXPY_SIG = "__global__ void saxpy(int n, float a, const float* x, float* y) { }\n"
+
+
+def spec_of(text: str, kernel: str = "saxpy"):
+    source = SourceFile(textwrap.dedent(text), "k.cu")
+    return parse_spec(source, source.kernel(kernel))
+
+
+def errors_of(text: str, kernel: str = "saxpy") -> list[str]:
+    with pytest.raises(SpecError) as e:
+        spec_of(text, kernel)
+    return [f"{p.line}:{p.column}: {m}" for m, p in e.value.issues]
+
+
+def test_the_example_from_the_docs():
+    spec = spec_of(
+        """\
+        /* @optiml
+         *   args:   a = 2.5, x: in float[n], y: inout float[n]
+         *   launch: grid = cdiv(n, 256), block = 256
+         *   sizes:  n = 1 << 24, 1000003
+         */
+        """
+        + SAXPY_SIG
+    )
+    assert [(b.name, b.role, b.dtype, b.length) for b in spec.buffers] == [
+        ("x", "in", "f32", "n"),
+        ("y", "inout", "f32", "n"),
+    ]
+    assert [(s.name, s.dtype, s.value) for s in spec.scalars] == [
+        ("n", "i32", "n"),
+        ("a", "f32", "2.5"),
+    ]
+    assert spec.sizes == [{"n": 16777216}, {"n": 1000003}]
+    assert spec.seeds == 2 and spec.reference.kind == "self"
+    case = spec.case({"n": 1000003})
+    assert case.grid == (3907, 1, 1) and case.block == (256, 1, 1) and case.smem == 0
+    assert case.scalars == {"n": 1000003, "a": 2.5} and case.lengths == {"x": 1000003, "y": 1000003}
+
+
+def test_line_comments_tuples_continuations_remarks_and_every_key():
+    spec = spec_of(
+        """\
+        // @optiml
+        //   args:   x: in float[rows * cols] in [-4, 4),  # a remark
+        //           y: out float[rows * cols], a = cols / 2
+        //   launch: grid = (cdiv(cols, 32), cdiv(rows, 8)), block = (32, 8), smem = 32 * 33 * 4
+        //   sizes:  rows, cols = (4096, 4096), (1000, 777)
+        //   tol:    rtol = 1e-4, atol = 1e-6
+        //   seeds:  3
+        __global__ void k(const float* x, float* y, int rows, int cols, float a) { }
+        """,
+        "k",
+    )
+    assert spec.buffers[0].value_range == ("-4", "4")
+    assert spec.size_vars == ["rows", "cols"]
+    case = spec.case({"rows": 1000, "cols": 777})
+    assert case.grid == (25, 125, 1) and case.block == (32, 8, 1) and case.smem == 4224
+    assert case.scalars["a"] == 388 and case.ranges == {"x": (-4, 4)}
+    assert (spec.rtol, spec.atol, spec.seeds) == (1e-4, 1e-6, 3)
+
+
+def test_templates_resolve_types_and_values():
+    spec = spec_of(
+        """\
+        /* @optiml
+         *   args: x: in T[n], y: out T[n]
+         *   launch: grid = cdiv(n, BLOCK), block = BLOCK
+         *   sizes: n = 1000
+         *   template: T = half, BLOCK = 128
+         */
+        template <typename T, int BLOCK>
+        __global__ void copy(int n, const T* x, T* y) { }
+        """,
+        "copy",
+    )
+    assert spec.instantiation == "<half, 128>"
+    assert spec.buffers[0].dtype == "f16"
+    assert spec.case({"n": 1000}).grid == (8, 1, 1)
+
+
+def test_references():
+    text = """\
+        /* @optiml
+         *   args: x: in float[n], y: out float[n]
+         *   launch: grid = cdiv(n, 256), block = 256
+         *   sizes: n = 1000
+         *   reference: {ref}
+         */
+        __global__ void fast(int n, const float* x, float* y) {{ }}
+        __global__ void slow(int n, const float* x, float* y) {{ }}
+        __global__ void other(int n, const float* x) {{ }}
+        """
+    assert spec_of(text.format(ref="slow"), "fast").reference.kernel == "slow"
+    assert errors_of(text.format(ref="other"), "fast") == [
+        "5:17: reference `other` must take the same parameters as `fast`"
+    ]
+    assert errors_of(text.format(ref="slwo"), "fast") == [
+        "5:17: no kernel `slwo` in this file to use as the reference; kernels: slow, other"
+    ]
+    assert errors_of(text.format(ref="missing.py:ref"), "fast") == [
+        "5:17: NumPy reference file `missing.py` not found next to k.cu"
+    ]
+
+
+BAD = [
+    (
+        "unknown key, with a suggestion",
+        """\
+        /* @optiml
+         *   args:   a = 2.5, x: in float[n], y: inout float[n]
+         *   launch: grid = cdiv(n, 256), block = 256
+         *   sizes:  n = 1 << 24, 1000003
+         *   seedz:  3
+         */
+        """,
+        ["5:6: unknown spec key `seedz`; did you mean `seeds`?"],
+    ),
+    (
+        "a parameter that is not declared and one that does not exist",
+        """\
+        /* @optiml
+         *   args:   a = 2.5, x: in float[n], z: in float[n]
+         *   launch: grid = cdiv(n, 256), block = 256
+         *   sizes:  n = 1 << 24, 1000003
+         */
+        """,
+        [
+            "2:39: `z` is not a parameter of `saxpy(int n, float a, const float* x, float* y)`",
+            "2:14: pointer `y` (`float*`) is not declared; add `y: in float[n]` to args",
+        ],
+    ),
+    (
+        "the wrong type, a const output, a scalar declared as a buffer",
+        """\
+        /* @optiml
+         *   args:   a: in float[n], x: out float[n], y: inout double[n]
+         *   launch: grid = cdiv(n, 256), block = 256
+         *   sizes:  n = 1 << 24, 1000003
+         */
+        """,
+        [
+            "2:14: `a` is a scalar (`float`) in the signature; give it a value: `a = ...`",
+            "2:33: `x` is `const float*`: a const pointer can only be `in`",
+            "2:56: `y` is `float*` in the signature; write `float` here",
+        ],
+    ),
+    (
+        "a bad expression, at its column",
+        """\
+        /* @optiml
+         *   args:   a = 2.5, x: in float[n ?], y: inout float[n]
+         *   launch: grid = cdiv(n, 256), block = 256
+         *   sizes:  n = 1 << 24, 1000003
+         */
+        """,
+        ["2:37: length of `x`: cannot read `n ?` as an expression"],
+    ),
+    (
+        "every size a multiple of the block",
+        """\
+        /* @optiml
+         *   args:   a = 2.5, x: in float[n], y: inout float[n]
+         *   launch: grid = cdiv(n, 256), block = 256
+         *   sizes:  n = 1 << 24, 1024
+         */
+        """,
+        [
+            "4:14: every size is a multiple of the block size (256); add one that is not (e.g. 1048579) so bounds checks are tested"
+        ],
+    ),
+    (
+        "one seed, a block too large",
+        """\
+        /* @optiml
+         *   args:   a = 2.5, x: in float[n], y: inout float[n]
+         *   launch: grid = cdiv(n, 2048), block = 2048
+         *   sizes:  n = 1000003
+         *   seeds:  1
+         */
+        """,
+        [
+            "5:14: seeds must be a whole number ≥ 2, got `1`",
+        ],
+    ),
+    (
+        "missing launch and sizes",
+        """\
+        /* @optiml
+         *   args:   a = 2.5, x: in float[n], y: inout float[n]
+         */
+        """,
+        [
+            "1:1: the spec has no `launch:`; add a line like `launch: grid = cdiv(n, 256), block = 256`",
+            "1:1: the spec has no `sizes:`; add a line like `sizes: n = 1 << 24, 1000003`",
+            "2:14: scalar `n` (`int`) has no value; add `n = ...` to args or make it a size",
+        ],
+    ),
+    (
+        "a size tuple of the wrong arity",
+        """\
+        /* @optiml
+         *   args:   a = 2.5, x: in float[n], y: inout float[n]
+         *   launch: grid = cdiv(n, 256), block = 256
+         *   sizes:  n = (1, 2)
+         */
+        """,
+        ["4:18: this size has 2 value(s) for 1 variable(s); write one number"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("what", "spec", "expected"), BAD, ids=[b[0] for b in BAD])
+def test_errors_say_where_and_what_would_be_right(what, spec, expected):
+    assert errors_of(spec + SAXPY_SIG) == expected
+
+
+def test_block_too_large_is_reported_at_launch():
+    errs = errors_of(
+        """\
+        /* @optiml
+         *   args:   a = 2.5, x: in float[n], y: inout float[n]
+         *   launch: grid = cdiv(n, 2048), block = 2048
+         *   sizes:  n = 1000003
+         */
+        """
+        + SAXPY_SIG
+    )
+    assert errs == ["3:14: block (2048, 1, 1) has 2048 threads; at most 1024"]
+
+
+def test_kernel_without_spec_says_how_to_get_one():
+    errs = errors_of(SAXPY_SIG)
+    assert errs == [
+        "1:17: kernel `saxpy` has no `@optiml` spec above it; `optiml spec k.cu --kernel saxpy` drafts one"
+    ]
+
+
+def test_template_without_instantiation():
+    errs = errors_of(
+        """\
+        /* @optiml
+         *   args: x: in T[n]
+         *   launch: grid = 1, block = 1
+         *   sizes: n = 3
+         */
+        template <typename T> __global__ void t(int n, const T* x) { }
+        """,
+        "t",
+    )
+    assert errs == ["1:1: `t` is a template: give its instantiation, e.g. `template: T = float`"]
+
+
+@pytest.mark.parametrize("entry", MANIFEST, ids=fixture_ids(MANIFEST))
+def test_every_fixture_spec_parses(entry):
+    source = SourceFile.read(FIXTURES / entry["file"])
+    spec = parse_spec(source, source.kernel(entry["kernel"]))
+    assert spec.seeds >= 2
+    assert len(spec.sizes) >= 2
+    cases = spec.cases()
+    assert all(c.grid[0] > 0 and c.block[0] > 0 for c in cases)
