@@ -63,7 +63,11 @@ def main() -> None:
     arch = default_arch()
     tk = find_toolkit()
     smi = subprocess.run(
-        ["nvidia-smi", "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm", "--format=csv,noheader"],
+        [
+            "nvidia-smi",
+            "--query-gpu=name,driver_version,clocks.sm,clocks.max.sm",
+            "--format=csv,noheader",
+        ],
         capture_output=True,
         text=True,
     ).stdout.strip()
@@ -92,26 +96,35 @@ def main() -> None:
                 "wall_s": round(wall, 2),
                 "compile_s": round(v["compile_s"], 2),
                 "run_s": round(v["run_s"], 2),
-                "median_ms": v["cases"][0]["timing"]["candidate"]["median_ms"] if v["cases"] and v["cases"][0]["timing"] else None,
-                "sm_clock_mhz": v["cases"][0]["timing"]["sm_clock_mhz"] if v["cases"] and v["cases"][0]["timing"] else None,
+                "median_ms": v["cases"][0]["timing"]["candidate"]["median_ms"]
+                if v["cases"] and v["cases"][0]["timing"]
+                else None,
+                "sm_clock_mhz": v["cases"][0]["timing"]["sm_clock_mhz"]
+                if v["cases"] and v["cases"][0]["timing"]
+                else None,
             }
         )
-        print(f"{f['file']:32} {f['kernel']:24} expected {f['verdict']:14} got {v['status']:14} {wall:6.2f} s  {v['message'][:90]}", flush=True)
+        print(
+            f"{f['file']:32} {f['kernel']:24} expected {f['verdict']:14} got {v['status']:14} {wall:6.2f} s  {v['message'][:90]}",
+            flush=True,
+        )
         if v["status"] == "ok":
             source, kernel, spec = load(ROOT / "fixtures" / f["file"], f["kernel"])
             for c in v["cases"]:
                 attrs = c["attributes"].get("candidate")
                 if not attrs:
                     continue
-                threads = c["block"][0] * c["block"][1] * c["block"][2]
-                predicted = occupancy(arch, threads, attrs["registers"], attrs["static_smem"] + c["smem"])
+                launch = c["launch"]["candidate"]
+                threads = launch["block"][0] * launch["block"][1] * launch["block"][2]
+                smem = attrs["static_smem"] + launch["smem"]
+                predicted = occupancy(arch, threads, attrs["registers"], smem)
                 occ_rows.append(
                     {
                         "kernel": f["kernel"],
                         "case": c["label"],
                         "threads": threads,
                         "registers": attrs["registers"],
-                        "smem": attrs["static_smem"] + c["smem"],
+                        "smem": smem,
                         "static_blocks_per_sm": predicted.blocks_per_sm,
                         "cuda_blocks_per_sm": attrs["blocks_per_sm"],
                         "agree": predicted.blocks_per_sm == attrs["blocks_per_sm"],
@@ -136,7 +149,9 @@ def main() -> None:
         f = next(x for x in fixtures() if x["file"] == name)
         runs = [eval_fixture(f, arch)[0] for _ in range(2)]
         m = [r["cases"][0]["timing"]["candidate"]["median_ms"] for r in runs]
-        stability.append({"file": name, "median_ms": m, "diff_pct": round(abs(m[0] - m[1]) / min(m) * 100, 3)})
+        stability.append(
+            {"file": name, "median_ms": m, "diff_pct": round(abs(m[0] - m[1]) / min(m) * 100, 3)}
+        )
         print(f"stability {name}: {m} -> {stability[-1]['diff_pct']} %", flush=True)
     report["stability"] = stability
 
@@ -155,9 +170,20 @@ def main() -> None:
     serial = time.perf_counter() - t0
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        assert all(b.ok for b in pool.map(lambda i: build_kernel(variant(jobs + i), kernel, instantiation="", arch=arch), range(jobs)))
+        assert all(
+            b.ok
+            for b in pool.map(
+                lambda i: build_kernel(variant(jobs + i), kernel, instantiation="", arch=arch),
+                range(jobs),
+            )
+        )
     parallel = time.perf_counter() - t0
-    report["parallel_compile"] = {"jobs": jobs, "serial_s": round(serial, 2), "parallel_s": round(parallel, 2), "speedup": round(serial / parallel, 2)}
+    report["parallel_compile"] = {
+        "jobs": jobs,
+        "serial_s": round(serial, 2),
+        "parallel_s": round(parallel, 2),
+        "speedup": round(serial / parallel, 2),
+    }
     print(f"compiles: {jobs} serial {serial:.2f} s, parallel {parallel:.2f} s", flush=True)
     report["cache_dir"] = str(cache_dir())
 
@@ -165,9 +191,11 @@ def main() -> None:
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     right = sum(r["right"] for r in rows)
     worst = max(r["wall_s"] for r in rows)
-    print(f"\nverdicts right: {right}/{len(rows)}; slowest eval {worst:.1f} s; occupancy agrees: "
-          f"{sum(o['agree'] for o in occ_rows)}/{len(occ_rows)}; max stability diff "
-          f"{max(s['diff_pct'] for s in stability):.2f} %; good after faults: {[a['status'] for a in after]}")
+    print(
+        f"\nverdicts right: {right}/{len(rows)}; slowest eval {worst:.1f} s; occupancy agrees: "
+        f"{sum(o['agree'] for o in occ_rows)}/{len(occ_rows)}; max stability diff "
+        f"{max(s['diff_pct'] for s in stability):.2f} %; good after faults: {[a['status'] for a in after]}"
+    )
 
 
 if __name__ == "__main__":

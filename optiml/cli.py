@@ -15,13 +15,16 @@ from rich.table import Table
 
 from optiml import __version__
 from optiml.errors import ExitCode, OptimlError
+from optiml.llm.cli import llm_group
 
-out = Console(highlight=False, soft_wrap=True)
+# Tables keep their columns when piped (rich would otherwise fold them to 80 columns).
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 EXIT_CODES = """Exit codes:
   0 ok, 1 internal error, 2 usage, 3 file missing or unreadable, 4 no such kernel, 5 bad spec,
-  6 nvcc not found, 7 no NVIDIA GPU, 8 compile error, 9 runtime error, 10 timeout, 11 wrong result"""
+  6 nvcc not found, 7 no NVIDIA GPU, 8 compile error, 9 runtime error, 10 timeout, 11 wrong result;
+  llm: 20 no API key, 21 authentication failed, 22 provider unreachable, 23 other LLM error"""
 
 VERDICT_EXIT = {
     "ok": ExitCode.OK,
@@ -254,7 +257,7 @@ def _print_verdict(v) -> None:
             t = c.timing
             table.add_row(
                 c.label,
-                f"{_dims(c.grid)} × {_dims(c.block)}",
+                f"{_dims(c.launch['candidate'].grid)} × {_dims(c.launch['candidate'].block)}",
                 f"{seeds_ok}/{len(c.seeds)}",
                 f"{max(errs):.3g}" if errs else "",
                 f"{t.candidate.median_ms:.4f} ({t.candidate.iqr_ms:.4f})" if t else "",
@@ -307,12 +310,8 @@ def spec(file: Path, kernel: str, as_json: bool) -> None:
         click.echo(text, nl=False)
 
 
-def _register_optional_groups() -> None:
-    try:
-        from optiml.llm.cli import llm
-    except ImportError:
-        return
-    main.add_command(llm)
+main.add_command(llm_group)
 
 
-_register_optional_groups()
+if __name__ == "__main__":
+    main()

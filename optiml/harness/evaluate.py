@@ -25,7 +25,7 @@ from optiml.harness import inputs
 from optiml.harness.build import DEFAULT_FLAGS, Build, build_kernel, runner_binary
 from optiml.harness.nvcc import CompilerMessage, find_toolkit
 from optiml.harness.verdict import CaseResult, DeviceInfo, Verdict
-from optiml.spec import Case, Spec
+from optiml.spec import Case, Spec, parse_spec
 
 DEFAULT_SEEDS = (1, 2, 3, 4, 5, 6, 7, 8)
 
@@ -103,10 +103,22 @@ def evaluate(
             **base,
         )
 
+    # A candidate with a spec of its own brings its launch configuration (and instantiation); the
+    # contract — arguments, sizes, tolerances, reference — stays the original's.
+    cand_spec = spec
+    if candidate is not None and cand_kernel.spec_comment is not None:
+        own = parse_spec(cand_source, cand_kernel)
+        cand_spec = spec.model_copy(
+            update={
+                "launch": own.launch,
+                "template": own.template,
+                "template_values": own.template_values,
+            }
+        )
     same = reference is not None and reference.kernel is kernel and candidate is None
     with ThreadPoolExecutor(max_workers=3) as pool:
         runner_f = pool.submit(runner_binary)
-        cand_f = pool.submit(_build, Target(cand_source, cand_kernel), spec, opts)
+        cand_f = pool.submit(_build, Target(cand_source, cand_kernel), cand_spec, opts)
         ref_f = pool.submit(_build, reference, spec, opts) if reference and not same else None
         cand_build = cand_f.result()
         ref_build = ref_f.result() if ref_f else (cand_build if same else None)
@@ -133,12 +145,14 @@ def evaluate(
         )
 
     seeds = opts.seeds or DEFAULT_SEEDS[: spec.seeds]
-    cases = [spec.case(s) for s in (opts.sizes or spec.sizes)]
+    sizes = opts.sizes or spec.sizes
+    cases = [spec.case(s) for s in sizes]
+    cand_cases = [cand_spec.case(s) for s in sizes] if cand_spec is not spec else None
     with tempfile.TemporaryDirectory(prefix="optiml-eval-", dir=opts.workdir) as tmp:
         work = Path(tmp)
         expected = _numpy_expected(spec, cases, seeds, work) if reference is None else None
         plan = work / "plan.txt"
-        plan.write_text(write_plan(spec, cases, seeds, opts, expected))
+        plan.write_text(write_plan(spec, cases, seeds, opts, expected, cand_cases))
         result_path = work / "result.json"
         run_start = time.perf_counter()
         outcome = _run_isolated(
@@ -189,6 +203,7 @@ def write_plan(
     seeds: tuple[int, ...],
     opts: EvalOptions,
     expected: dict[tuple[int, int, str], Path] | None = None,
+    candidate_cases: list[Case] | None = None,
 ) -> str:
     """The runner's plan: buffers, how parameters map to them, and every case fully evaluated."""
     lines = [
@@ -211,6 +226,10 @@ def write_plan(
         lines.append(f"case {c.label}")
         g, b = c.grid, c.block
         lines.append(f"launch {g[0]} {g[1]} {g[2]} {b[0]} {b[1]} {b[2]} {c.smem} {int(opts.time)}")
+        if candidate_cases is not None:
+            cc = candidate_cases[ci]
+            g, b = cc.grid, cc.block
+            lines.append(f"candidate_launch {g[0]} {g[1]} {g[2]} {b[0]} {b[1]} {b[2]} {cc.smem}")
         for buf in spec.buffers:
             d = DTYPES[buf.dtype]
             lo, hi = c.ranges.get(buf.name, (d.low, d.high))
@@ -393,7 +412,12 @@ def _describe_phase(phase: str, cases: list[Case]) -> str:
     except (KeyError, ValueError, IndexError):
         return f"at {phase}"
     if "kernel" in fields:
-        return f"while running the {fields['kernel']} kernel at {label}, seed {fields.get('seed')}"
+        who = {
+            "kernel": "the kernel",
+            "reference": "the reference",
+            "candidate": "the candidate",
+        }.get(fields["kernel"], fields["kernel"])
+        return f"while running {who} at {label}, seed {fields.get('seed')}"
     if "warmup" in phase:
         return f"while warming up at {label}"
     return f"while timing at {label}"

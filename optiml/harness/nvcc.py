@@ -65,7 +65,10 @@ class Toolkit:
 @functools.cache
 def find_toolkit() -> Toolkit:
     """The CUDA toolkit on PATH (or $CUDA_HOME); `ToolMissing` with what to do if there is none."""
-    candidates = [os.environ.get("OPTIML_NVCC"), shutil.which("nvcc")]
+    chosen = os.environ.get("OPTIML_NVCC")
+    if chosen and not Path(chosen).is_file():
+        raise ToolMissing(f"nvcc not found: OPTIML_NVCC={chosen} is not a file")
+    candidates = [chosen, shutil.which("nvcc")]
     for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
         if home:
             candidates.append(str(Path(home) / "bin" / "nvcc"))

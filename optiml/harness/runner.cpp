@@ -218,10 +218,14 @@ struct Param {
   DType dtype;       // scalars
 };
 
-struct Case {
-  std::string label;
+struct Launch {
   unsigned grid[3], block[3];
   size_t smem;
+};
+
+struct Case {
+  std::string label;
+  Launch ref, cand;  // a candidate may bring its own launch configuration
   bool time;
   std::vector<size_t> lengths;        // per buffer
   std::vector<double> lo, hi;         // value range per buffer
@@ -280,12 +284,17 @@ static Plan read_plan(const char* path) {
       p.cases.emplace_back();
       cur = &p.cases.back();
       std::getline(in >> std::ws, cur->label);
-    } else if (cur && key == "launch") {
-      in >> cur->grid[0] >> cur->grid[1] >> cur->grid[2] >> cur->block[0] >> cur->block[1] >>
-          cur->block[2] >> cur->smem;
-      int t;
-      in >> t;
-      cur->time = t != 0;
+    } else if (cur && (key == "launch" || key == "candidate_launch")) {
+      Launch l;
+      in >> l.grid[0] >> l.grid[1] >> l.grid[2] >> l.block[0] >> l.block[1] >> l.block[2] >> l.smem;
+      if (key == "launch") {
+        cur->ref = cur->cand = l;
+        int t;
+        in >> t;
+        cur->time = t != 0;
+      } else {
+        cur->cand = l;
+      }
     } else if (cur && key == "length") {
       size_t n;
       double lo, hi;
@@ -517,11 +526,11 @@ static Kernel load_kernel(const char* path, const std::string& who) {
   return k;
 }
 
-static std::string attributes_json(const Kernel& k, const Case& c) {
+static std::string attributes_json(const Kernel& k, const Launch& l) {
   int regs = 0, local = 0, smem = 0, max_threads = 0, blocks = 0;
   if (!k.attrs || k.attrs(&regs, &local, &smem, &max_threads) != 0) return "null";
-  int threads = (int)(c.block[0] * c.block[1] * c.block[2]);
-  if (k.occupancy) k.occupancy(threads, c.smem, &blocks);
+  int threads = (int)(l.block[0] * l.block[1] * l.block[2]);
+  if (k.occupancy) k.occupancy(threads, l.smem, &blocks);
   return "{\"registers\": " + std::to_string(regs) + ", \"local_bytes\": " + std::to_string(local) +
          ", \"static_smem\": " + std::to_string(smem) + ", \"max_threads_per_block\": " +
          std::to_string(max_threads) + ", \"blocks_per_sm\": " + std::to_string(blocks) + "}";
@@ -611,9 +620,11 @@ int main(int argc, char** argv) {
               buf.role == "out" ? "poisoning an output" : "uploading an input");
       }
     };
+    auto launch_of = [&](const Kernel& k) -> const Launch& { return &k == &candidate ? c.cand : c.ref; };
     auto run = [&](const Kernel& k, const char* what) {
       check(cudaGetLastError(), "harness", "before launch");
-      int rc = k.launch(args.data(), c.grid, c.block, c.smem, stream);
+      const Launch& l = launch_of(k);
+      int rc = k.launch(args.data(), l.grid, l.block, l.smem, stream);
       if (rc != 0)
         check((cudaError_t)rc, k.who, (std::string("launching the ") + what).c_str());
       check(cudaStreamSynchronize(stream), k.who,
@@ -631,11 +642,16 @@ int main(int argc, char** argv) {
     };
 
     std::ostringstream cj;
-    cj << "{\"label\": \"" << json_escape(c.label) << "\", \"grid\": [" << c.grid[0] << ", "
-       << c.grid[1] << ", " << c.grid[2] << "], \"block\": [" << c.block[0] << ", " << c.block[1]
-       << ", " << c.block[2] << "], \"smem\": " << c.smem << ", \"attributes\": {\"candidate\": "
-       << attributes_json(candidate, c)
-       << ", \"reference\": " << (have_reference ? attributes_json(reference, c) : "null")
+    auto launch_json = [](const Launch& l) {
+      std::ostringstream o;
+      o << "{\"grid\": [" << l.grid[0] << ", " << l.grid[1] << ", " << l.grid[2] << "], \"block\": ["
+        << l.block[0] << ", " << l.block[1] << ", " << l.block[2] << "], \"smem\": " << l.smem << "}";
+      return o.str();
+    };
+    cj << "{\"label\": \"" << json_escape(c.label) << "\", \"launch\": {\"candidate\": "
+       << launch_json(c.cand) << ", \"reference\": " << launch_json(c.ref)
+       << "}, \"attributes\": {\"candidate\": " << attributes_json(candidate, c.cand)
+       << ", \"reference\": " << (have_reference ? attributes_json(reference, c.ref) : "null")
        << "}, \"seeds\": [";
     std::vector<std::vector<unsigned char>> inputs(nb), ref_out, cand_out;
     bool case_ok = true;
@@ -720,7 +736,8 @@ int main(int argc, char** argv) {
             cudaMemsetAsync(flush, r & 0xFF, flush_bytes, stream);
             size_t e = (size_t)r * series.size() + s;
             cudaEventRecord(ev_start[e], stream);
-            int rc = series[s]->launch(args.data(), c.grid, c.block, c.smem, stream);
+            const Launch& l = launch_of(*series[s]);
+            int rc = series[s]->launch(args.data(), l.grid, l.block, l.smem, stream);
             if (rc != 0) check((cudaError_t)rc, series[s]->who, "launching a timed run");
             cudaEventRecord(ev_stop[e], stream);
           }

@@ -74,11 +74,19 @@ class KernelAttributes(BaseModel):
     blocks_per_sm: int
 
 
-class CaseResult(BaseModel):
-    label: str
+class LaunchConfig(BaseModel):
     grid: list[int]
     block: list[int]
     smem: int
+
+    @property
+    def threads(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+
+class CaseResult(BaseModel):
+    label: str
+    launch: dict[str, LaunchConfig]  # "candidate" and "reference"
     attributes: dict[str, KernelAttributes | None] = Field(default_factory=dict)
     seeds: list[SeedCheck]
     timing: CaseTiming | None = None

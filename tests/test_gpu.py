@@ -1,0 +1,117 @@
+"""On a GPU: every fixture gets its right verdict, a faulting candidate leaves the next evaluation
+working, candidates are checked against the original, and a NumPy reference works end to end."""
+
+from __future__ import annotations
+
+import pytest
+
+from optiml.cuda.source import SourceFile
+from optiml.harness.evaluate import EvalOptions, evaluate
+from optiml.harness.gpu import default_arch
+from optiml.profile.static import occupancy
+from optiml.spec import load, parse_spec
+from tests.support import BROKEN, FIXTURES, GOOD, fixture_ids
+
+pytestmark = pytest.mark.gpu
+
+
+def opts(**kw) -> EvalOptions:
+    return EvalOptions(arch=default_arch(), **kw)
+
+
+def run_fixture(entry, **kw):
+    source = SourceFile.read(FIXTURES / entry["file"])
+    kernel = source.kernel(entry["kernel"])
+    spec = parse_spec(source, kernel)
+    return evaluate(source, kernel, spec, None, opts(**kw))
+
+
+@pytest.mark.parametrize("entry", GOOD, ids=fixture_ids(GOOD))
+def test_good_fixture_is_ok(entry):
+    v = run_fixture(entry, time=False)
+    assert v.status == "ok", v.message
+    assert v.device is not None and v.device.sm_count > 0
+    for case in v.cases:
+        assert len(case.seeds) >= 2
+        attrs = case.attributes["candidate"]
+        launch = case.launch["candidate"]
+        predicted = occupancy(
+            default_arch(), launch.threads, attrs.registers, attrs.static_smem + launch.smem
+        )
+        assert predicted.blocks_per_sm == attrs.blocks_per_sm  # our formula vs the CUDA runtime's
+
+
+@pytest.mark.parametrize("entry", BROKEN, ids=fixture_ids(BROKEN))
+def test_broken_fixture_gets_its_verdict(entry):
+    v = run_fixture(entry, time=False, timeout_s=10)
+    assert v.status == entry["verdict"], v.message
+    if v.status == "compile_error":
+        assert v.messages[0].line == entry["error_line"]
+    if v.status == "runtime_error":
+        assert "cudaErrorIllegalAddress" in v.message
+    if v.status == "timeout":
+        assert "while running the kernel at" in v.message
+    if v.status == "wrong_result":
+        bad = [b for c in v.cases for s in c.seeds for b in s.buffers if b.mismatches]
+        assert bad and bad[0].first, v.message
+
+
+def test_unwritten_elements_are_named():
+    entry = next(e for e in BROKEN if e["file"] == "broken/unwritten_output.cu")
+    v = run_fixture(entry, time=False)
+    assert v.status == "wrong_result" and "was not written" in v.message
+    tail = v.cases[-1].seeds[0].buffers[0]
+    assert tail.unwritten == 3 and all(m.unwritten and m.got == "(unwritten)" for m in tail.first)
+
+
+def test_a_good_kernel_still_passes_after_faulting_ones():
+    faulting = [e for e in BROKEN if e["verdict"] in ("runtime_error", "timeout")]
+    saxpy = next(e for e in GOOD if e["file"] == "saxpy.cu")
+    for entry in faulting:
+        assert run_fixture(entry, time=False, timeout_s=10).status == entry["verdict"]
+        assert run_fixture(saxpy, time=False).status == "ok"
+
+
+def test_a_faster_candidate_is_correct_and_timed():
+    source, kernel, spec = load(FIXTURES / "saxpy.cu", "saxpy")
+    candidate = SourceFile.read(FIXTURES / "candidates" / "saxpy_float4.cu")
+    v = evaluate(source, kernel, spec, candidate, opts())
+    assert v.status == "ok", v.message
+    t = v.cases[0].timing
+    assert t.candidate.reps >= 20 and t.reference.reps >= 20
+    assert t.candidate.q1_ms <= t.candidate.median_ms <= t.candidate.q3_ms
+    assert v.cases[0].launch["candidate"].grid[0] * 4 == pytest.approx(
+        v.cases[0].launch["reference"].grid[0], abs=4
+    )
+    assert v.speedup is not None and v.speedup > 1.0
+    assert all(mhz > 0 for mhz in t.sm_clock_mhz)
+
+
+def test_a_wrong_candidate_is_caught_at_its_first_bad_element(tmp_path):
+    source, kernel, spec = load(FIXTURES / "saxpy.cu", "saxpy")
+    text = source.text.replace("if (i < n)", "if (i < n && i != 777)")
+    (tmp_path / "saxpy.cu").write_text(text)
+    v = evaluate(source, kernel, spec, SourceFile.read(tmp_path / "saxpy.cu"), opts(time=False))
+    assert v.status == "wrong_result"
+    first = v.cases[0].seeds[0].buffers[0].first[0]
+    assert first.index == 777 and "y[777]" in v.message
+
+
+def test_a_candidate_that_changes_the_signature_is_rejected(tmp_path):
+    source, kernel, spec = load(FIXTURES / "saxpy.cu", "saxpy")
+    (tmp_path / "saxpy.cu").write_text(source.text.replace("float a,", "double a,"))
+    v = evaluate(source, kernel, spec, SourceFile.read(tmp_path / "saxpy.cu"), opts(time=False))
+    assert v.status == "compile_error" and "must keep the parameters" in v.message
+
+
+def test_numpy_reference_end_to_end(tmp_path):
+    source, kernel, spec = load(FIXTURES / "numpy_ref" / "rmsnorm.cu", "rmsnorm")
+    assert spec.reference.kind == "numpy"
+    assert evaluate(source, kernel, spec, None, opts(time=False)).status == "ok"
+    wrong = tmp_path / "rmsnorm.cu"
+    wrong.write_text(source.text.replace("ss / cols + eps", "ss / (cols + 1) + eps"))
+    (tmp_path / "rmsnorm_ref.py").write_text(
+        (FIXTURES / "numpy_ref" / "rmsnorm_ref.py").read_text()
+    )
+    v = evaluate(source, kernel, spec, SourceFile.read(wrong), opts(time=False))
+    assert v.status == "wrong_result"
