@@ -170,3 +170,18 @@ def test_theoretical_occupancy(threads, regs, smem, blocks, limiter):
     occ = occupancy("sm_90", threads, regs, smem)
     assert (occ.blocks_per_sm, occ.limiter) == (blocks, limiter)
     assert occ.occupancy == pytest.approx(blocks * ((threads + 31) // 32) / 64)
+
+
+def test_kernel_resources_found_by_demangled_name_with_template_arguments():
+    from optiml.harness.build import kernel_resources
+    from optiml.harness.nvcc import Resources
+
+    source = SourceFile.read(FIXTURES / "templated.cu")
+    kernel = source.kernel("axpby")
+    # cu++filt spells value arguments as casts; c++filt does not
+    for name in (
+        "void axpby<float, (int)256>(int, float, const float *, float, float *)",
+        "void axpby<float, 256>(int, float, float const*, float, float*)",
+    ):
+        r = Resources(mangled="_Z5axpbyIfLi256EEvifPKT_S0_PS0_", name=name, arch="sm_90")
+        assert kernel_resources([r], kernel) is r

@@ -228,11 +228,23 @@ def kernel_resources(found: list[Resources], kernel: Kernel) -> Resources | None
     for r in found:
         if kernel.extern_c and r.mangled == kernel.short_name:
             return r
-        base = r.name.split("(", 1)[0]
-        base = re.sub(r"<.*>$", "", base).removeprefix("void ").strip()
-        if base == kernel.name:
+        if _function_name(r.name) == kernel.name:
             return r
     return None
+
+
+def _function_name(demangled: str) -> str:
+    """`ns::k` from `void ns::k<float, (int)256>(int, float const*)`: template arguments may hold
+    parentheses, so they go first."""
+    out, depth = [], 0
+    for ch in demangled:
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out).split("(", 1)[0].removeprefix("void ").strip()
 
 
 def runner_binary() -> Path:
