@@ -281,7 +281,7 @@ def _print_verdict(v) -> None:
     if v.device:
         d = v.device
         out.print(
-            f"[dim]{d.name} (sm_{d.compute_capability.replace('.', '')}, {d.sm_count} SMs), driver {d.driver_version}, "
+            f"[dim]{d.name} (sm_{d.compute_capability.replace('.', '')}, {d.sm_count} SMs), CUDA driver API {d.driver_version // 1000}.{d.driver_version % 1000 // 10}, "
             f"nvcc {v.nvcc_version}, {v.date}; compile {v.compile_s:.1f} s, run {v.run_s:.1f} s, total {v.wall_s:.1f} s[/dim]"
         )
 
