@@ -66,7 +66,6 @@ def check_file(path: str | Path, kernel: str | None = None, arch: str | None = N
     if not kernels:
         raise OptimlError(f"{source.path} defines no __global__ kernel")
     find_toolkit()
-    arch = arch or default_arch()
     checks: list[KernelCheck] = []
     for k in kernels:
         spec, error = None, None
@@ -77,6 +76,12 @@ def check_file(path: str | Path, kernel: str | None = None, arch: str | None = N
                 error = e
         checks.append(KernelCheck(k, spec, error, None, None))
 
+    # --arch, else the first spec that names one, else the local GPU's, else sm_90
+    arch = (
+        arch
+        or next((c.spec.arch for c in checks if c.spec and c.spec.arch), None)
+        or default_arch()
+    )
     instantiations = {
         c.kernel.name: c.spec.instantiation for c in checks if c.spec and c.spec.instantiation
     }
@@ -115,8 +120,7 @@ def evaluate_file(
         cand.kernel(k.name)
     find_toolkit()
     require_gpu("eval")
-    opts = options or EvalOptions(arch=default_arch())
-    return evaluate(source, k, spec, cand, opts)
+    return evaluate(source, k, spec, cand, options or EvalOptions())
 
 
 def _first_case(spec: Spec | None):

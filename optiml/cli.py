@@ -64,7 +64,7 @@ arch_option = click.option(
     "--arch",
     default=None,
     metavar="SM",
-    help="Target architecture, e.g. sm_90 (default: the local GPU's, else sm_90).",
+    help="Target architecture, e.g. sm_90 (default: the spec's `arch`, else the local GPU's, else sm_90).",
 )
 
 
@@ -215,9 +215,9 @@ def eval_(
 ) -> None:
     """Run KERNEL (or CANDIDATE's version of it) on a GPU at every size and seed of its spec,
     check every output element against the reference, and time both with CUDA events."""
-    from optiml.api import EvalOptions, default_arch, evaluate_file
+    from optiml.api import EvalOptions, evaluate_file
 
-    opts = EvalOptions(arch=arch or default_arch(), timeout_s=timeout_s, time=not no_time)
+    opts = EvalOptions(arch=arch, timeout_s=timeout_s, time=not no_time)
     verdict = evaluate_file(file, kernel, candidate, opts)
     if as_json:
         click.echo(verdict.model_dump_json(indent=2))

@@ -19,7 +19,7 @@ from optiml.cuda.types import SPEC_TYPE_NAMES, DType, lookup
 from optiml.errors import Position, SpecError
 from optiml.expr import Expr, ExprError, Number
 
-KEYS = ("args", "launch", "sizes", "tol", "seeds", "reference", "template")
+KEYS = ("args", "launch", "sizes", "tol", "seeds", "reference", "template", "arch")
 MIN_SEEDS = 2
 MAX_THREADS_PER_BLOCK = 1024
 
@@ -81,6 +81,7 @@ class Spec(BaseModel):
     reference: Reference = Field(default_factory=Reference)
     template: dict[str, str] = Field(default_factory=dict)
     template_values: dict[str, int] = Field(default_factory=dict)
+    arch: str | None = None  # e.g. "sm_90": the target when no --arch is given
 
     def buffer(self, name: str) -> BufferArg | None:
         return next((b for b in self.buffers if b.name == name), None)
@@ -242,6 +243,7 @@ class _Parser:
         rtol, atol = self._tol(values.get("tol"))
         seeds = self._seeds(values.get("seeds"))
         reference = self._reference(values.get("reference"))
+        arch = self._arch(values.get("arch"))
         if self.issues:
             raise SpecError(self.issues)
         spec = Spec(
@@ -258,6 +260,7 @@ class _Parser:
             reference=reference,
             template=template,
             template_values=template_values,
+            arch=arch,
         )
         self._check_cases(spec, values)
         if self.issues:
@@ -657,6 +660,15 @@ class _Parser:
             self.error(f"seeds must be a whole number ≥ {MIN_SEEDS}, got `{t.chars}`", t)
             return MIN_SEEDS
         return int(t.chars)
+
+    def _arch(self, text: _Text | None) -> str | None:
+        if text is None:
+            return None
+        t = text.strip()
+        if not re.fullmatch(r"sm_\d{2,3}a?", t.chars):
+            self.error(f"arch is a target like `sm_90`, got `{t.chars}`", t)
+            return None
+        return t.chars
 
     def _reference(self, text: _Text | None) -> Reference:
         if text is None:

@@ -185,3 +185,20 @@ def test_kernel_resources_found_by_demangled_name_with_template_arguments():
     ):
         r = Resources(mangled="_Z5axpbyIfLi256EEvifPKT_S0_PS0_", name=name, arch="sm_90")
         assert kernel_resources([r], kernel) is r
+
+
+def test_spec_arch_is_the_target_when_none_is_given(tmp_path):
+    text = (
+        (FIXTURES / "saxpy.cu")
+        .read_text()
+        .replace(
+            " *   sizes:  n = 1 << 26, 1000003",
+            " *   sizes:  n = 1 << 26, 1000003\n *   arch:   sm_80",
+        )
+    )
+    f = tmp_path / "saxpy.cu"
+    f.write_text(text)
+    result = check_file(f)
+    assert result.arch == "sm_80"
+    assert result.kernels[0].report.resources.arch == "sm_80"
+    assert check_file(f, arch="sm_90").arch == "sm_90"

@@ -61,6 +61,7 @@ def test_line_comments_tuples_continuations_remarks_and_every_key():
         //   sizes:  rows, cols = (4096, 4096), (1000, 777)
         //   tol:    rtol = 1e-4, atol = 1e-6
         //   seeds:  3
+        //   arch:   sm_80
         __global__ void k(const float* x, float* y, int rows, int cols, float a) { }
         """,
         "k",
@@ -70,7 +71,7 @@ def test_line_comments_tuples_continuations_remarks_and_every_key():
     case = spec.case({"rows": 1000, "cols": 777})
     assert case.grid == (25, 125, 1) and case.block == (32, 8, 1) and case.smem == 4224
     assert case.scalars["a"] == 388 and case.ranges == {"x": (-4, 4)}
-    assert (spec.rtol, spec.atol, spec.seeds) == (1e-4, 1e-6, 3)
+    assert (spec.rtol, spec.atol, spec.seeds, spec.arch) == (1e-4, 1e-6, 3, "sm_80")
 
 
 def test_templates_resolve_types_and_values():

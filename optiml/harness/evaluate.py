@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +23,7 @@ from optiml.cuda.source import Kernel, SourceFile
 from optiml.cuda.types import DTYPES
 from optiml.harness import inputs
 from optiml.harness.build import DEFAULT_FLAGS, Build, build_kernel, runner_binary
+from optiml.harness.gpu import default_arch
 from optiml.harness.nvcc import CompilerMessage, find_toolkit
 from optiml.harness.verdict import CaseResult, DeviceInfo, Verdict
 from optiml.spec import Case, Spec, parse_spec
@@ -32,7 +33,7 @@ DEFAULT_SEEDS = (1, 2, 3, 4, 5, 6, 7, 8)
 
 @dataclass
 class EvalOptions:
-    arch: str = "sm_90"
+    arch: str | None = None  # None: the spec's `arch`, else the local GPU's, else sm_90
     flags: tuple[str, ...] = DEFAULT_FLAGS
     timeout_s: float = 60.0
     time: bool = True  # time the kernels, not only check them
@@ -70,6 +71,7 @@ def evaluate(
     """Check `candidate`'s version of `kernel` (the kernel itself when there is no candidate)
     against the spec's reference, at every size with every seed, and time both."""
     opts = options or EvalOptions()
+    opts = replace(opts, arch=opts.arch or spec.arch or default_arch())
     start = time.perf_counter()
     tk = find_toolkit()
     cand_source = candidate or source
