@@ -13,6 +13,8 @@ from optiml.harness.evaluate import EvalOptions, evaluate
 from optiml.harness.gpu import default_arch, require_gpu
 from optiml.harness.nvcc import CompilerMessage, find_toolkit
 from optiml.harness.verdict import Verdict
+from optiml.profile.model import Profile
+from optiml.profile.run import profile_kernel
 from optiml.profile.static import StaticReport, static_report
 from optiml.spec import Spec, load, parse_spec
 
@@ -25,6 +27,7 @@ __all__ = [
     "default_arch",
     "evaluate_file",
     "load",
+    "profile_file",
 ]
 
 
@@ -130,3 +133,17 @@ def _first_case(spec: Spec | None):
         return spec.case(spec.sizes[0])
     except Exception:  # a spec that parsed but cannot be evaluated has already been reported
         return None
+
+
+def profile_file(
+    path: str | Path,
+    kernel: str,
+    *,
+    full: bool = False,
+    clock_control: str = "none",
+    arch: str | None = None,
+) -> Profile:
+    """`optiml profile`: the kernel under Nsight Compute at its first size, as a `Profile`."""
+    source, k, spec = load(path, kernel)
+    find_toolkit()
+    return profile_kernel(source, k, spec, full=full, clock_control=clock_control, arch=arch)

@@ -23,7 +23,8 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 EXIT_CODES = """Exit codes:
   0 ok, 1 internal error, 2 usage, 3 file missing or unreadable, 4 no such kernel, 5 bad spec,
-  6 nvcc not found, 7 no NVIDIA GPU, 8 compile error, 9 runtime error, 10 timeout, 11 wrong result;
+  6 nvcc not found, 7 no NVIDIA GPU, 8 compile error, 9 runtime error, 10 timeout, 11 wrong result,
+  12 ncu not found, 13 profiling failed;
   llm: 20 no API key, 21 authentication failed, 22 provider unreachable, 23 other LLM error"""
 
 VERDICT_EXIT = {
@@ -284,6 +285,77 @@ def _print_verdict(v) -> None:
             f"[dim]{d.name} (sm_{d.compute_capability.replace('.', '')}, {d.sm_count} SMs), CUDA driver API {d.driver_version // 1000}.{d.driver_version % 1000 // 10}, "
             f"nvcc {v.nvcc_version}, {v.date}; compile {v.compile_s:.1f} s, run {v.run_s:.1f} s, total {v.wall_s:.1f} s[/dim]"
         )
+
+
+# ---- profile --------------------------------------------------------------------------------
+
+
+@main.command(epilog=EXIT_CODES)
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--kernel", "-k", required=True, help="The kernel to profile.")
+@click.option(
+    "--set",
+    "section_set",
+    type=click.Choice(["search", "full"]),
+    default="search",
+    show_default=True,
+    help="search: the sections the search reads; full: adds compute, instruction and memory tables.",
+)
+@click.option(
+    "--clock-control",
+    type=click.Choice(["none", "base"]),
+    default="none",
+    show_default=True,
+    help="none keeps the GPU's own clocks (as timing sees them); base locks them to base clocks.",
+)
+@arch_option
+@json_option
+@handles_errors
+def profile(
+    file: Path, kernel: str, section_set: str, clock_control: str, arch: str | None, as_json: bool
+) -> None:
+    """Profile KERNEL with Nsight Compute at its first problem size: speed-of-light, memory,
+    occupancy, stalls and per-line hotspots, and the bottleneck in one sentence."""
+    from optiml.api import profile_file
+
+    p = profile_file(
+        file, kernel, full=section_set == "full", clock_control=clock_control, arch=arch
+    )
+    if as_json:
+        click.echo(p.model_dump_json(indent=2))
+        return
+    out.print(
+        f"[bold]{p.kernel}[/bold] on {p.device or 'the GPU'} (ncu {p.ncu_version}, {p.section_set} set, clock control {p.clock_control})"
+    )
+    from rich.markdown import Markdown
+
+    out.print(Markdown(p.markdown()))
+    if p.hotspots:
+        table = Table(title="hotspots", title_justify="left")
+        for col in (
+            "line",
+            "stall samples",
+            "share",
+            "top stall",
+            "instructions",
+            "excess sectors",
+            "source",
+        ):
+            table.add_column(col, justify="left" if col in ("top stall", "source") else "right")
+        lines = Path(file).read_text(errors="replace").splitlines()
+        for h in p.hotspots:
+            text = lines[h.line - 1].strip() if 0 < h.line <= len(lines) else ""
+            table.add_row(
+                str(h.line),
+                f"{h.stall_samples:.0f}",
+                f"{h.share:.0%}",
+                h.top_stall or "",
+                f"{h.instructions:.0f}",
+                f"{h.excessive_sectors:.0f}",
+                text[:60],
+            )
+        out.print(table)
+    out.print(f"[dim]profile {p.wall_s:.1f} s, of which ncu {p.ncu_s:.1f} s[/dim]")
 
 
 # ---- spec -----------------------------------------------------------------------------------

@@ -25,6 +25,8 @@ class ExitCode(IntEnum):
     RUNTIME_ERROR = 9
     TIMEOUT = 10
     WRONG_RESULT = 11
+    NO_NCU = 12
+    PROFILE_FAILED = 13
 
 
 @dataclass(frozen=True)
@@ -81,3 +83,7 @@ class ToolMissing(OptimlError):
 
 class NoGpu(OptimlError):
     exit_code = ExitCode.NO_GPU
+
+
+class NcuMissing(OptimlError):
+    exit_code = ExitCode.NO_NCU

@@ -1,0 +1,141 @@
+"""The profiler's benchmark (on a GPU machine): `optiml profile` on every fixture with the search
+section set — the bottleneck it names against the expected one, the hotspot line, and the wall time
+(ncu's share, and ncu's fixed start-up measured alone) — plus what the full set costs.
+
+    python3 benchmarks/profile.py --out DIR
+Writes DIR/profile-h200.json and DIR/reports/<fixture>-<kernel>.json (the report data).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from optiml.harness.build import build_kernel, runner_binary  # noqa: E402
+from optiml.harness.evaluate import EvalOptions, write_plan  # noqa: E402
+from optiml.harness.gpu import default_arch, local_gpus  # noqa: E402
+from optiml.profile.ncu import find_ncu  # noqa: E402
+from optiml.profile.run import profile_kernel  # noqa: E402
+from optiml.spec import load  # noqa: E402
+
+GROUPS = {"l1_shared": "l1_l2", "l2": "l1_l2"}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    (args.out / "reports").mkdir(parents=True, exist_ok=True)
+    tool = find_ncu()
+    entries = [
+        e
+        for e in tomllib.loads((ROOT / "fixtures" / "manifest.toml").read_text())["fixture"]
+        if e["verdict"] == "ok"
+    ]
+    runner_binary()  # built once, before anything is timed
+    rows = []
+    for e in entries:
+        source, kernel, spec = load(ROOT / "fixtures" / e["file"], e["kernel"])
+        stem = f"{Path(e['file']).stem}-{kernel.short_name}"
+        try:
+            p = profile_kernel(
+                source, kernel, spec, save_report=args.out / "reports" / f"{stem}.json"
+            )
+        except Exception as ex:  # a benchmark reports a failure and goes on
+            rows.append({"fixture": e["file"], "kernel": e["kernel"], "error": str(ex)})
+            print(f"{stem:36} ERROR {ex}", flush=True)
+            continue
+        kind = GROUPS.get(p.bottleneck.kind, p.bottleneck.kind)
+        top = p.hotspots[0].line if p.hotspots else None
+        worst_excess = (
+            max(p.hotspots, key=lambda h: h.excessive_sectors).line if p.hotspots else None
+        )
+        row = {
+            "fixture": e["file"],
+            "kernel": e["kernel"],
+            "expected": e.get("bottleneck"),
+            "got": kind,
+            "detail": p.bottleneck.detail,
+            "right": e.get("bottleneck") in (None, kind),
+            "explanation": p.bottleneck.explanation,
+            "hotspot_expected": e.get("hotspot_line"),
+            "hotspot_top_stalls": top,
+            "hotspot_top_excess": worst_excess,
+            "hotspots": [h.model_dump() for h in p.hotspots[:3]],
+            "duration_ms": p.duration_ms,
+            "dram_tbps": p.dram_tbps,
+            "wall_s": round(p.wall_s, 2),
+            "ncu_s": round(p.ncu_s, 2),
+            "read_s": round(p.read_s, 2),
+            "profile_s": round(p.ncu_s + p.read_s, 2),
+        }
+        rows.append(row)
+        print(
+            f"{stem:36} expected {str(e.get('bottleneck')):14} got {kind:14} hotspot {top} (want {e.get('hotspot_line')})  {p.wall_s:5.2f} s (ncu {p.ncu_s:4.2f} s, read {p.read_s:4.2f} s)  {p.bottleneck.explanation[:100]}",
+            flush=True,
+        )
+
+    # ncu's fixed cost: the same runner under ncu with a filter that profiles nothing.
+    source, kernel, spec = load(ROOT / "fixtures" / "saxpy.cu", "saxpy")
+    arch = default_arch()
+    build = build_kernel(source, kernel, instantiation="", arch=arch)
+    with tempfile.TemporaryDirectory() as tmp:
+        plan = Path(tmp) / "plan.txt"
+        plan.write_text(
+            write_plan(spec, [spec.case(spec.sizes[0])], (1,), EvalOptions(arch=arch, time=False))
+        )
+        program = [
+            str(runner_binary()),
+            str(plan),
+            str(Path(tmp) / "r.json"),
+            str(build.path),
+            str(build.path),
+        ]
+        t0 = time.perf_counter()
+        subprocess.run(program, capture_output=True)
+        alone = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        subprocess.run(
+            [str(tool.path), "--kernel-name", "regex:^no_such_kernel$", *program],
+            capture_output=True,
+        )
+        under_ncu = time.perf_counter() - t0
+    full = {}
+    for name, k in (("saxpy.cu", "saxpy"), ("sgemm.cu", "sgemm_naive")):
+        s, kk, sp = load(ROOT / "fixtures" / name, k)
+        p = profile_kernel(s, kk, sp, full=True)
+        full[name] = {"wall_s": round(p.wall_s, 2), "ncu_s": round(p.ncu_s, 2)}
+    ok = [r for r in rows if "got" in r]
+    report = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "device": local_gpus()[0][0] if local_gpus() else None,
+        "ncu": tool.version,
+        "ncu_report_module": str(tool.python_dir) if tool.python_dir else None,
+        "clock_control": "none",
+        "profiles": rows,
+        "runner_alone_s": round(alone, 2),
+        "runner_under_ncu_profiling_nothing_s": round(under_ncu, 2),
+        "ncu_startup_s": round(under_ncu - alone, 2),
+        "full_set": full,
+        "bottlenecks_right": f"{sum(r['right'] for r in ok)}/{len(ok)}",
+        "max_search_wall_s": max(r["wall_s"] for r in ok) if ok else None,
+        "max_search_profile_s": max(r["profile_s"] for r in ok) if ok else None,
+    }
+    (args.out / "profile-h200.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(
+        f"\nbottlenecks right: {report['bottlenecks_right']}; search-set profile (ncu + read) max {report['max_search_profile_s']} s, wall with compile max {report['max_search_wall_s']} s; ncu start-up {report['ncu_startup_s']} s; full set {full}"
+    )
+
+
+if __name__ == "__main__":
+    main()
