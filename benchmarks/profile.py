@@ -34,6 +34,10 @@ GROUPS = {"l1_shared": "l1_l2", "l2": "l1_l2"}
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument(
+        "--only", nargs="*", default=None, help="fixture files to profile (default: every good one)"
+    )
+    ap.add_argument("--skip-full", action="store_true", help="do not measure the full section set")
     args = ap.parse_args()
     (args.out / "reports").mkdir(parents=True, exist_ok=True)
     tool = find_ncu()
@@ -42,6 +46,8 @@ def main() -> None:
         for e in tomllib.loads((ROOT / "fixtures" / "manifest.toml").read_text())["fixture"]
         if e["verdict"] == "ok"
     ]
+    if args.only:
+        entries = [e for e in entries if e["file"] in args.only]
     runner_binary()  # built once, before anything is timed
     rows = []
     for e in entries:
@@ -111,7 +117,7 @@ def main() -> None:
         )
         under_ncu = time.perf_counter() - t0
     full = {}
-    for name, k in (("saxpy.cu", "saxpy"), ("sgemm.cu", "sgemm_naive")):
+    for name, k in () if args.skip_full else (("saxpy.cu", "saxpy"), ("sgemm.cu", "sgemm_naive")):
         s, kk, sp = load(ROOT / "fixtures" / name, k)
         p = profile_kernel(s, kk, sp, full=True)
         full[name] = {"wall_s": round(p.wall_s, 2), "ncu_s": round(p.ncu_s, 2)}

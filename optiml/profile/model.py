@@ -121,6 +121,7 @@ class Profile(BaseModel):
     coalescing: Coalescing
     shared_bank_conflicts: float | None
     shared_wavefronts: float | None
+    bank_conflict_ways: float | None = None
     local_sectors: float | None  # local-memory traffic: spills and local arrays
     global_sectors: float | None
     atomic_sectors: float | None
@@ -301,6 +302,7 @@ def build_profile(
         ),
         shared_bank_conflicts=conflicts,
         shared_wavefronts=wavefronts,
+        bank_conflict_ways=n("derived__memory_l1_conflicts_shared_nway") or None,
         local_sectors=local,
         global_sectors=global_sectors,
         atomic_sectors=red,
@@ -335,8 +337,6 @@ def _point_at_worst_line(p: Profile, user_file: str | None) -> None:
 def _flops(data: ReportData) -> float | None:
     """FP32/FP64 operations executed (an FMA counts two), where the report has the counters."""
     cycles = data.number("smsp__cycles_elapsed.avg") or data.number("sm__cycles_elapsed.avg")
-    if cycles is None:
-        return None
     total, found = 0.0, False
     for op, weight in (
         ("fadd", 1),
@@ -346,9 +346,13 @@ def _flops(data: ReportData) -> float | None:
         ("dmul", 1),
         ("dfma", 2),
     ):
-        rate = data.number(f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum.per_cycle_elapsed")
-        if rate is not None:
-            total += weight * rate * cycles
+        name = f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum"
+        count = data.number(name)
+        rate = data.number(name + ".per_cycle_elapsed")
+        if count is None and cycles is not None and rate is not None:
+            count = rate * cycles  # the full set reports the rate summed over sub-partitions
+        if count is not None:
+            total += weight * count
             found = True
     return total if found else None
 
@@ -394,6 +398,10 @@ def _hotspots(data: ReportData, user_file: str | None, top: int = 8) -> list[Hot
                 by_line[key]["instructions"] += value
             elif name == "memory_l2_theoretical_sectors_global_excessive":
                 by_line[key]["excessive_sectors"] += value
+            elif name == "memory_l2_theoretical_sectors_global":
+                by_line[key]["global_sectors"] += value
+            elif name == "memory_l2_theoretical_sectors_global_ideal":
+                by_line[key]["ideal_sectors"] += value
     total = sum(v["stall_samples"] for v in by_line.values()) or 1.0
     spots = [
         Hotspot(
@@ -401,7 +409,8 @@ def _hotspots(data: ReportData, user_file: str | None, top: int = 8) -> list[Hot
             line=line,
             stall_samples=v["stall_samples"],
             instructions=v["instructions"],
-            excessive_sectors=v["excessive_sectors"],
+            excessive_sectors=v["excessive_sectors"]
+            or max(v["global_sectors"] - v["ideal_sectors"], 0),
             top_stall=max(stall_kinds[(file, line)], key=stall_kinds[(file, line)].get)
             if stall_kinds[(file, line)]
             else None,
@@ -465,7 +474,9 @@ def diagnose(p: Profile) -> Bottleneck:
         and p.shared_wavefronts
         and p.shared_bank_conflicts > 0.5 * p.shared_wavefronts
     ):
-        ways = p.shared_wavefronts / max(p.shared_wavefronts - p.shared_bank_conflicts, 1)
+        ways = p.bank_conflict_ways or p.shared_wavefronts / max(
+            p.shared_wavefronts - p.shared_bank_conflicts, 1
+        )
         return Bottleneck(
             kind="bank_conflicts",
             explanation=f"{p.shared_bank_conflicts / p.shared_wavefronts:.0%} of shared-memory wavefronts are bank conflicts (about {ways:.0f}-way): pad the shared array by one element per row or swizzle",

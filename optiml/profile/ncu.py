@@ -32,8 +32,27 @@ SEARCH_SECTIONS = (
     "SourceCounters",
 )
 FULL_EXTRA = ("ComputeWorkloadAnalysis", "InstructionStats", "MemoryWorkloadAnalysis_Tables")
+# What the diagnosis needs beyond the sections: sector and request counts of each kind of access,
+# shared-memory conflicts, local-memory traffic and FLOP counts.
+DIAGNOSIS_METRICS = tuple(
+    [f"l1tex__t_sectors_pipe_lsu_mem_global_op_{op}.sum" for op in ("ld", "st", "red", "atom")]
+    + [f"l1tex__t_requests_pipe_lsu_mem_global_op_{op}.sum" for op in ("ld", "st")]
+    + [f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{op}.sum" for op in ("ld", "st")]
+    + [f"l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{op}.sum" for op in ("ld", "st")]
+    + [f"l1tex__t_sectors_pipe_lsu_mem_local_op_{op}.sum" for op in ("ld", "st")]
+    + [
+        f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum"
+        for op in ("fadd", "fmul", "ffma", "dadd", "dmul", "dfma")
+    ]
+    + ["dram__bytes_read.sum", "dram__bytes_write.sum"]
+)
 # Per-instruction counters read for hotspots (from SourceCounters and warp-state sampling).
-PER_PC_METRICS = ("inst_executed", "memory_l2_theoretical_sectors_global_excessive")
+PER_PC_METRICS = (
+    "inst_executed",
+    "memory_l2_theoretical_sectors_global",
+    "memory_l2_theoretical_sectors_global_ideal",
+    "memory_l2_theoretical_sectors_global_excessive",
+)
 STALL_PREFIX = "smsp__pcsamp_warps_issue_stalled_"
 
 
@@ -202,6 +221,7 @@ def run_ncu(
         "--clock-control", clock_control,
         "--import-source", "yes",
         *[a for s in sections for a in ("--section", s)],
+        "--metrics", ",".join(DIAGNOSIS_METRICS),
         "-f", "-o", str(out),
         *program,
     ]  # fmt: skip
@@ -273,14 +293,16 @@ for name in action.metric_names():
     m = action.metric_by_name(name)
     if m is None:
         continue
-    if m.has_correlation_ids():
-        if name in wanted or name.startswith(%r):
-            ids = m.correlation_ids()
-            for i in range(m.num_instances()):
-                v = m.as_double(i)
-                if v:
-                    per_pc.setdefault(ids.as_uint64(i), {})[name] = v
-        continue
+    try:
+        instances = m.num_instances() if m.has_correlation_ids() else 0
+    except Exception:
+        instances = 0
+    if instances and (name in wanted or name.startswith(%r)):
+        ids = m.correlation_ids()
+        for i in range(instances):
+            v = m.as_double(i)
+            if v:
+                per_pc.setdefault(ids.as_uint64(i), {})[name] = v
     v = m.value()
     metrics[name] = {"value": v if isinstance(v, (int, float, str)) or v is None else str(v), "unit": m.unit() or ""}
 pcs = []
