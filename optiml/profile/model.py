@@ -302,7 +302,7 @@ def build_profile(
         ),
         shared_bank_conflicts=conflicts,
         shared_wavefronts=wavefronts,
-        bank_conflict_ways=n("derived__memory_l1_conflicts_shared_nway") or None,
+        bank_conflict_ways=_conflict_ways(data),
         local_sectors=local,
         global_sectors=global_sectors,
         atomic_sectors=red,
@@ -332,6 +332,18 @@ def _point_at_worst_line(p: Profile, user_file: str | None) -> None:
         if 0 < worst.line <= len(lines):
             text = f": `{lines[worst.line - 1].strip()[:80]}`"
     p.bottleneck.explanation += f" (worst at line {worst.line}{text})"
+
+
+def _conflict_ways(data: ReportData) -> float | None:
+    """How many wavefronts a shared-memory access takes on average, for the worse of loads and
+    stores: 32 for a warp that hits one bank with all its lanes."""
+    ways = []
+    for op in ("ld", "st"):
+        wf = data.number(f"l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{op}.sum")
+        conf = data.number(f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{op}.sum")
+        if wf and conf is not None and wf > conf:
+            ways.append(wf / (wf - conf))
+    return max(ways) if ways else None
 
 
 def _flops(data: ReportData) -> float | None:

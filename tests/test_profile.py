@@ -1,0 +1,133 @@
+"""Profile parsing and bottleneck diagnosis on real Nsight Compute output recorded on the H200
+(tests/data/ncu/README.md): search-set reports as read by ncu_report, and full-set CSV exports."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from optiml.profile.model import build_profile
+from optiml.profile.ncu import (
+    PcCounters,
+    ReportData,
+    parse_details_csv,
+    parse_number,
+    parse_raw_csv,
+)
+from tests.support import FIXTURES, MANIFEST
+
+DATA = Path(__file__).parent / "data" / "ncu"
+GROUPS = {"l1_shared": "l1_l2", "l2": "l1_l2"}
+
+
+def expected_for(stem: str) -> str | None:
+    for e in MANIFEST:
+        if f"{Path(e['file']).stem}-{e['kernel']}" == stem:
+            return e.get("bottleneck")
+    raise KeyError(stem)
+
+
+SEARCH = sorted((DATA / "search").glob("*.json"))
+FULL = sorted(DATA.glob("*.raw.csv"))
+
+
+def test_numbers_as_ncu_prints_them():
+    assert parse_number("3,199,066,370.86") == pytest.approx(3199066370.86)
+    assert parse_number("") is None and parse_number("n/a") is None
+    assert parse_number("(256, 1, 1)") == "(256, 1, 1)"
+
+
+def test_prof_lines_around_the_csv_are_ignored():
+    text = (DATA / "saxpy-saxpy.raw.csv").read_text()
+    noisy = "==PROF== Connected to process 1\n" + text + "==PROF== Disconnected\n"
+    assert parse_raw_csv(noisy)[0].number("gpu__time_duration.sum") == parse_raw_csv(text)[
+        0
+    ].number("gpu__time_duration.sum")
+
+
+@pytest.mark.parametrize("path", SEARCH, ids=[p.stem for p in SEARCH])
+def test_search_set_reports_get_their_bottleneck(path):
+    expected = expected_for(path.stem)
+    p = build_profile(ReportData.model_validate_json(path.read_text()), device="NVIDIA H200")
+    if expected is None or path.stem == "multi_kernel_main-block_partial_sums":
+        pytest.skip(f"no agreed bottleneck for {path.stem} (diagnosed: {p.bottleneck.kind})")
+    assert GROUPS.get(p.bottleneck.kind, p.bottleneck.kind) == expected, p.bottleneck.explanation
+    assert p.duration_ms > 0 and p.sol_memory_pct is not None and p.occupancy.limiter
+
+
+@pytest.mark.parametrize("path", FULL, ids=[p.name.split(".")[0] for p in FULL])
+def test_full_set_csv_gets_its_bottleneck(path):
+    data = parse_raw_csv(path.read_text())[0]
+    data.rules = parse_details_csv(
+        (path.parent / path.name.replace(".raw.", ".details.")).read_text()
+    )[1]
+    p = build_profile(data, device="NVIDIA H200")
+    expected = expected_for(path.name.split(".")[0])
+    assert GROUPS.get(p.bottleneck.kind, p.bottleneck.kind) == expected, p.bottleneck.explanation
+    assert any(r.name == "SOLBottleneck" for r in p.rules)
+
+
+def test_explanations_carry_the_numbers_that_decided_them():
+    def diag(stem):
+        return build_profile(
+            ReportData.model_validate_json((DATA / "search" / f"{stem}.json").read_text()),
+            device="NVIDIA H200",
+        )
+
+    t = diag("transpose-transpose_naive")
+    assert t.coalescing.store_sectors_per_request == pytest.approx(32.0)
+    assert t.coalescing.load_sectors_per_request == pytest.approx(4.0)
+    assert "stores use 32.0 sectors per request" in t.bottleneck.explanation
+    b = diag("bank_conflicts-transpose_smem")
+    assert "32-way" in b.bottleneck.explanation
+    s = diag("saxpy-saxpy")
+    assert 3.3 < s.dram_tbps < 3.5 and s.roofline.bound == "memory"
+    assert s.flops == pytest.approx(2 * (1 << 26), rel=1e-3)  # one FMA per element
+    assert "DRAM-bound" in s.markdown() and "of 4.3 TB/s measured" in s.markdown()
+
+
+def test_hotspots_sum_per_line_of_the_users_file_only(tmp_path):
+    user = tmp_path / "k.cu"
+    user.write_text("line1\nline2\n    out[x * rows + y] = in[y * cols + x];\n")
+    data = ReportData.model_validate_json(
+        (DATA / "search" / "transpose-transpose_naive.json").read_text()
+    )
+    stall = "smsp__pcsamp_warps_issue_stalled_long_scoreboard"
+    data.per_pc = [
+        PcCounters(
+            pc=0x10,
+            file=str(user),
+            line=3,
+            counters={stall: 40, "memory_l2_theoretical_sectors_global_excessive": 900},
+        ),
+        PcCounters(pc=0x20, file=str(user), line=3, counters={stall: 10, "inst_executed": 5}),
+        PcCounters(pc=0x30, file=str(user), line=2, counters={stall: 5}),
+        PcCounters(pc=0x40, file="optiml-launcher", line=1, counters={stall: 1000}),
+    ]
+    p = build_profile(data, device="NVIDIA H200", user_file=str(user))
+    assert [(h.line, h.stall_samples) for h in p.hotspots] == [(3, 50), (2, 5)]
+    assert p.hotspots[0].excessive_sectors == 900 and p.hotspots[0].top_stall == "long_scoreboard"
+    assert p.bottleneck.explanation.endswith(
+        "(worst at line 3: `out[x * rows + y] = in[y * cols + x];`)"
+    )
+
+
+def test_profile_without_ncu_is_one_clear_line():
+    env = {**os.environ, "OPTIML_NCU": "", "PATH": os.path.dirname(sys.executable)}
+    if Path("/opt/nvidia/nsight-compute").exists():
+        pytest.skip("this machine has Nsight Compute")
+    p = subprocess.run(
+        [sys.executable, "-m", "optiml.cli", "profile", str(FIXTURES / "saxpy.cu"), "-k", "saxpy"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert p.returncode == 12
+    assert (
+        p.stderr.strip()
+        == "optiml: error: ncu (Nsight Compute) not found: install it or put it on PATH (or set OPTIML_NCU)"
+    )
