@@ -46,7 +46,7 @@ import inspect
 import math
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -455,18 +455,28 @@ class Search(Generic[State, Action]):
             return root
         return await self._descend(root)
 
-    async def _descend(self, node: Node[State, Action]) -> Node[State, Action] | None:
-        if self._may_widen(node):
-            await self._widen(node)
-        for child in self._ranked(node):
-            if not child.evaluated:
-                return child
-            found = await self._descend(child)
-            if found is not None:
-                return found
-        if node.exhausted and all(child.dead or child.closed for child in node.children):
-            node.closed = True
-        return None
+    async def _descend(self, root: Node[State, Action]) -> Node[State, Action] | None:
+        """Depth first in PUCT order, so that a subtree with nothing to evaluate now yields to the
+        next-best sibling. A loop, not recursion: a line of edits can outgrow Python's stack."""
+        frames: list[tuple[Node[State, Action], Iterator[Node[State, Action]]]] = []
+        node: Node[State, Action] | None = root
+        while True:
+            if node is not None:
+                if self._may_widen(node):
+                    await self._widen(node)
+                frames.append((node, iter(self._ranked(node))))
+            if not frames:
+                return None
+            parent, ranked = frames[-1]
+            node = next(ranked, None)
+            if node is None:
+                frames.pop()
+                if parent.exhausted and all(
+                    child.dead or child.closed for child in parent.children
+                ):
+                    parent.closed = True
+            elif not node.evaluated:
+                return node
 
     def _width(self, node: Node[State, Action]) -> int:
         """How many children progressive widening allows `node` now."""
