@@ -26,16 +26,8 @@ from optiml.cuda.source import SourceFile  # noqa: E402
 from optiml.harness.build import build_kernel, runner_binary  # noqa: E402
 from optiml.harness.evaluate import EvalOptions, write_plan  # noqa: E402
 from optiml.harness.gpu import default_arch  # noqa: E402
+from optiml.profile.ncu import SEARCH_SECTIONS  # noqa: E402
 from optiml.spec import parse_spec  # noqa: E402
-
-SEARCH_SECTIONS = [
-    "SpeedOfLight",
-    "MemoryWorkloadAnalysis",
-    "Occupancy",
-    "LaunchStats",
-    "WarpStateStats",
-    "SchedulerStats",
-]
 
 
 def main() -> None:
