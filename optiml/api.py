@@ -24,6 +24,7 @@ __all__ = [
     "KernelCheck",
     "Verdict",
     "check_file",
+    "check_source",
     "default_arch",
     "evaluate_file",
     "load",
@@ -64,7 +65,14 @@ class CheckResult:
 
 def check_file(path: str | Path, kernel: str | None = None, arch: str | None = None) -> CheckResult:
     """Parse, compile (device code only) and report on the kernels of a file; needs no GPU."""
-    source = SourceFile.read(path)
+    return check_source(SourceFile.read(path), kernel, arch)
+
+
+def check_source(
+    source: SourceFile, kernel: str | None = None, arch: str | None = None
+) -> CheckResult:
+    """`check_file` for text that need not be on disk (an editor's unsaved buffer): `source.path`
+    gives the file name compiler messages use and the directory local includes are found in."""
     kernels = [source.kernel(kernel)] if kernel else list(source.kernels)
     if not kernels:
         raise OptimlError(f"{source.path} defines no __global__ kernel")
