@@ -382,6 +382,25 @@ def spec(file: Path, kernel: str, as_json: bool) -> None:
         click.echo(text, nl=False)
 
 
+@main.command()
+@click.option("--stdio", is_flag=True, help="Speak LSP over stdin/stdout (the default).")
+@click.option(
+    "--tcp",
+    type=click.IntRange(1, 65535),
+    metavar="PORT",
+    help="Listen on 127.0.0.1:PORT instead, for debugging.",
+)
+def serve(stdio: bool, tcp: int | None) -> None:
+    """Run the OptiML language server for editors (docs/editor.md)."""
+    if stdio and tcp is not None:
+        raise click.UsageError("--stdio and --tcp exclude each other")
+    from server import (
+        main as serve_main,  # only here, and lazily: the library never loads the server
+    )
+
+    sys.exit(serve_main(["--tcp", str(tcp)] if tcp is not None else ["--stdio"]))
+
+
 main.add_command(llm_group)
 
 

@@ -1,0 +1,34 @@
+"""The OptiML language server (pygls): spec and nvcc diagnostics, static feedback as inlay hints
+and hover, and "Add OptiML spec" for `.cu`/`.cuh` files. It uses `optiml`'s public API; only
+`check_job` reaches below it, for want of `optiml.api.check_source`."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import logging
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`optiml serve`: LSP over stdin/stdout, or over TCP on 127.0.0.1 for debugging."""
+    parser = argparse.ArgumentParser(prog="optiml serve", description=main.__doc__)
+    transport = parser.add_mutually_exclusive_group()
+    transport.add_argument("--stdio", action="store_true", help="talk over stdin/stdout (default)")
+    transport.add_argument("--tcp", type=int, metavar="PORT", help="listen on 127.0.0.1:PORT")
+    args = parser.parse_args(argv)
+    # stderr only: stdout carries the protocol
+    logging.basicConfig(
+        level=logging.WARNING, format="optiml-server %(levelname)s %(name)s: %(message)s"
+    )
+
+    from server.app import make_server  # not at import: `import server` stays cheap
+
+    server = make_server()
+    # Everything imported so far lives as long as the server: frozen, it is not walked by every
+    # full collection, which on a parse thread would otherwise stall the event loop for ~50 ms.
+    gc.freeze()
+    if args.tcp is not None:
+        server.start_tcp("127.0.0.1", args.tcp)
+    else:
+        server.start_io()
+    return 0

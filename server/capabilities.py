@@ -1,0 +1,45 @@
+"""What the client can do, resolved once at `initialize` into plain booleans, so that no handler
+walks lsprotocol's capability tree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lsprotocol import types
+from pygls.capabilities import get_capability
+
+
+@dataclass(frozen=True)
+class ClientCapabilities:
+    inlay_hints: bool  # else static feedback goes out as Hint diagnostics
+    inlay_hint_refresh: bool  # the server may ask for hints again when a compile finishes
+    work_done_progress: bool  # compiles show as progress
+    code_action_literals: bool  # else code actions are Commands the server applies itself
+    document_changes: bool  # versioned edits
+    change_annotations: bool
+    hover_markdown: bool
+    configuration: bool  # `workspace/configuration` can be asked
+
+
+def resolve(caps: types.ClientCapabilities) -> ClientCapabilities:
+    hover_formats = get_capability(caps, "text_document.hover.content_format", None) or []
+    return ClientCapabilities(
+        inlay_hints=get_capability(caps, "text_document.inlay_hint", None) is not None,
+        inlay_hint_refresh=bool(
+            get_capability(caps, "workspace.inlay_hint.refresh_support", False)
+        ),
+        work_done_progress=bool(get_capability(caps, "window.work_done_progress", False)),
+        code_action_literals=get_capability(
+            caps, "text_document.code_action.code_action_literal_support", None
+        )
+        is not None,
+        document_changes=bool(
+            get_capability(caps, "workspace.workspace_edit.document_changes", False)
+        ),
+        change_annotations=get_capability(
+            caps, "workspace.workspace_edit.change_annotation_support", None
+        )
+        is not None,
+        hover_markdown=types.MarkupKind.Markdown in hover_formats,
+        configuration=bool(get_capability(caps, "workspace.configuration", False)),
+    )

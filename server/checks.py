@@ -1,0 +1,129 @@
+"""Background compiles: one `check_job` process per saved snapshot, at most one per document (a
+newer snapshot kills the older one's process group, nvcc included) and a few at once in all. The
+editor never waits for one: requests answer from the newest finished `CheckOutcome`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from optiml.api import CompilerMessage, StaticReport
+from server.documents import Snapshot
+
+logger = logging.getLogger(__name__)
+
+# The job imports `server` too, wherever the editor started this process from.
+_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+@dataclass(frozen=True)
+class KernelFeedback:
+    report: StaticReport | None
+    skipped: str | None  # why the kernel was not compiled
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    snapshot: Snapshot
+    arch: str | None = None
+    ok: bool = False
+    messages: list[CompilerMessage] = field(default_factory=list)
+    kernels: dict[str, KernelFeedback] = field(default_factory=dict)
+    error: str | None = None  # why nothing was compiled
+    tool_missing: bool = False
+
+    @classmethod
+    def from_json(cls, snapshot: Snapshot, data: dict) -> CheckOutcome:
+        if "error" in data:
+            kind, message = data["error"]["kind"], data["error"]["message"]
+            return cls(snapshot, error=message, tool_missing=kind == "tool_missing")
+        return cls(
+            snapshot,
+            arch=data["arch"],
+            ok=data["ok"],
+            messages=[CompilerMessage.model_validate(m) for m in data["messages"]],
+            kernels={
+                name: KernelFeedback(
+                    StaticReport.model_validate(k["report"]) if k["report"] else None,
+                    k["skipped"],
+                )
+                for name, k in data["kernels"].items()
+            },
+        )
+
+
+async def run_job(snapshot: Snapshot, arch: str | None) -> CheckOutcome:
+    request = json.dumps({"text": snapshot.text, "path": snapshot.path, "arch": arch})
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (_PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p
+        ),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "server.check_job",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,  # its own process group, so that a kill reaches nvcc too
+        env=env,
+    )
+    try:
+        out, err = await proc.communicate(request.encode())
+    except asyncio.CancelledError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        raise
+    if proc.returncode != 0:
+        logger.error("the compile job for %s failed:\n%s", snapshot.uri, err.decode())
+        last = next((x for x in reversed(err.decode().splitlines()) if x.strip()), "no output")
+        return CheckOutcome(snapshot, error=f"the compile job failed: {last.strip()}")
+    return CheckOutcome.from_json(snapshot, json.loads(out))
+
+
+class Checks:
+    def __init__(self, slots: int):
+        self._running: dict[str, asyncio.Task[CheckOutcome]] = {}
+        self._slots = asyncio.Semaphore(slots)
+
+    async def run(self, snapshot: Snapshot, arch: str | None) -> CheckOutcome | None:
+        """Compile `snapshot`: its outcome, or None when a newer snapshot of the same document
+        (or the document's closing) cancelled it."""
+        self.cancel(snapshot.uri)
+        task = asyncio.create_task(self._compile(snapshot, arch))
+        self._running[snapshot.uri] = task
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # this caller was cancelled, not superseded
+            return None
+        finally:
+            if self._running.get(snapshot.uri) is task:
+                del self._running[snapshot.uri]
+
+    def cancel(self, uri: str) -> None:
+        if (task := self._running.pop(uri, None)) is not None:
+            task.cancel()
+
+    async def stop(self) -> None:
+        """Cancel every compile and wait until their processes are gone."""
+        tasks = list(self._running.values())
+        for uri in list(self._running):
+            self.cancel(uri)
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _compile(self, snapshot: Snapshot, arch: str | None) -> CheckOutcome:
+        async with self._slots:
+            return await run_job(snapshot, arch)

@@ -1,0 +1,82 @@
+"""Code actions on the kernel under the cursor: "Add OptiML spec" for a kernel without one, an edit
+that inserts the drafted spec above the kernel, versioned against the parsed document."""
+
+from __future__ import annotations
+
+import logging
+
+from lsprotocol import types
+
+from optiml.cuda.draft import draft_spec
+from optiml.cuda.source import Kernel
+from server.capabilities import ClientCapabilities
+from server.documents import Model, Point
+
+logger = logging.getLogger(__name__)
+
+KIND = types.CodeActionKind.RefactorRewrite
+ADD_SPEC_COMMAND = "optiml.addSpec"  # for clients that take only Commands
+_ANNOTATION = "optiml.draftedSpec"
+
+
+def code_actions(
+    model: Model,
+    selection: types.Range,
+    only: list[str] | None,
+    caps: ClientCapabilities,
+) -> list[types.CodeAction | types.Command]:
+    if only and not any(kind == KIND or KIND.startswith(f"{kind}.") for kind in only):
+        return []
+    start, end = model.point(selection.start), model.point(selection.end)
+    out: list[types.CodeAction | types.Command] = []
+    for k in model.kernels:
+        if k.spec_comment is not None or not _overlaps(k, start, end):
+            continue
+        title = f"Add OptiML spec for `{k.name}`"
+        if not caps.code_action_literals:
+            args = [model.snapshot.uri, model.snapshot.version, k.name]
+            out.append(types.Command(title=title, command=ADD_SPEC_COMMAND, arguments=args))
+        elif (edit := add_spec_edit(model, k, caps)) is not None:
+            out.append(types.CodeAction(title=title, kind=KIND, edit=edit))
+    return out
+
+
+def add_spec_edit(
+    model: Model, kernel: Kernel, caps: ClientCapabilities
+) -> types.WorkspaceEdit | None:
+    """The drafted spec inserted above the kernel's first line (its `template <...>` line, if any),
+    indented like it; None if the draft fails."""
+    assert model.source is not None
+    try:
+        draft = draft_spec(model.source, kernel)
+    except Exception:  # a bug in drafting: offer nothing rather than a broken spec
+        logger.exception("drafting a spec for %s", kernel.name)
+        return None
+    line = kernel.span.start_point[0]
+    text = model.lines[line]
+    indent = text[: len(text) - len(text.lstrip())]
+    new_text = "".join(indent + row + "\n" for row in draft.splitlines())
+    at = types.Range(types.Position(line, 0), types.Position(line, 0))
+    uri, version = model.snapshot.uri, model.snapshot.version
+    if not caps.document_changes:
+        return types.WorkspaceEdit(changes={uri: [types.TextEdit(range=at, new_text=new_text)]})
+    edit: types.TextEdit | types.AnnotatedTextEdit = types.TextEdit(range=at, new_text=new_text)
+    annotations = None
+    if caps.change_annotations:
+        edit = types.AnnotatedTextEdit(range=at, new_text=new_text, annotation_id=_ANNOTATION)
+        annotations = {
+            _ANNOTATION: types.ChangeAnnotation(
+                label=f"OptiML spec for {kernel.name}",
+                description="drafted from the kernel's body and launch site: check sizes and values",
+                needs_confirmation=False,
+            )
+        }
+    document = types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version)
+    return types.WorkspaceEdit(
+        document_changes=[types.TextDocumentEdit(text_document=document, edits=[edit])],
+        change_annotations=annotations,
+    )
+
+
+def _overlaps(kernel: Kernel, start: Point, end: Point) -> bool:
+    return kernel.span.start_point <= end and start <= kernel.span.end_point

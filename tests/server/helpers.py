@@ -1,0 +1,118 @@
+"""What the language server's tests share: the server as a subprocess (`python -m server`), a
+pytest-lsp client that answers like an editor, and helpers to open, edit, save and wait."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lsprotocol import types
+from pygls.protocol import default_converter
+from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+from pytest_lsp.client import register_lsp_features
+
+from tests.support import FIXTURES
+
+SERVER = [sys.executable, "-m", "server"]
+CLIENTS = ["visual-studio-code", "neovim"]
+
+
+class EditorClient(LanguageClient):
+    """pytest-lsp's client, also answering the server's inlay hint refresh as Neovim does."""
+
+    def __init__(self) -> None:
+        super().__init__(converter_factory=default_converter)
+        register_lsp_features(self)
+        self.inlay_hint_refreshes = 0
+
+        def refresh(params: None) -> None:
+            self.inlay_hint_refreshes += 1
+
+        self.feature(types.WORKSPACE_INLAY_HINT_REFRESH)(refresh)
+
+
+CONFIG = ClientServerConfig(server_command=SERVER, client_factory=EditorClient)
+
+
+def fixture_text(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+def without_spec(text: str) -> str:
+    start = text.index("/* @optiml")
+    end = text.index("*/", start) + len("*/\n")
+    return text[:start] + text[end:]
+
+
+async def start(client: LanguageClient, preset: str, options: Any = None) -> None:
+    caps = client_capabilities(preset)
+    await client.initialize_session(
+        types.InitializeParams(capabilities=caps, initialization_options=options)
+    )
+
+
+def open_document(client: LanguageClient, path: Path, text: str) -> str:
+    uri = path.as_uri()
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id="cuda", version=1, text=text)
+        )
+    )
+    return uri
+
+
+def replace(client: LanguageClient, uri: str, version: int, at: types.Range, text: str) -> None:
+    """An incremental change, as editors send them."""
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[types.TextDocumentContentChangePartial(range=at, text=text)],
+        )
+    )
+
+
+def save(client: LanguageClient, uri: str) -> None:
+    client.text_document_did_save(
+        types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri))
+    )
+
+
+def span(line: int, start: int, end: int) -> types.Range:
+    return types.Range(types.Position(line, start), types.Position(line, end))
+
+
+def diagnostics(client: LanguageClient, uri: str, source: str | None = None) -> list:
+    return [d for d in client.diagnostics.get(uri, []) if source in (None, d.source)]
+
+
+async def eventually(check: Callable[[], Any], timeout: float = 30.0, what: str = "") -> Any:
+    """Poll `check` (sync or async) until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or check}")
+        await asyncio.sleep(0.05)
+
+
+def hover_text(result: types.Hover | None) -> str:
+    return result.contents.value if result is not None else ""
+
+
+async def hover_at(client: LanguageClient, uri: str, line: int, character: int) -> str:
+    result = await client.text_document_hover_async(
+        types.HoverParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line, character),
+        )
+    )
+    return hover_text(result)
