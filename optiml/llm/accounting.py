@@ -23,6 +23,15 @@ def estimate_tokens(chars: int, messages: int = 0) -> int:
     return math.ceil(chars / _CHARS_PER_TOKEN) + _TOKENS_PER_MESSAGE * messages
 
 
+def estimated_usage(request_chars: int, messages: int, answer: str) -> Usage:
+    """What a request cost by our estimate, for a provider that reports no usage."""
+    return Usage(
+        input_tokens=estimate_tokens(request_chars, messages),
+        output_tokens=estimate_tokens(len(answer)),
+        estimated=True,
+    )
+
+
 class Accounting:
     """What one job has spent; shared by every client that works for the job."""
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import anthropic
 
-from optiml.llm.accounting import estimate_tokens
+from optiml.llm.accounting import estimated_usage
 from optiml.llm.messages import ChatResult, Request, Usage, split_system
 from optiml.llm.providers.base import Backend
 from optiml.llm.settings import DEFAULT_BASE_URLS, ApiKey, LLMSettings
@@ -116,11 +116,7 @@ class AnthropicBackend(Backend):
                 output_tokens=usage.output_tokens,
             )
         else:
-            counted = Usage(
-                input_tokens=estimate_tokens(request.prompt_chars(), len(request.messages)),
-                output_tokens=estimate_tokens(len(text)),
-                estimated=True,
-            )
+            counted = estimated_usage(request.prompt_chars(), len(request.messages), text)
         return ChatResult(
             text=text,
             model=response.model or self.model,

@@ -15,7 +15,7 @@ import openai
 # every property required, no additional properties, `$ref`s with siblings inlined.
 from openai.lib._pydantic import to_strict_json_schema
 
-from optiml.llm.accounting import estimate_tokens
+from optiml.llm.accounting import estimated_usage
 from optiml.llm.errors import RequestRejected
 from optiml.llm.messages import ChatResult, Message, Request, StructuredSpec, Usage
 from optiml.llm.providers.base import Backend
@@ -155,11 +155,7 @@ class OpenAIBackend(Backend):
         if usage is not None:
             counted = Usage(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens)
         else:
-            counted = Usage(
-                input_tokens=estimate_tokens(request.prompt_chars(), len(request.messages)),
-                output_tokens=estimate_tokens(len(text)),
-                estimated=True,
-            )
+            counted = estimated_usage(request.prompt_chars(), len(request.messages), text)
         return ChatResult(
             text=text,
             model=response.model or self.model,
