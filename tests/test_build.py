@@ -202,3 +202,21 @@ def test_spec_arch_is_the_target_when_none_is_given(tmp_path):
     assert result.arch == "sm_80"
     assert result.kernels[0].report.resources.arch == "sm_80"
     assert check_file(f, arch="sm_90").arch == "sm_90"
+
+
+def test_a_failing_numpy_reference_is_one_clear_error(tmp_path):
+    import shutil
+
+    from optiml.harness.evaluate import EvalOptions, ReferenceFailed, evaluate
+    from optiml.spec import load
+
+    shutil.copy(FIXTURES / "numpy_ref" / "rmsnorm.cu", tmp_path / "rmsnorm.cu")
+    (tmp_path / "rmsnorm_ref.py").write_text(
+        "def rmsnorm(x, w, y, rows, cols, eps):\n    return x.reshape(rows, cols) @ w.reshape(3, 3)\n"
+    )
+    source, kernel, spec = load(tmp_path / "rmsnorm.cu", "rmsnorm")
+    with pytest.raises(
+        ReferenceFailed,
+        match=r"the NumPy reference `rmsnorm` failed at rows=8192, cols=1024, seed 1: ValueError",
+    ):
+        evaluate(source, kernel, spec, None, EvalOptions(arch="sm_90", time=False))

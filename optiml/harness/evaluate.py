@@ -21,6 +21,7 @@ import numpy as np
 
 from optiml.cuda.source import Kernel, SourceFile
 from optiml.cuda.types import DTYPES
+from optiml.errors import ExitCode, OptimlError
 from optiml.harness import inputs
 from optiml.harness.build import DEFAULT_FLAGS, Build, build_kernel, runner_binary
 from optiml.harness.gpu import default_arch
@@ -29,6 +30,12 @@ from optiml.harness.verdict import CaseResult, DeviceInfo, Verdict
 from optiml.spec import Case, Spec, parse_spec
 
 DEFAULT_SEEDS = (1, 2, 3, 4, 5, 6, 7, 8)
+
+
+class ReferenceFailed(OptimlError):
+    """The spec's NumPy reference could not produce the expected outputs."""
+
+    exit_code = ExitCode.BAD_SPEC
 
 
 @dataclass
@@ -261,8 +268,15 @@ def _numpy_expected(
     ref = spec.reference
     module_spec = importlib.util.spec_from_file_location("optiml_reference", ref.path)
     module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    fn = getattr(module, ref.function)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as e:  # the user's reference: say where it broke, as one line
+        raise ReferenceFailed(
+            f"the NumPy reference {ref.path} does not load: {type(e).__name__}: {e}"
+        ) from None
+    fn = getattr(module, ref.function, None)
+    if fn is None:
+        raise ReferenceFailed(f"{ref.path} has no function `{ref.function}`")
     out: dict[tuple[int, int, str], Path] = {}
     for ci, c in enumerate(cases):
         for seed in seeds:
@@ -279,7 +293,12 @@ def _numpy_expected(
                         arr = (arr.astype(np.uint32) << 16).view(np.float32)
                 arrays[b.name] = arr
             args = [arrays[p] if p in arrays else c.scalars[p] for p in spec.params]
-            returned = fn(*args)
+            try:
+                returned = fn(*args)
+            except Exception as e:
+                raise ReferenceFailed(
+                    f"the NumPy reference `{ref.function}` failed at {c.label}, seed {seed}: {type(e).__name__}: {e}"
+                ) from None
             outputs = [b for b in spec.buffers if b.role != "in"]
             if returned is not None:
                 values = returned if isinstance(returned, tuple) else (returned,)
@@ -377,8 +396,17 @@ def _verdict_of(
             log_tail=log_tail,
             **base,
         )
+    if status == "harness_error" and data.get("failed") in ("candidate", "reference", "kernel"):
+        # e.g. a shared object that does not load (an undefined symbol): the kernel's fault
+        return Verdict(
+            status="runtime_error",
+            message=f"{data['failed']}: {data['message']}",
+            device=device,
+            log_tail=log_tail,
+            **base,
+        )
     if status != "done":
-        raise RuntimeError(f"runner: {data.get('message')}")
+        raise RuntimeError(f"runner: {data.get('message')}")  # a plan OptiML wrote wrong: a bug
     bad = [(c, s, b) for c in results for s in c.seeds for b in s.buffers if b.mismatches]
     if bad:
         c, s, b = bad[0]
