@@ -36,7 +36,9 @@ def test_profile_names_the_bottleneck_and_the_line(entry):
     )
     if "hotspot_line" in entry:
         if not p.hotspots:
-            pytest.xfail("per-line hotspots: the report reader gets no per-instruction counters yet")
+            pytest.xfail(
+                "per-line hotspots: the report reader gets no per-instruction counters yet"
+            )
         by = "excessive_sectors" if p.bottleneck.kind == "uncoalesced" else "stall_samples"
         worst = max(p.hotspots, key=lambda h: getattr(h, by))
         assert worst.line == entry["hotspot_line"], [h.model_dump() for h in p.hotspots]
