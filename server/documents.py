@@ -5,6 +5,7 @@ per keystroke: a parse always takes the newest text, and its waiters get the new
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -101,18 +102,69 @@ def parse(snapshot: Snapshot, codec: PositionCodec) -> Model:
         logger.exception("parsing %s", snapshot.uri)
         return Model(snapshot, codec, lines, None, error=f"OptiML could not read this file: {e!r}")
     model = Model(snapshot, codec, lines, source)
+    # every kernel's name and parameter types, digested once: a `reference:` depends on them
+    kernels = hashlib.sha1(
+        repr([(k.name, [p.declared for p in k.params]) for k in source.kernels]).encode()
+    ).hexdigest()
     for k in source.kernels:
         if k.spec_comment is None:
             continue
         try:
-            model.specs[k.name] = parse_spec(source, k)
-        except SpecError as e:
-            model.spec_issues.extend(e.issues)
+            spec, issues = _SPECS.parse(source, k, kernels)
+            if spec is not None:
+                model.specs[k.name] = spec
+            model.spec_issues.extend(issues)
         except Exception as e:  # a bug in the spec parser: report it where the user looks
             logger.exception("parsing the spec of %s in %s", k.name, snapshot.uri)
             at = source.position(k.spec_comment.span.start)
             model.spec_issues.append((f"OptiML could not read this spec: {e!r}", at))
     return model
+
+
+class SpecCache:
+    """Spec parses of unchanged spec comments, reused across versions: typing elsewhere in a
+    large file leaves almost every spec as it was, and parsing them is most of a parse.
+
+    A parse depends on the comment's text and column, the kernel's signature, the other kernels'
+    names and parameters (a `reference:`) and the file's path (a NumPy reference's folder); an
+    entry found again under a moved comment has its error positions moved by as many lines."""
+
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple, tuple[Spec | None, list[tuple[str, Position]], int]] = {}
+
+    def parse(
+        self, source: SourceFile, kernel: Kernel, kernels: str
+    ) -> tuple[Spec | None, list[tuple[str, Position]]]:
+        """`kernels`: a digest of every kernel's name and parameter types, made once per file."""
+        comment = kernel.spec_comment
+        line, column = comment.span.start_point
+        signature = source.text[kernel.span.start : kernel.body_span.start]
+        key = (source.path, comment.text, column, signature, kernels)
+        hit = self._entries.get(key)
+        if hit is None:
+            try:
+                spec, issues = parse_spec(source, kernel), []
+            except SpecError as e:
+                spec, issues = None, list(e.issues)
+            if len(self._entries) >= self.LIMIT:
+                self._entries.clear()
+            self._entries[key] = hit = (spec, issues, line)
+        spec, issues, cached_line = hit
+        shift = line - cached_line
+        if shift:
+            issues = [(m, _moved(p, shift)) for m, p in issues]
+        return spec, issues
+
+
+def _moved(p: Position, lines: int) -> Position:
+    end = p.end_line + lines if p.end_line is not None else None
+    return Position(p.path, p.line + lines, p.column, end, p.end_column)
+
+
+# Parses run on one worker thread (Documents._pool), so the cache needs no lock.
+_SPECS = SpecCache()
 
 
 class Document:
