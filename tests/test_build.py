@@ -76,7 +76,7 @@ def test_bad_instantiation_is_reported_at_the_spec():
     assert "instantiating `axpby` from its spec" in first.message
 
 
-def test_runner_builds_without_warnings():
+def test_runner_builds():
     assert runner_binary().exists()
 
 

@@ -122,3 +122,13 @@ def test_unreadable_files_are_input_errors(tmp_path):
         SourceFile.read(tmp_path / "missing.cu")
     with pytest.raises(InputFileError, match="is a directory"):
         SourceFile.read(tmp_path)
+
+
+def test_non_ascii_positions_hold_far_into_the_file():
+    kernel = "/* @optiml ä */\n__global__ void k{i}(float* ü, int n) {{ }}\n"
+    text = "// größe\n" + "".join(kernel.format(i=i) for i in range(300))
+    source = SourceFile(text, "u.cu")
+    k = source.kernel("k250")
+    assert text[k.name_span.start : k.name_span.end] == "k250"
+    assert k.name_span.start_point == (2 + 2 * 250, 16)
+    assert text[k.spec_comment.span.start : k.spec_comment.span.end] == "/* @optiml ä */"

@@ -7,10 +7,11 @@ Positions are 0-based (line, character) internally, like LSP; `Position` (1-base
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import re
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 
 import tree_sitter_cuda
@@ -138,14 +139,35 @@ class SourceFile:
     def _offset(self, byte_offset: int) -> int:
         if self._ascii:
             return byte_offset
-        return len(self._bytes[:byte_offset].decode("utf-8", errors="replace"))
+        row = bisect.bisect_right(self._line_table[0], byte_offset) - 1
+        return self._line_table[1][row] + self._chars_in(
+            row, byte_offset - self._line_table[0][row]
+        )
 
     def _point(self, point: tuple[int, int]) -> tuple[int, int]:
         row, col = point
         if self._ascii:
             return (row, col)
-        line = self._bytes.split(b"\n")[row]
-        return (row, len(line[:col].decode("utf-8", errors="replace")))
+        return (row, self._chars_in(row, col))
+
+    def _chars_in(self, row: int, byte_col: int) -> int:
+        return len(self._lines[row][:byte_col].decode("utf-8", errors="replace"))
+
+    @cached_property
+    def _lines(self) -> list[bytes]:
+        return self._bytes.split(b"\n")
+
+    @cached_property
+    def _line_table(self) -> tuple[list[int], list[int]]:
+        """Byte and character offsets of each line's start (non-ASCII text only): positions of
+        the thousands of nodes of a large file in one pass over it, not one pass each."""
+        byte_starts, char_starts, b, c = [], [], 0, 0
+        for line in self._lines:
+            byte_starts.append(b)
+            char_starts.append(c)
+            b += len(line) + 1
+            c += len(line.decode("utf-8", errors="replace")) + 1
+        return byte_starts, char_starts
 
     def span(self, node: Node) -> Span:
         return Span(

@@ -42,10 +42,15 @@ def cache_dir() -> Path:
     return path
 
 
+def _line_name(source: SourceFile) -> str:
+    """The file name `#line` gives nvcc: the user's file, absolute, so messages point at it."""
+    return str(Path(source.path).resolve()) if source.path != "<memory>" else source.path
+
+
 def launcher_source(source: SourceFile, kernel: Kernel, instantiation: str) -> str:
     """The user's file (without `main`) with `#line` markers so nvcc reports the user's lines, and
     the launcher after it."""
-    path = str(Path(source.path).resolve()) if source.path != "<memory>" else source.path
+    path = _line_name(source)
     fn = f"{kernel.name}{instantiation}"
     return f"""#line 1 "{path}"
 {source.translation_unit()}
@@ -116,12 +121,13 @@ def build_kernel(
     target, log, ok, seconds, cached = _compile_cached(
         source, text, kernel.short_name, arch, flags, mode
     )
+    found = parse_resources(log) if ok else []
     return Build(
         ok=ok,
         path=target,
         messages=_messages(log, ok, source, [kernel]),
-        resources=kernel_resources(parse_resources(log), kernel) if ok else None,
-        all_resources=parse_resources(log) if ok else [],
+        resources=kernel_resources(found, kernel) if ok else None,
+        all_resources=found,
         seconds=seconds,
         cached=cached,
         log=log,
@@ -137,7 +143,7 @@ def build_device_code(
 ) -> Build:
     """Compile the device code of a whole file once (templated kernels at the instantiations
     given), for static reports: one nvcc run however many kernels the file has."""
-    path = str(Path(source.path).resolve()) if source.path != "<memory>" else source.path
+    path = _line_name(source)
     templated = [k for k in source.kernels if k.name in instantiations]
     refs = "".join(
         f"static const void* optiml_ref_{i}() {{ return (const void*)&{k.name}{instantiations[k.name]}; }}\n"

@@ -93,10 +93,10 @@ def find_toolkit() -> Toolkit:
 
 @dataclass
 class CompileResult:
+    """What nvcc did; `parse_messages` and `parse_resources` read the log."""
+
     ok: bool
     output: Path
-    messages: list[CompilerMessage]
-    resources: list[Resources]
     log: str
     seconds: float
     command: list[str]
@@ -139,15 +139,7 @@ def compile_cuda(
     except subprocess.TimeoutExpired:
         log, ok = f"nvcc did not finish within {timeout_s:.0f} s", False
     seconds = time.perf_counter() - start
-    messages = parse_messages(log)
-    if not ok and not any(m.severity == "error" for m in messages):
-        tail = next(
-            (line for line in reversed(log.strip().splitlines()) if line.strip()), "nvcc failed"
-        )
-        messages.append(CompilerMessage(severity="error", message=tail.strip()))
-    return CompileResult(
-        ok, output, messages, parse_resources(log) if ok else [], log, seconds, cmd
-    )
+    return CompileResult(ok, output, log, seconds, cmd)
 
 
 # `file(12): error: message` (EDG front end), optionally with an error number
