@@ -297,9 +297,10 @@ def _print_verdict(v) -> None:
     "--set",
     "section_set",
     type=click.Choice(["search", "full"]),
-    default="search",
+    default="full",
     show_default=True,
-    help="search: the sections the search reads; full: adds compute, instruction and memory tables.",
+    help="full: everything, per-line hotspots included; search: the sections the search reads "
+    "for each candidate (speed of light, memory, occupancy, launch, warp states, scheduler), faster.",
 )
 @click.option(
     "--clock-control",

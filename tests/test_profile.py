@@ -17,6 +17,7 @@ from optiml.profile.ncu import (
     parse_details_csv,
     parse_number,
     parse_raw_csv,
+    parse_source_csv,
 )
 from tests.support import FIXTURES, MANIFEST
 
@@ -131,3 +132,51 @@ def test_profile_without_ncu_is_one_clear_line():
         p.stderr.strip()
         == "optiml: error: ncu (Nsight Compute) not found: install it or put it on PATH (or set OPTIML_NCU)"
     )
+
+
+SOURCE = sorted(DATA.glob("*.source.csv"))
+
+
+def hotspot_for(stem: str) -> tuple[dict, int | None]:
+    for e in MANIFEST:
+        if f"{Path(e['file']).stem}-{e['kernel']}" == stem:
+            return e, e.get("hotspot_line")
+    raise KeyError(stem)
+
+
+@pytest.mark.parametrize("path", SOURCE, ids=[p.name.split(".")[0] for p in SOURCE])
+def test_source_page_hotspots_land_on_the_users_line(path):
+    """The recorded source pages name the fixture file by the path it had on the GPU host; the
+    hotspots are mapped to the same file here, and the worst line is the manifest's."""
+    stem = path.name.split(".")[0]
+    entry, expected = hotspot_for(stem)
+    per_line = parse_source_csv(path.read_text())
+    assert per_line and all(pc.line and pc.file for pc in per_line)
+    recorded = per_line[0].file
+    assert all(pc.file == recorded for pc in per_line)
+    user = FIXTURES / entry["file"]
+    for pc in per_line:
+        pc.file = str(user)
+    raw = DATA / f"{stem}.raw.csv"
+    data = parse_raw_csv(raw.read_text())[0] if raw.exists() else ReportData(kernel=stem, metrics={})
+    data.per_pc = per_line
+    p = build_profile(data, device="NVIDIA H200", user_file=str(user))
+    if expected is None:
+        pytest.skip(f"no agreed hotspot line for {stem} (worst: {p.hotspots[0].line})")
+    by = "excessive_sectors" if p.bottleneck.kind == "uncoalesced" else "stall_samples"
+    worst = max(p.hotspots, key=lambda h: getattr(h, by))
+    assert worst.line == expected
+    text = user.read_text().splitlines()[expected - 1].strip()
+    if raw.exists():  # with the kernel's metrics, the diagnosis quotes the line
+        assert p.bottleneck.explanation.endswith(f"(worst at line {expected}: `{text[:80]}`)")
+
+
+def test_exit_drain_is_not_a_hotspot():
+    """Stores draining at the kernel's end are charged to its closing brace; that is not the line
+    to fix (the naive transpose's `}` has more samples than its store)."""
+    per_line = parse_source_csv((DATA / "transpose-transpose_naive.source.csv").read_text())
+    brace = next(pc for pc in per_line if pc.line == 20)
+    assert brace.counters["smsp__pcsamp_warps_issue_stalled_drain"] > 60000
+    data = ReportData(kernel="transpose_naive", metrics={}, per_pc=per_line)
+    spots = build_profile(data).hotspots
+    assert spots[0].line == 18 and all(h.line != 20 or h.stall_samples < 1000 for h in spots)

@@ -44,6 +44,7 @@ class EvalOptions:
     flags: tuple[str, ...] = DEFAULT_FLAGS
     timeout_s: float = 60.0
     time: bool = True  # time the kernels, not only check them
+    time_all_sizes: bool = True  # False: time the first size only (the others are only checked)
     seeds: tuple[int, ...] | None = None  # None: the spec's count of DEFAULT_SEEDS
     sizes: list[dict[str, int]] | None = None  # None: the spec's sizes
     reps_min: int = 20
@@ -103,7 +104,11 @@ def evaluate(
         nvcc_version=tk.version,
         date=_now(),
     )
-    if [p.declared for p in cand_kernel.params] != [p.declared for p in kernel.params]:
+    # Same types and pointer depths; `const` and `__restrict__` on a pointee may be added or dropped
+    # (a call through the original signature stays valid).
+    if [(p.type_text, p.pointer_depth) for p in cand_kernel.params] != [
+        (p.type_text, p.pointer_depth) for p in kernel.params
+    ]:
         sig = ", ".join(p.declared for p in kernel.params)
         return Verdict(
             status="compile_error",
@@ -213,8 +218,11 @@ def write_plan(
     opts: EvalOptions,
     expected: dict[tuple[int, int, str], Path] | None = None,
     candidate_cases: list[Case] | None = None,
+    *,
+    profile_only: bool = False,
 ) -> str:
-    """The runner's plan: buffers, how parameters map to them, and every case fully evaluated."""
+    """The runner's plan: buffers, how parameters map to them, and every case fully evaluated.
+    `profile_only`: the runner launches the candidate once and checks nothing (for a profiler)."""
     lines = [
         "seeds " + " ".join(str(s) for s in seeds),
         f"timing {opts.reps_min} {opts.reps_max} {opts.target_ms} {opts.warmup_max} {opts.flush_factor}",
@@ -222,6 +230,8 @@ def write_plan(
     ]
     if expected is not None:
         lines.append("numpy_reference")
+    if profile_only:
+        lines.append("profile_only")
     index = {b.name: i for i, b in enumerate(spec.buffers)}
     for b in spec.buffers:
         rtol, atol = spec.tolerance(DTYPES[b.dtype])
@@ -234,7 +244,8 @@ def write_plan(
     for ci, c in enumerate(cases):
         lines.append(f"case {c.label}")
         g, b = c.grid, c.block
-        lines.append(f"launch {g[0]} {g[1]} {g[2]} {b[0]} {b[1]} {b[2]} {c.smem} {int(opts.time)}")
+        timed = opts.time and (opts.time_all_sizes or ci == 0)
+        lines.append(f"launch {g[0]} {g[1]} {g[2]} {b[0]} {b[1]} {b[2]} {c.smem} {int(timed)}")
         if candidate_cases is not None:
             cc = candidate_cases[ci]
             g, b = cc.grid, cc.block

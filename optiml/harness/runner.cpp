@@ -241,6 +241,7 @@ struct Plan {
   int reps_min = 20, reps_max = 200, warmup_max = 30, max_mismatches = 10;
   double target_ms = 400, flush_factor = 2.0, timeout_hint_s = 0;
   bool numpy_reference = false;
+  bool profile_only = false;  // one launch of the candidate on the first seed's inputs, no checks
 };
 
 static Plan read_plan(const char* path) {
@@ -262,6 +263,8 @@ static Plan read_plan(const char* path) {
       in >> p.max_mismatches;
     } else if (key == "numpy_reference") {
       p.numpy_reference = true;
+    } else if (key == "profile_only") {
+      p.profile_only = true;
     } else if (key == "buffer") {
       Buffer b;
       std::string code;
@@ -641,6 +644,22 @@ int main(int argc, char** argv) {
       }
     };
 
+    if (plan.profile_only) {
+      // For a profiler: the candidate's one launch is all it watches; inputs as the checks make them.
+      std::vector<std::vector<unsigned char>> inputs(nb);
+      for (size_t b = 0; b < nb; ++b) {
+        if (plan.buffers[b].role != "out")
+          fill_inputs(plan.buffers[b], b, c.lengths[b], c.lo[b], c.hi[b], plan.seeds[0], inputs[b]);
+      }
+      upload(inputs);
+      phase("case=%zu seed=%" PRIu64 " kernel=%s", ci, plan.seeds[0], candidate.who.c_str());
+      run(candidate, candidate.who.c_str());
+      for (size_t b = 0; b < nb; ++b) {
+        cudaFree(dev_bufs[b]);
+        if (pristine[b]) cudaFree(pristine[b]);
+      }
+      continue;
+    }
     std::ostringstream cj;
     auto launch_json = [](const Launch& l) {
       std::ostringstream o;

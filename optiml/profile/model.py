@@ -387,6 +387,11 @@ def _stalls(data: ReportData) -> list[Stall]:
     )
 
 
+# Samples that do not say a line is slow: a warp issuing (selected) or ready but not picked
+# (not_selected), and stores draining at the kernel's exit (drain, charged to the closing brace).
+NOT_A_LINE_STALL = frozenset({"selected", "not_selected", "drain"})
+
+
 def _hotspots(data: ReportData, user_file: str | None, top: int = 8) -> list[Hotspot]:
     """Per-instruction counters summed per source line, for lines of the user's file only (the
     generated launcher and the runner are not the user's code)."""
@@ -402,7 +407,7 @@ def _hotspots(data: ReportData, user_file: str | None, top: int = 8) -> list[Hot
         for name, value in pc.counters.items():
             if name.startswith("smsp__pcsamp_warps_issue_stalled_"):
                 reason = name.removeprefix("smsp__pcsamp_warps_issue_stalled_")
-                if reason.endswith("_not_issued"):
+                if reason.endswith("_not_issued") or reason in NOT_A_LINE_STALL:
                     continue
                 by_line[key]["stall_samples"] += value
                 stall_kinds[key][reason] += value

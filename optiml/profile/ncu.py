@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,9 +30,15 @@ SEARCH_SECTIONS = (
     "LaunchStats",
     "WarpStateStats",
     "SchedulerStats",
-    "SourceCounters",
 )
-FULL_EXTRA = ("ComputeWorkloadAnalysis", "InstructionStats", "MemoryWorkloadAnalysis_Tables")
+# The full set adds per-instruction counters (per-line hotspots) and the instruction mix: several
+# more replay passes and the SASS patching that source counters need, so it is for final reports.
+FULL_EXTRA = (
+    "SourceCounters",
+    "ComputeWorkloadAnalysis",
+    "InstructionStats",
+    "MemoryWorkloadAnalysis_Tables",
+)
 # What the diagnosis needs beyond the sections: sector and request counts of each kind of access,
 # shared-memory conflicts, local-memory traffic and FLOP counts.
 DIAGNOSIS_METRICS = tuple(
@@ -186,9 +193,22 @@ def find_ncu() -> NcuTool:
         )
     out = subprocess.run([str(path), "--version"], capture_output=True, text=True).stdout
     version = next((w for w in out.split() if w[:1].isdigit() and w.count(".") >= 2), "unknown")
-    real = path.resolve().parent
-    py = next((d for d in (real / "extras" / "python",) if (d / "ncu_report.py").exists()), None)
-    return NcuTool(path, version, py)
+    return NcuTool(path, version, _report_module_dir(path, version))
+
+
+def _report_module_dir(path: Path, version: str) -> Path | None:
+    """Where `ncu_report.py` ships: beside the real ncu binary, or in the Nsight Compute install of
+    the same version (`ncu` on PATH is often a wrapper script in the CUDA toolkit's bin/)."""
+    places = [path.resolve().parent / "extras" / "python"]
+    for root in (
+        Path("/opt/nvidia/nsight-compute"),
+        Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")),
+    ):
+        if root.is_dir():
+            installs = sorted(root.glob("*/extras/python"), reverse=True)
+            places += [d for d in installs if version.startswith(d.parent.name.split("-")[-1])]
+            places += installs
+    return next((d for d in places if (d / "ncu_report.py").exists()), None)
 
 
 @dataclass
@@ -249,34 +269,101 @@ def run_ncu(
     return NcuRun(report, seconds, cmd, log)
 
 
-def read_report(tool: NcuTool, report: Path) -> ReportData:
-    """The report as `ReportData`: through `ncu_report` where it ships (with per-line counters),
-    else through the CSV pages."""
-    if tool.python_dir is not None:
-        path = f"{tool.python_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
-        proc = subprocess.run(
-            [sys.executable, "-c", _READER, str(report)],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "PYTHONPATH": path},
+def read_report(tool: NcuTool, report: Path, *, source_lines: bool = False) -> ReportData:
+    """The report as `ReportData`: through `ncu_report` where it ships, else through the CSV pages
+    (read concurrently). With `source_lines`, per-line counters come from the source page
+    (`--print-source cuda,sass`), whose CUDA-line rows carry each line's summed counters."""
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        source_page = (
+            pool.submit(_page, tool, report, "source", "--print-source", "cuda,sass")
+            if source_lines
+            else None
         )
-        if proc.returncode == 0:
-            data = ReportData.model_validate_json(proc.stdout)
-            if "rules-unavailable" in proc.stderr:
-                data.rules = parse_details_csv(_page(tool, report, "details"))[1]
-            return data
-    kernels = parse_raw_csv(_page(tool, report, "raw"))
-    if not kernels:
-        raise NcuError(f"cannot read {report}")
-    data = kernels[0]
-    section_metrics, rules = parse_details_csv(_page(tool, report, "details"))
-    data.metrics.update(section_metrics)
-    data.rules = rules
+        data = None
+        if tool.python_dir is not None:
+            path = f"{tool.python_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+            proc = subprocess.run(
+                [sys.executable, "-c", _READER, str(report)],
+                capture_output=True,
+                text=True,
+                env={**os.environ, "PYTHONPATH": path},
+            )
+            if proc.returncode == 0:
+                data = ReportData.model_validate_json(proc.stdout)
+                if "rules-unavailable" in proc.stderr:
+                    data.rules = parse_details_csv(_page(tool, report, "details"))[1]
+        if data is None:
+            raw = pool.submit(_page, tool, report, "raw")
+            details = pool.submit(_page, tool, report, "details")
+            kernels = parse_raw_csv(raw.result())
+            if not kernels:
+                raise NcuError(f"cannot read {report}")
+            data = kernels[0]
+            section_metrics, rules = parse_details_csv(details.result())
+            data.metrics.update(section_metrics)
+            data.rules = rules
+        if source_page is not None and not data.per_pc:
+            data.per_pc = parse_source_csv(source_page.result())
     return data
 
 
-def _page(tool: NcuTool, report: Path, page: str) -> str:
-    cmd = [str(tool.path), "-i", str(report), "--csv", "--page", page, "--print-units", "base"]
+# Columns of the source page and the counter names `PcCounters` use for them.
+_SOURCE_COLUMNS = {
+    "Instructions Executed": "inst_executed",
+    "L2 Theoretical Sectors Global": "memory_l2_theoretical_sectors_global",
+    "L2 Theoretical Sectors Global Ideal": "memory_l2_theoretical_sectors_global_ideal",
+    "L2 Theoretical Sectors Global Excessive": "memory_l2_theoretical_sectors_global_excessive",
+}
+
+
+def parse_source_csv(text: str) -> list[PcCounters]:
+    """`ncu -i R --page source --csv --print-source cuda,sass`: a "File Path" row per file, a header,
+    then a row per CUDA line (its number in the first column, its counters summed over its SASS)
+    followed by that line's SASS rows (first column empty). One `PcCounters` per CUDA line."""
+    out: list[PcCounters] = []
+    file: str | None = None
+    header: list[str] | None = None
+    for row in _csv_rows(text):
+        if not row:
+            continue
+        if row[0] == "File Path" and len(row) > 1:
+            file, header = row[1], None
+            continue
+        if row[0] == "Line No":
+            header = row
+            continue
+        if header is None or not row[0].strip().isdigit():
+            continue
+        counters: dict[str, float] = {}
+        for name, value in zip(header, row, strict=False):
+            number = parse_number(value)
+            if not isinstance(number, float) or not number:
+                continue
+            if name in _SOURCE_COLUMNS:
+                counters[_SOURCE_COLUMNS[name]] = number
+            elif name.startswith("stall_") and "(Not Issued)" not in name:
+                counters[STALL_PREFIX + _STALL_NAMES.get(name[6:], name[6:])] = number
+        if counters:
+            out.append(PcCounters(pc=0, file=file, line=int(row[0]), counters=counters))
+    return out
+
+
+# The source page's short stall names, as the sampling metrics spell them.
+_STALL_NAMES = {"long_sb": "long_scoreboard", "short_sb": "short_scoreboard", "lg": "lg_throttle"}
+
+
+def _page(tool: NcuTool, report: Path, page: str, *extra: str) -> str:
+    cmd = [
+        str(tool.path),
+        "-i",
+        str(report),
+        "--csv",
+        "--page",
+        page,
+        "--print-units",
+        "base",
+        *extra,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True).stdout
 
 

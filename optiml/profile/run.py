@@ -42,7 +42,9 @@ def profile_kernel(
     with tempfile.TemporaryDirectory(prefix="optiml-profile-") as tmp:
         work = Path(tmp)
         plan = work / "plan.txt"
-        plan.write_text(write_plan(spec, [case], (1,), EvalOptions(arch=arch, time=False)))
+        plan.write_text(
+            write_plan(spec, [case], (1,), EvalOptions(arch=arch, time=False), profile_only=True)
+        )
         program = [
             str(runner),
             str(plan),
@@ -59,7 +61,7 @@ def profile_kernel(
             clock_control=clock_control,
         )
         read_start = time.perf_counter()
-        data = read_report(tool, run.report)
+        data = read_report(tool, run.report, source_lines=full)
         read_s = time.perf_counter() - read_start
     if save_report is not None:
         save_report.write_text(data.model_dump_json())
