@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from optiml.cuda.source import Kernel, SourceFile
-from optiml.errors import OptimlError, SpecError
-from optiml.harness.build import Build, build_device_code, kernel_resources
+from optiml.errors import ExitCode, OptimlError, SpecError
+from optiml.harness.build import DEFAULT_FLAGS, Build, build_device_code, kernel_resources
 from optiml.harness.evaluate import EvalOptions, evaluate
 from optiml.harness.gpu import default_arch, require_gpu
 from optiml.harness.nvcc import CompilerMessage, find_toolkit
@@ -29,6 +29,10 @@ __all__ = [
     "evaluate_file",
     "load",
     "profile_file",
+    "OptimizeRequest",
+    "optimize_file",
+    "optimize_file_async",
+    "write_winner",
 ]
 
 
@@ -151,3 +155,141 @@ def profile_file(
     source, k, spec = load(path, kernel)
     find_toolkit()
     return profile_kernel(source, k, spec, full=full, clock_control=clock_control, arch=arch)
+
+
+# ---- optimize ---------------------------------------------------------------------------------
+
+
+@dataclass
+class OptimizeRequest:
+    """`optiml optimize` as data: what the CLI and the language server ask for."""
+
+    file: Path
+    kernel: str
+    budget: int | None = 48
+    max_seconds: float | None = None
+    policy: str = "offline"  # offline | llm
+    llm_overrides: dict | None = None  # provider, model, base_url, replay
+    editor_settings: dict | None = None  # the LLM section of an editor's settings
+    seed: int = 0
+    gpus: str | None = "all"
+    parallel: int | None = None
+    out_dir: Path | None = None
+    resume: bool = False
+    profile: bool = True
+    sanitize: bool = True
+    arch: str | None = None
+    text: str | None = None  # an editor's snapshot of the file, instead of reading it
+    original_text: str = ""  # the text the search started from (filled in by `optimize_file`)
+
+
+def default_out_dir(file: Path, kernel: str) -> Path:
+    return Path(".optiml") / "runs" / f"{Path(file).stem}-{kernel.replace('::', '_')}"
+
+
+def optimize_file(request: OptimizeRequest, on_event=None, should_stop=None, executor=None):
+    """Run OptiML-X on one kernel (blocking); returns `optiml.search.optimize.Outcome` with the
+    files it wrote (trajectory, report, optimized file, saved search) in `outcome.files`."""
+    import asyncio
+
+    return asyncio.run(optimize_file_async(request, on_event, should_stop, executor))
+
+
+async def optimize_file_async(
+    request: OptimizeRequest, on_event=None, should_stop=None, executor=None
+):
+    from optiml.executors import LocalExecutor, parse_gpus
+    from optiml.search.optimize import BaselineFailed, OptimizeOptions, optimize
+    from optiml.search.report import render
+
+    if request.text is None:
+        request.original_text = SourceFile.read(request.file).text
+    else:
+        request.original_text = request.text
+    source = SourceFile(request.original_text, str(request.file))
+    kernel = source.kernel(request.kernel)
+    parse_spec(source, kernel)  # a bad spec is the user's error, before any GPU work
+    find_toolkit()
+    out_dir = request.out_dir or default_out_dir(request.file, kernel.name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    saved = out_dir / "search.json"
+    own_executor = executor is None
+    if executor is None:
+        executor = LocalExecutor(parse_gpus(request.gpus))
+    policy, review, llm = _policy(request, out_dir)
+    options = OptimizeOptions(
+        budget=request.budget,
+        max_seconds=request.max_seconds,
+        seed=request.seed,
+        parallel=request.parallel,
+        profile=request.profile,
+        sanitize=request.sanitize,
+        arch=request.arch,
+        resume=saved if request.resume else None,
+    )
+    try:
+        outcome = await optimize(
+            request.file,
+            kernel.name,
+            executor,
+            options,
+            policy=policy,
+            on_event=on_event,
+            should_stop=should_stop,
+            source_text=request.original_text,
+            llm_review=review,
+        )
+    except BaselineFailed as e:
+        raise InputFailed(str(e)) from None
+    finally:
+        if own_executor:
+            await executor.close()
+        if llm is not None:
+            await llm.aclose()
+    t = outcome.trajectory
+    outcome.search.save(saved)
+    files = {"trajectory": out_dir / "trajectory.json", "report": out_dir / "report.html"}
+    files["trajectory"].write_text(t.model_dump_json(indent=1))
+    files["report"].write_text(render(t))
+    if outcome.winner is not None:
+        optimized = (
+            out_dir / f"{Path(request.file).stem}.optimized{Path(request.file).suffix or '.cu'}"
+        )
+        optimized.write_text(outcome.winner.text)
+        files["optimized"] = optimized
+        if outcome.winner.flags != DEFAULT_FLAGS:
+            files["flags"] = out_dir / "nvcc-flags.txt"
+            files["flags"].write_text(" ".join(outcome.winner.flags) + "\n")
+    files["search"] = saved
+    outcome.files = files
+    return outcome
+
+
+class InputFailed(OptimlError):
+    """The kernel as written does not pass its own checks: nothing to optimize from."""
+
+    exit_code = ExitCode.WRONG_RESULT
+
+
+def write_winner(file: Path, original_text: str, winner) -> Path:
+    """Put the winner in the user's file (the CLI's --write), unless the file changed meanwhile."""
+    path = Path(file)
+    if path.read_text(encoding="utf-8") != original_text:
+        raise OptimlError(
+            f"{path} changed while the search ran; it is left as it is (the optimized file is in the run's folder)"
+        )
+    tmp = path.with_name(f".{path.name}.optiml-tmp")
+    tmp.write_text(winner.text, encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def _policy(request: OptimizeRequest, out_dir: Path):
+    """(policy, LLM review or None, LLM client to close or None) for the request."""
+    from optiml.search.policy import OfflinePolicy
+
+    if request.policy == "offline":
+        return OfflinePolicy(), None, None
+    from optiml.search.llm_policy import make_llm_policy
+
+    return make_llm_policy(request, out_dir)

@@ -42,6 +42,7 @@ class ReferenceFailed(OptimlError):
 class EvalOptions:
     arch: str | None = None  # None: the spec's `arch`, else the local GPU's, else sm_90
     flags: tuple[str, ...] = DEFAULT_FLAGS
+    candidate_flags: tuple[str, ...] | None = None  # the candidate's own (e.g. -use_fast_math)
     timeout_s: float = 60.0
     time: bool = True  # time the kernels, not only check them
     time_all_sizes: bool = True  # False: time the first size only (the others are only checked)
@@ -132,7 +133,9 @@ def evaluate(
     same = reference is not None and reference.kernel is kernel and candidate is None
     with ThreadPoolExecutor(max_workers=3) as pool:
         runner_f = pool.submit(runner_binary)
-        cand_f = pool.submit(_build, Target(cand_source, cand_kernel), cand_spec, opts)
+        cand_f = pool.submit(
+            _build, Target(cand_source, cand_kernel), cand_spec, opts, opts.candidate_flags
+        )
         ref_f = pool.submit(_build, reference, spec, opts) if reference and not same else None
         cand_build = cand_f.result()
         ref_build = ref_f.result() if ref_f else (cand_build if same else None)
@@ -189,13 +192,33 @@ def evaluate(
     return verdict
 
 
-def _build(target: Target, spec: Spec, opts: EvalOptions) -> Build:
+def _build(
+    target: Target, spec: Spec, opts: EvalOptions, flags: tuple[str, ...] | None = None
+) -> Build:
     return build_kernel(
         target.source,
         target.kernel,
         instantiation=spec.instantiation,
         arch=opts.arch,
-        flags=opts.flags,
+        flags=flags if flags is not None else opts.flags,
+    )
+
+
+def build_candidate(
+    source: SourceFile, kernel: Kernel, spec: Spec, candidate: SourceFile, opts: EvalOptions
+) -> Build:
+    """Compile a candidate as `evaluate` will (its own spec's instantiation, its flags), so that a
+    caller can compile on the CPU while a GPU is busy; `evaluate` then finds it in the cache."""
+    cand_kernel = candidate.kernel(kernel.name)
+    cand_spec = spec
+    if cand_kernel.spec_comment is not None:
+        own = parse_spec(candidate, cand_kernel)
+        cand_spec = spec.model_copy(
+            update={"template": own.template, "template_values": own.template_values}
+        )
+    arch = opts.arch or spec.arch or default_arch()
+    return _build(
+        Target(candidate, cand_kernel), cand_spec, replace(opts, arch=arch), opts.candidate_flags
     )
 
 

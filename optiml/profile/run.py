@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from optiml.cuda.source import Kernel, SourceFile
-from optiml.harness.build import build_kernel, runner_binary
+from optiml.harness.build import DEFAULT_FLAGS, build_kernel, runner_binary
 from optiml.harness.evaluate import EvalOptions, write_plan
 from optiml.harness.gpu import default_arch, local_gpus, require_gpu
 from optiml.profile.model import Profile, build_profile
@@ -26,6 +26,8 @@ def profile_kernel(
     arch: str | None = None,
     sizes: dict[str, int] | None = None,
     save_report: Path | None = None,
+    flags: tuple[str, ...] = DEFAULT_FLAGS,
+    env: dict[str, str] | None = None,
 ) -> Profile:
     """Profile the first launch of `kernel` at its first size (or `sizes`); `save_report` keeps
     the report's data as JSON (what the offline parser tests read)."""
@@ -33,7 +35,7 @@ def profile_kernel(
     tool = find_ncu()
     require_gpu("profile")
     arch = arch or spec.arch or default_arch()
-    build = build_kernel(source, kernel, instantiation=spec.instantiation, arch=arch)
+    build = build_kernel(source, kernel, instantiation=spec.instantiation, arch=arch, flags=flags)
     if not build.ok:
         first = next((m for m in build.messages if m.severity == "error"), None)
         raise NcuError(f"the kernel does not compile: {first or 'nvcc failed'}")
@@ -59,6 +61,7 @@ def profile_kernel(
             out=work / "profile",
             full=full,
             clock_control=clock_control,
+            env=env,
         )
         read_start = time.perf_counter()
         data = read_report(tool, run.report, source_lines=full)

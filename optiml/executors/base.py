@@ -1,0 +1,66 @@
+"""The executor interface: what the search, the judge and the editor's jobs ask of a GPU."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from optiml.cuda.source import Kernel, SourceFile
+from optiml.harness.build import DEFAULT_FLAGS
+from optiml.harness.evaluate import EvalOptions
+from optiml.harness.sanitize import SanitizerReport
+from optiml.harness.verdict import Verdict
+from optiml.profile.model import Profile
+from optiml.spec import Spec, parse_spec
+
+
+@dataclass(frozen=True)
+class Job:
+    """One kernel and one candidate of it: the user's file (the reference and the contract) and
+    the candidate's whole text, built with its own flags. `candidate=None` is the kernel itself."""
+
+    source: SourceFile
+    kernel: Kernel
+    spec: Spec
+    candidate: SourceFile | None = None
+    flags: tuple[str, ...] = DEFAULT_FLAGS
+
+    @property
+    def target(self) -> tuple[SourceFile, Kernel, Spec]:
+        """What runs: the candidate's file, its kernel and its spec (its launch, its instantiation)."""
+        if self.candidate is None:
+            return self.source, self.kernel, self.spec
+        kernel = self.candidate.kernel(self.kernel.name)
+        own = parse_spec(self.candidate, kernel) if kernel.spec_comment else self.spec
+        spec = self.spec.model_copy(
+            update={
+                "launch": own.launch,
+                "template": own.template,
+                "template_values": own.template_values,
+            }
+        )
+        return self.candidate, kernel, spec
+
+
+class Executor(ABC):
+    """Runs jobs on some GPU. Every method may be called concurrently: the executor schedules."""
+
+    @property
+    @abstractmethod
+    def slots(self) -> int:
+        """How many candidates it times at once (one per GPU)."""
+
+    @abstractmethod
+    async def evaluate(self, job: Job, options: EvalOptions) -> Verdict:
+        """Compile, check against the reference and time (a broken candidate is a verdict)."""
+
+    @abstractmethod
+    async def profile(self, job: Job, *, full: bool = False) -> Profile:
+        """Nsight Compute on the candidate at the first problem size."""
+
+    @abstractmethod
+    async def sanitize(self, job: Job, tool: str) -> SanitizerReport:
+        """compute-sanitizer (memcheck, racecheck) on the candidate at a small size."""
+
+    async def close(self) -> None:  # noqa: B027 (optional hook)
+        """Release what the executor holds (worker processes, connections)."""

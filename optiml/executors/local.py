@@ -1,0 +1,110 @@
+"""This machine's GPUs: compiles run on a pool of CPU workers while the GPUs run other candidates;
+each GPU times one candidate at a time (`CUDA_VISIBLE_DEVICES` per run), so timings and profiles of
+two candidates never share a GPU."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+from optiml.errors import OptimlError
+from optiml.executors.base import Executor, Job
+from optiml.harness.evaluate import EvalOptions, build_candidate, evaluate
+from optiml.harness.gpu import local_gpus, require_gpu
+from optiml.harness.sanitize import SanitizerReport, sanitize
+from optiml.harness.verdict import Verdict
+from optiml.profile.model import Profile
+from optiml.profile.run import profile_kernel
+
+
+def parse_gpus(text: str | None) -> list[int] | None:
+    """`all` (or None) -> None (every GPU); `0,2` -> [0, 2]; a clear error otherwise."""
+    if text is None or text.strip() in ("", "all"):
+        return None
+    try:
+        ids = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise OptimlError(f"--gpus takes `all` or GPU indices like `0,1`, not `{text}`") from None
+    if not ids or any(i < 0 for i in ids) or len(set(ids)) != len(ids):
+        raise OptimlError(f"--gpus takes distinct GPU indices like `0,1`, not `{text}`")
+    return ids
+
+
+class LocalExecutor(Executor):
+    def __init__(self, gpus: list[int] | None = None, compile_workers: int | None = None):
+        found = len(local_gpus())
+        if gpus is None:
+            require_gpu("optimize")
+            gpus = list(range(found))
+        missing = [g for g in gpus if g >= found]
+        if missing:
+            raise OptimlError(
+                f"no GPU {missing[0]} on this machine (it has {found}: 0 to {found - 1})"
+            )
+        self.gpus = gpus
+        self._free: asyncio.Queue[int] | None = None
+        self._compile = ThreadPoolExecutor(compile_workers or os.cpu_count() or 1, "optiml-nvcc")
+        self._run = ThreadPoolExecutor(max(len(gpus), 1) * 2, "optiml-gpu")
+
+    @property
+    def slots(self) -> int:
+        return len(self.gpus)
+
+    @contextlib.asynccontextmanager
+    async def _gpu(self) -> AsyncIterator[dict[str, str]]:
+        if self._free is None:
+            self._free = asyncio.Queue()
+            for g in self.gpus:
+                self._free.put_nowait(g)
+        gpu = await self._free.get()
+        try:
+            yield {"CUDA_VISIBLE_DEVICES": str(gpu)}
+        finally:
+            self._free.put_nowait(gpu)
+
+    async def _on_gpu(self, fn, *args, **kwargs):
+        loop = asyncio.get_running_loop()
+        async with self._gpu() as env:
+            return await loop.run_in_executor(self._run, lambda: fn(*args, env=env, **kwargs))
+
+    async def evaluate(self, job: Job, options: EvalOptions) -> Verdict:
+        opts = replace(options, candidate_flags=job.flags)
+        loop = asyncio.get_running_loop()
+        if job.candidate is not None:
+            # compile first, on the CPU pool: the GPU stays free for another candidate meanwhile
+            await loop.run_in_executor(
+                self._compile,
+                build_candidate,
+                job.source,
+                job.kernel,
+                job.spec,
+                job.candidate,
+                opts,
+            )
+
+        def run(env: dict[str, str]) -> Verdict:
+            return evaluate(
+                job.source,
+                job.kernel,
+                job.spec,
+                job.candidate,
+                replace(opts, env={**opts.env, **env}),
+            )
+
+        return await self._on_gpu(run)
+
+    async def profile(self, job: Job, *, full: bool = False) -> Profile:
+        source, kernel, spec = job.target
+        return await self._on_gpu(profile_kernel, source, kernel, spec, full=full, flags=job.flags)
+
+    async def sanitize(self, job: Job, tool: str) -> SanitizerReport:
+        source, kernel, spec = job.target
+        return await self._on_gpu(sanitize, source, kernel, spec, tool, flags=job.flags)
+
+    async def close(self) -> None:
+        self._compile.shutdown(wait=False, cancel_futures=True)
+        self._run.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,334 @@
+"""OptiML-X end to end, as the CLI and the editor run it: measure the input, search with MCTS over a
+policy's edits, re-measure the top candidates interleaved with the input (only a confirmed speedup
+counts), judge the best, and record everything as a `Trajectory` (plus the winner's file and an
+HTML report when an output folder is given)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from optiml.cuda.source import SourceFile
+from optiml.executors.base import Executor, Job
+from optiml.harness.evaluate import EvalOptions
+from optiml.harness.nvcc import find_toolkit
+from optiml.search.judge import judge
+from optiml.search.mcts import Node, Progress, Search, SearchConfig
+from optiml.search.policy import OfflinePolicy, Policy
+from optiml.search.problem import CODEC, KernelProblem, ProblemOptions, measure
+from optiml.search.reward import RewardConfig, is_improvement
+from optiml.search.trajectory import (
+    Confirmation,
+    Measurement,
+    ProfileSummary,
+    ProgressPoint,
+    Trajectory,
+    TrajectoryNode,
+)
+from optiml.search.variant import Variant, kernel_text
+from optiml.spec import load
+
+
+@dataclass
+class OptimizeOptions:
+    budget: int | None = 48  # evaluations
+    max_seconds: float | None = None
+    seed: int = 0
+    parallel: int | None = None  # evaluations in flight; None: two per GPU slot
+    profile: bool = True
+    confirm_top: int = 3
+    sanitize: bool = True
+    judge: bool = True
+    # the search times the first size only, briefly; confirmation times it longer
+    search_eval: EvalOptions = field(
+        default_factory=lambda: EvalOptions(time_all_sizes=False, reps_min=10, target_ms=100.0)
+    )
+    confirm_eval: EvalOptions = field(
+        default_factory=lambda: EvalOptions(time_all_sizes=False, reps_min=30, target_ms=400.0)
+    )
+    reward: RewardConfig = RewardConfig()
+    arch: str | None = None
+    resume: Path | None = None  # a saved tree to go on from
+
+
+@dataclass
+class Event:
+    """Progress for a CLI or an editor: what phase, how far, the best so far."""
+
+    phase: str  # baseline | search | confirm | judge | done
+    evaluations: int = 0
+    budget: int | None = None
+    best_speedup: float | None = None
+    bottleneck: str | None = None
+    last: str = ""
+
+
+@dataclass
+class Outcome:
+    trajectory: Trajectory
+    winner: Variant | None  # the confirmed, judged variant (the whole file), if any
+    baseline_profile: ProfileSummary | None
+    search: Search[Variant, Any]
+    files: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def speedup(self) -> float | None:
+        t = self.trajectory
+        found = next((c for c in t.confirmed if c.node == t.winner), None)
+        return found.speedup if found else None
+
+
+async def optimize(
+    path: str | Path,
+    kernel_name: str,
+    executor: Executor,
+    options: OptimizeOptions | None = None,
+    *,
+    policy: Policy | None = None,
+    on_event: Callable[[Event], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    source_text: str | None = None,
+    llm_review: Callable[[Variant, Measurement], Any] | None = None,
+) -> Outcome:
+    """Search for a faster, verified `kernel_name` in `path` (or in `source_text`, an editor's
+    snapshot of it). The user's file is never written here."""
+    opts = options or OptimizeOptions()
+    policy = policy or OfflinePolicy()
+    emit = on_event or (lambda e: None)
+    started = time.perf_counter()
+    if source_text is None:
+        source, kernel, spec = load(path, kernel_name)
+    else:
+        from optiml.spec import parse_spec
+
+        source = SourceFile(source_text, str(path))
+        kernel = source.kernel(kernel_name)
+        spec = parse_spec(source, kernel)
+    arch = opts.arch or spec.arch
+    search_eval = replace(opts.search_eval, arch=arch or opts.search_eval.arch)
+    confirm_eval = replace(opts.confirm_eval, arch=arch or opts.confirm_eval.arch)
+    problem_opts = ProblemOptions(eval=search_eval, profile=opts.profile, reward=opts.reward)
+
+    emit(Event("baseline", budget=opts.budget, last="measuring the input"))
+    root = Variant(source.text)
+    base_job = Job(source, kernel, spec, candidate=SourceFile(source.text, source.path))
+    baseline = await measure(executor, base_job, problem_opts)
+    if baseline.status != "ok":
+        raise BaselineFailed(f"the input itself does not pass its checks: {baseline.message}")
+    sm_count = baseline.sm_count or 132
+    problem = KernelProblem(
+        source, kernel, spec, executor, policy, problem_opts, baseline, sm_count=sm_count
+    )
+    parallel = opts.parallel or max(2, 2 * executor.slots)
+    config = SearchConfig(seed=opts.seed, parallelism=parallel)
+    if opts.resume is not None and opts.resume.exists():
+        search = Search.load(opts.resume, problem, CODEC)
+    else:
+        search = Search(problem, root, config, CODEC)
+    points: list[ProgressPoint] = []
+    best_box: dict[str, Any] = {
+        "speedup": None,
+        "bottleneck": baseline.profile.bottleneck if baseline.profile else None,
+    }
+
+    def progress(p: Progress[Variant, Any]) -> None:
+        m = Measurement.model_validate(p.node.info.get("measurement", {}))
+        if p.best is not None:
+            best = Measurement.model_validate(p.best.info.get("measurement", {}))
+            best_box["speedup"] = best.speedup
+            if best.profile:
+                best_box["bottleneck"] = best.profile.bottleneck
+        points.append(
+            ProgressPoint(
+                evaluations=search.evaluations,
+                seconds=time.perf_counter() - started,
+                best_speedup=best_box["speedup"],
+            )
+        )
+        what = p.node.action.summary if p.node.action is not None else "the input"
+        verdict = m.status if m.status != "ok" else f"{m.speedup:.2f}x" if m.speedup else "ok"
+        emit(
+            Event(
+                "search",
+                evaluations=search.evaluations,
+                budget=opts.budget,
+                best_speedup=best_box["speedup"],
+                bottleneck=best_box["bottleneck"],
+                last=f"{what}: {verdict}",
+            )
+        )
+
+    result = await search.run(
+        max_evaluations=opts.budget,
+        max_seconds=opts.max_seconds,
+        should_stop=should_stop,
+        on_progress=progress,
+    )
+
+    # Confirm: the best distinct correct variants, re-measured longer, interleaved with the input.
+    ranked = sorted(
+        (
+            n
+            for n in search.nodes
+            if n.evaluated and not n.dead and n.reward is not None and n.state.key != root.key
+        ),
+        key=lambda n: (-n.reward, n.order or 0),
+    )
+    seen, top = set(), []
+    for n in ranked:
+        if n.state.key not in seen:
+            seen.add(n.state.key)
+            top.append(n)
+        if len(top) == opts.confirm_top:
+            break
+    confirmed: list[tuple[Node, Confirmation, Measurement]] = []
+    stopped = should_stop is not None and should_stop()
+    for i, n in enumerate(top):
+        if stopped:
+            break
+        emit(
+            Event(
+                "confirm",
+                search.evaluations,
+                opts.budget,
+                best_box["speedup"],
+                last=f"re-measuring candidate {i + 1} of {len(top)}",
+            )
+        )
+        v = await executor.evaluate(problem.job(n.state), confirm_eval)
+        m = Measurement.of(v)
+        if m.status == "ok" and m.speedup:
+            confirmed.append(
+                (
+                    n,
+                    Confirmation(
+                        node=n.id,
+                        speedup=m.speedup,
+                        candidate_ms=m.candidate_ms,
+                        reference_ms=m.reference_ms,
+                        noise=m.noise,
+                        repeats=v.cases[0].timing.candidate.reps
+                        if v.cases and v.cases[0].timing
+                        else 0,
+                    ),
+                    m,
+                )
+            )
+        stopped = should_stop is not None and should_stop()
+    confirmed.sort(key=lambda item: -item[1].speedup)
+
+    winner, verdict, winner_profile = None, None, None
+    for n, c, m in confirmed[:2]:
+        if stopped or not is_improvement(m, opts.reward):
+            break
+        if not opts.judge:
+            winner = n
+            break
+        emit(
+            Event(
+                "judge",
+                search.evaluations,
+                opts.budget,
+                c.speedup,
+                last="judging the best candidate",
+            )
+        )
+        review = (lambda n=n, m=m: llm_review(n.state, m)) if llm_review is not None else None
+        verdict = await judge(
+            executor,
+            problem.job(n.state),
+            confirm_eval,
+            m,
+            sanitize=opts.sanitize,
+            llm_review=review,
+        )
+        if verdict.accepted:
+            winner = n
+            break
+        stopped = should_stop is not None and should_stop()
+    if winner is not None:
+        info = Measurement.model_validate(winner.info.get("measurement", {}))
+        winner_profile = info.profile
+
+    tk = find_toolkit()
+    trajectory = Trajectory(
+        file=str(path),
+        kernel=kernel.name,
+        device=baseline.device,
+        arch=search_eval.arch or "",
+        nvcc=tk.version,
+        date=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        policy=getattr(policy, "name", type(policy).__name__),
+        seed=opts.seed,
+        budget=opts.budget,
+        max_seconds=opts.max_seconds,
+        baseline=baseline,
+        nodes=[_node(n, kernel.name) for n in search.nodes],
+        progress=points,
+        best=result.best.id if result.best is not None else None,
+        confirmed=[c for _, c, _ in confirmed],
+        winner=winner.id if winner is not None else None,
+        winner_profile=winner_profile,
+        judge=verdict,
+        stop="cancelled" if stopped and result.stop.value != "cancelled" else result.stop.value,
+        evaluations=search.evaluations,
+        wall_s=time.perf_counter() - started,
+        llm_cost_usd=getattr(policy, "cost_usd", None),
+    )
+    trajectory.outcome = _outcome(trajectory, confirmed, verdict)
+    emit(
+        Event("done", search.evaluations, opts.budget, best_box["speedup"], last=trajectory.outcome)
+    )
+    return Outcome(
+        trajectory=trajectory,
+        winner=winner.state if winner is not None else None,
+        baseline_profile=baseline.profile,
+        search=search,
+    )
+
+
+class BaselineFailed(Exception):
+    pass
+
+
+def _node(n: Node[Variant, Any], kernel: str) -> TrajectoryNode:
+    info = n.info or {}
+    m = Measurement.model_validate(info["measurement"]) if "measurement" in info else None
+    src = SourceFile(n.state.text)
+    try:
+        text = kernel_text(src, src.kernel(kernel))
+    except Exception:  # an LLM's variant that lost the kernel: keep what there is
+        text = n.state.text
+    return TrajectoryNode(
+        id=n.id,
+        parent=n.parent.id if n.parent is not None else None,
+        depth=n.depth,
+        edit=n.action,
+        kernel=text,
+        flags=list(n.state.flags),
+        order=n.order,
+        measurement=m,
+        reward=n.reward,
+        reward_terms=info.get("terms", {}),
+        visits=n.visits,
+    )
+
+
+def _outcome(t: Trajectory, confirmed, verdict) -> str:
+    if t.winner is not None:
+        c = next(c for c in t.confirmed if c.node == t.winner)
+        return f"{c.speedup:.2f}x faster ({c.reference_ms:.4g} ms -> {c.candidate_ms:.4g} ms), confirmed and judged"
+    if verdict is not None and not verdict.accepted:
+        return "the best candidate was rejected by the judge: " + "; ".join(verdict.reasons)
+    if confirmed:
+        best = confirmed[0][1]
+        return (
+            f"no confirmed improvement: the best candidate re-measured at {best.speedup:.2f}x, within the noise ({best.noise:.1%})"
+            if best.speedup > 1
+            else f"no improvement: the best candidate re-measured at {best.speedup:.2f}x"
+        )
+    return "no correct candidate faster than the input was found"

@@ -1,0 +1,104 @@
+"""Policies propose edits of a variant, each with a prior. The offline policy (the default, no LLM)
+asks every transformation of the catalog and ranks what they make by the profile's diagnosis: an
+edit known to address the variant's bottleneck first. A policy never runs code."""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from optiml.search.catalog import CATALOG, Context, Transformation
+from optiml.search.trajectory import Edit, ProfileSummary
+from optiml.search.variant import Variant
+
+logger = logging.getLogger(__name__)
+
+# How much more likely an edit is tried first when it addresses the diagnosed bottleneck.
+MATCH, NO_PROFILE, MISMATCH = 3.0, 1.0, 0.4
+JITTER = 0.1
+
+
+@dataclass
+class Request:
+    """What a policy sees of a node: the variant, where it came from, and what is known of it."""
+
+    variant: Variant
+    path: str  # the user's file (compiler messages, includes)
+    kernel: str
+    applied: tuple[str, ...] = ()  # the transformations on the way to it
+    profile: ProfileSummary | None = None
+    speedup: float | None = None
+    sm_count: int = 132
+    tried: set[str] = field(default_factory=set)  # edit keys its node already has
+
+
+@dataclass(frozen=True)
+class Candidate:
+    edit: Edit
+    prior: float
+    variant: Variant
+
+
+class Policy(Protocol):
+    name: str
+
+    async def propose(self, request: Request, k: int, rng: random.Random) -> list[Candidate]:
+        """Edits of `request.variant`, best first (the search takes the first k new ones)."""
+        ...
+
+
+class OfflinePolicy:
+    """The catalog, ranked by the profile."""
+
+    name = "offline"
+
+    def __init__(self, catalog: dict[str, Transformation] | None = None):
+        self.catalog = catalog if catalog is not None else CATALOG
+
+    async def propose(self, request: Request, k: int, rng: random.Random) -> list[Candidate]:
+        # A small seeded jitter breaks ties between equally ranked edits differently per seed.
+        ranked = [
+            Candidate(c.edit, c.prior * (1 + JITTER * rng.random()), c.variant)
+            for c in self.candidates(request)
+        ]
+        ranked.sort(key=lambda c: (-c.prior, c.edit.key))
+        return ranked
+
+    def candidates(self, request: Request) -> list[Candidate]:
+        try:
+            ctx = Context.of(
+                request.variant,
+                request.path,
+                request.kernel,
+                bottleneck=request.profile.bottleneck if request.profile else None,
+                profile=request.profile.model_dump() if request.profile else {},
+                sm_count=request.sm_count,
+                applied=request.applied,
+            )
+        except Exception as e:  # a variant an LLM wrote may not parse: nothing to propose
+            logger.info("no catalog proposals for a variant that does not parse: %s", e)
+            return []
+        out: list[Candidate] = []
+        for name, t in self.catalog.items():
+            if t.once and name in request.applied:
+                continue
+            try:
+                proposals = t.propose(ctx)
+            except Exception as e:  # one transformation's bug must not end the search
+                logger.warning("transformation %s failed on %s: %s", name, request.kernel, e)
+                continue
+            if request.profile is None:
+                relevance = NO_PROFILE
+            elif request.profile.bottleneck in t.addresses:
+                relevance = MATCH
+            else:
+                relevance = MISMATCH
+            for p in proposals:
+                if p.variant.key == request.variant.key:
+                    continue  # an edit that changes nothing
+                edit = Edit(transform=name, params=p.params, summary=p.summary)
+                out.append(Candidate(edit, relevance * p.weight, p.variant))
+        out.sort(key=lambda c: (-c.prior, c.edit.key))
+        return out

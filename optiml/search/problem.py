@@ -1,0 +1,131 @@
+"""The search problem of one kernel, for the generic MCTS: states are variants, actions are edits a
+policy proposes, and evaluating a state runs the real pipeline (compile, check, time, profile)
+through an executor. Identical variants reached by different paths are measured once."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+
+from optiml.cuda.source import Kernel, SourceFile
+from optiml.errors import OptimlError
+from optiml.executors.base import Executor, Job
+from optiml.harness.evaluate import EvalOptions
+from optiml.search.mcts import Evaluation, Node
+from optiml.search.policy import Policy, Request
+from optiml.search.reward import RewardConfig, reward
+from optiml.search.trajectory import Edit, Measurement, ProfileSummary
+from optiml.search.tree_io import Codec
+from optiml.search.variant import Variant
+from optiml.spec import Spec
+
+
+@dataclass
+class ProblemOptions:
+    eval: EvalOptions
+    profile: bool = True  # profile every correct candidate (the reward's hardware terms)
+    reward: RewardConfig = RewardConfig()
+
+
+CODEC: Codec[Variant, Edit] = Codec(
+    encode_state=lambda v: v.to_json(),
+    decode_state=Variant.from_json,
+    encode_action=lambda e: e.model_dump(),
+    decode_action=Edit.model_validate,
+)
+
+
+class KernelProblem:
+    def __init__(
+        self,
+        source: SourceFile,
+        kernel: Kernel,
+        spec: Spec,
+        executor: Executor,
+        policy: Policy,
+        options: ProblemOptions,
+        baseline: Measurement,
+        sm_count: int = 132,
+    ):
+        self.source, self.kernel, self.spec = source, kernel, spec
+        self.executor = executor
+        self.policy = policy
+        self.options = options
+        self.baseline = baseline
+        self.sm_count = sm_count
+        self._made: dict[tuple[str, str], Variant] = {}
+        self._measured: dict[str, asyncio.Future[Evaluation]] = {}
+        self.root_key = Variant(source.text).key
+        self.rejected: list[tuple[str, str]] = []  # (edit key, why) of edits that made nothing
+
+    # -- mcts.Problem ---------------------------------------------------------------------------
+
+    async def propose(
+        self, node: Node[Variant, Edit], k: int, rng: random.Random
+    ) -> list[tuple[Edit, float]]:
+        info = node.info.get("measurement") or {}
+        m = Measurement.model_validate(info) if info else None
+        request = Request(
+            variant=node.state,
+            path=self.source.path,
+            kernel=self.kernel.name,
+            applied=tuple(e.transform for e in node.path),
+            profile=m.profile if m else None,
+            speedup=m.speedup if m else None,
+            sm_count=self.sm_count,
+            tried={c.key for c in node.children if c.key},
+        )
+        out = []
+        for c in await self.policy.propose(request, k, rng):
+            self._made[(node.state.key, c.edit.key)] = c.variant
+            out.append((c.edit, c.prior))
+        return out
+
+    def apply(self, state: Variant, action: Edit) -> Variant:
+        return self._made[(state.key, action.key)]
+
+    def action_key(self, action: Edit) -> str:
+        return action.key
+
+    async def evaluate(self, state: Variant) -> Evaluation:
+        # The same text reached twice (edits that commute) is measured once.
+        future = self._measured.get(state.key)
+        if future is None:
+            future = asyncio.ensure_future(self._evaluate(state))
+            self._measured[state.key] = future
+        return await asyncio.shield(future)
+
+    # -- evaluation ----------------------------------------------------------------------------
+
+    def job(self, state: Variant) -> Job:
+        return Job(
+            self.source,
+            self.kernel,
+            self.spec,
+            candidate=SourceFile(state.text, self.source.path),
+            flags=state.flags,
+        )
+
+    async def _evaluate(self, state: Variant) -> Evaluation:
+        if state.key == self.root_key:
+            m = self.baseline
+        else:
+            m = await measure(self.executor, self.job(state), self.options)
+        r, terms = reward(m, self.baseline, self.options.reward)
+        return Evaluation(reward=r, info={"measurement": m.model_dump(), "terms": terms})
+
+
+async def measure(executor: Executor, job: Job, options: ProblemOptions) -> Measurement:
+    """Evaluate a candidate, and profile it if it is correct (a profile that fails is noted)."""
+    verdict = await executor.evaluate(job, options.eval)
+    m = Measurement.of(verdict)
+    if m.status == "ok" and options.profile:
+        start = time.perf_counter()
+        try:
+            m.profile = ProfileSummary.of(await executor.profile(job))
+        except OptimlError as e:
+            m.message += f"; not profiled: {e}"
+        m.profile_s = time.perf_counter() - start
+    return m

@@ -1,0 +1,257 @@
+"""`optimize` end to end without a GPU: the real policy, catalog, MCTS, confirmation, judge and
+report, over an executor that compiles every candidate for real (nvcc) and stands in for the GPU
+with a fixed cost model (a vectorized kernel is faster, a grid-stride one a little). What the GPU
+itself says is tested on the GPU (tests/search/test_gpu_catalog.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from optiml.executors.base import Executor, Job
+from optiml.harness.evaluate import EvalOptions, build_candidate
+from optiml.harness.sanitize import SanitizerReport
+from optiml.harness.verdict import (
+    BufferCheck,
+    CaseResult,
+    CaseTiming,
+    KernelAttributes,
+    LaunchConfig,
+    SeedCheck,
+    TimingStats,
+    Verdict,
+)
+from optiml.profile.model import Bottleneck, Coalescing, Occupancy, Profile, Roofline
+from optiml.search.optimize import Event, OptimizeOptions, optimize
+from optiml.search.report import render
+from tests.support import FIXTURES
+
+BASE_MS = 1.0
+
+
+def cost(text: str) -> float:
+    """The stand-in GPU's time for a variant: what each edit is worth in this model."""
+    ms = BASE_MS
+    if "optiml_pack" in text:
+        ms /= 1.25
+    if "blockDim.x * gridDim.x" in text:
+        ms /= 1.05
+    if "__restrict__" in text:
+        ms /= 1.02
+    return ms
+
+
+class StandInExecutor(Executor):
+    def __init__(self, wrong: str | None = None):
+        self.calls: list[str] = []
+        self.wrong = wrong  # a marker: candidates containing it are "wrong"
+
+    @property
+    def slots(self) -> int:
+        return 1
+
+    async def evaluate(self, job: Job, options: EvalOptions) -> Verdict:
+        self.calls.append("evaluate")
+        source, kernel, spec = job.target
+        build = build_candidate(job.source, job.kernel, job.spec, source, options)
+        base = dict(
+            file=job.source.path,
+            kernel=kernel.name,
+            reference="self",
+            arch="sm_90",
+            nvcc_version="13.0",
+            date="2026-12-02",
+        )
+        if not build.ok:
+            return Verdict(status="compile_error", message="does not compile", **base)
+        if self.wrong and self.wrong in source.text:
+            return Verdict(status="wrong_result", message="y[3] is 1, expected 2", **base)
+        case = spec.case((options.sizes or spec.sizes)[0])
+        launch = LaunchConfig(grid=list(case.grid), block=list(case.block), smem=case.smem)
+        ms = cost(source.text)
+        stats = lambda m: TimingStats(
+            median_ms=m, q1_ms=m * 0.999, q3_ms=m * 1.001, min_ms=m, reps=20
+        )  # noqa: E731
+        return Verdict(
+            status="ok",
+            message="correct",
+            cases=[
+                CaseResult(
+                    label=case.label,
+                    launch={"candidate": launch, "reference": launch},
+                    attributes={
+                        "candidate": KernelAttributes(
+                            registers=32,
+                            local_bytes=0,
+                            static_smem=0,
+                            max_threads_per_block=1024,
+                            blocks_per_sm=8,
+                        )
+                    },
+                    seeds=[
+                        SeedCheck(
+                            seed=s,
+                            buffers=[
+                                BufferCheck(
+                                    name="y",
+                                    mismatches=0,
+                                    unwritten=0,
+                                    max_abs_error=0,
+                                    max_rel_error=0,
+                                )
+                            ],
+                        )
+                        for s in (1, 2)
+                    ],
+                    timing=CaseTiming(
+                        candidate=stats(ms),
+                        reference=stats(BASE_MS),
+                        warmup_rounds=1,
+                        sm_clock_mhz=[1980, 1980],
+                    ),
+                )
+            ],
+            **base,
+        )
+
+    async def profile(self, job: Job, *, full: bool = False) -> Profile:
+        self.calls.append("profile")
+        source, _, _ = job.target
+        return Profile(
+            kernel=job.kernel.name,
+            duration_ms=cost(source.text),
+            sol_compute_pct=10,
+            sol_memory_pct=80,
+            dram_pct=80,
+            l2_pct=40,
+            l1_pct=30,
+            dram_read_bytes=5e8,
+            dram_write_bytes=2.5e8,
+            dram_tbps=3.4,
+            flops=1e8,
+            registers_per_thread=32,
+            grid_blocks=1e5,
+            block_threads=256,
+            sm_count=132,
+            occupancy=Occupancy(
+                achieved_pct=90, theoretical_pct=100, limiter="warps", blocks_per_sm={}
+            ),
+            coalescing=Coalescing(
+                load_sectors_per_request=4, store_sectors_per_request=4, excessive_sector_fraction=0
+            ),
+            shared_bank_conflicts=0,
+            shared_wavefronts=0,
+            local_sectors=0,
+            global_sectors=1e7,
+            atomic_sectors=0,
+            stalls=[],
+            roofline=Roofline(
+                arithmetic_intensity=0.1,
+                achieved_tflops=0.1,
+                achieved_tbps=3.4,
+                ridge=15,
+                bound="memory",
+                fraction_of_roof=0.8,
+            ),
+            bottleneck=Bottleneck(kind="dram", explanation="DRAM throughput is at 80 % of peak"),
+        )
+
+    async def sanitize(self, job: Job, tool: str) -> SanitizerReport:
+        self.calls.append(tool)
+        return SanitizerReport(
+            tool=tool, errors=0, ok=True, size="n=1000003", messages=[], seconds=0.1
+        )
+
+
+def run(executor, budget=12, **kw):
+    events: list[Event] = []
+    outcome = asyncio.run(
+        optimize(
+            FIXTURES / "saxpy.cu",
+            "saxpy",
+            executor,
+            OptimizeOptions(budget=budget, **kw),
+            on_event=events.append,
+        )
+    )
+    return outcome, events
+
+
+def test_finds_confirms_and_judges_the_vectorized_saxpy():
+    ex = StandInExecutor()
+    outcome, events = run(ex)
+    t = outcome.trajectory
+    assert t.winner is not None and outcome.winner is not None
+    assert "optiml_pack" in outcome.winner.text  # the model's fastest edit
+    assert outcome.speedup == pytest.approx(
+        max(
+            BASE_MS / cost(n.kernel)
+            for n in t.nodes
+            if n.measurement and n.measurement.status == "ok"
+        ),
+        rel=1e-6,
+    )
+    assert t.judge.accepted and {c.name for c in t.judge.checks} >= {
+        "memcheck",
+        "racecheck",
+        "no hard-coded sizes",
+        "unseen size and seeds",
+    }
+    assert [e.phase for e in events][0] == "baseline" and events[-1].phase == "done"
+    assert t.evaluations == 12 and len(t.progress) >= 11
+    assert t.baseline.profile.bottleneck == "dram"
+    html = render(t)
+    assert "Diff of the kernel" in html and "optiml_pack" in html and "<script" not in html
+    json.loads(t.model_dump_json())  # the trajectory is plain JSON
+
+
+def test_wrong_candidates_are_pruned_not_offered():
+    ex = StandInExecutor(wrong="optiml_pack")
+    outcome, _ = run(ex)
+    t = outcome.trajectory
+    wrong = [n for n in t.nodes if n.measurement and n.measurement.status == "wrong_result"]
+    assert wrong and all(n.reward is None for n in wrong)
+    assert outcome.winner is None or "optiml_pack" not in outcome.winner.text
+
+
+def test_no_improvement_is_said_plainly():
+    class Flat(StandInExecutor):
+        async def evaluate(self, job, options):
+            v = await super().evaluate(job, options)
+            for c in v.cases:
+                c.timing.candidate = c.timing.reference
+            return v
+
+    outcome, _ = run(Flat(), budget=6)
+    assert outcome.winner is None
+    assert (
+        "no confirmed improvement" in outcome.trajectory.outcome
+        or "no improvement" in outcome.trajectory.outcome
+    )
+
+
+def test_a_stop_request_ends_the_search_with_what_it_has():
+    ex = StandInExecutor()
+    calls = {"n": 0}
+
+    def stop():
+        calls["n"] += 1
+        return calls["n"] > 3
+
+    outcome = asyncio.run(
+        optimize(FIXTURES / "saxpy.cu", "saxpy", ex, OptimizeOptions(budget=40), should_stop=stop)
+    )
+    assert outcome.trajectory.stop == "cancelled"
+    assert outcome.trajectory.evaluations < 40
+
+
+def test_the_search_resumes_from_its_saved_tree(tmp_path):
+    ex = StandInExecutor()
+    first, _ = run(ex, budget=5)
+    saved = tmp_path / "search.json"
+    first.search.save(saved)
+    second, _ = run(StandInExecutor(), budget=5, resume=saved)
+    assert second.trajectory.evaluations == 10
+    assert len(second.trajectory.nodes) >= len(first.trajectory.nodes)
