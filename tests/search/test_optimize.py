@@ -71,9 +71,10 @@ class StandInExecutor(Executor):
         case = spec.case((options.sizes or spec.sizes)[0])
         launch = LaunchConfig(grid=list(case.grid), block=list(case.block), smem=case.smem)
         ms = cost(source.text)
-        stats = lambda m: TimingStats(
-            median_ms=m, q1_ms=m * 0.999, q3_ms=m * 1.001, min_ms=m, reps=20
-        )  # noqa: E731
+
+        def stats(m: float) -> TimingStats:
+            return TimingStats(median_ms=m, q1_ms=m * 0.999, q3_ms=m * 1.001, min_ms=m, reps=20)
+
         return Verdict(
             status="ok",
             message="correct",
