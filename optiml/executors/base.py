@@ -51,8 +51,9 @@ class Executor(ABC):
         """How many candidates it times at once (one per GPU)."""
 
     @abstractmethod
-    async def evaluate(self, job: Job, options: EvalOptions) -> Verdict:
-        """Compile, check against the reference and time (a broken candidate is a verdict)."""
+    async def evaluate(self, job: Job, options: EvalOptions, *, pinned: bool = False) -> Verdict:
+        """Compile, check against the reference and time (a broken candidate is a verdict).
+        `pinned`: on the executor's first GPU, so that final comparisons share one GPU."""
 
     @abstractmethod
     async def profile(self, job: Job, *, full: bool = False) -> Profile:

@@ -35,8 +35,13 @@ def parse_gpus(text: str | None) -> list[int] | None:
 
 
 class LocalExecutor(Executor):
-    def __init__(self, gpus: list[int] | None = None, compile_workers: int | None = None):
-        found = len(local_gpus())
+    def __init__(
+        self,
+        gpus: list[int] | None = None,
+        compile_workers: int | None = None,
+        device_count: int | None = None,
+    ):
+        found = len(local_gpus()) if device_count is None else device_count
         if gpus is None:
             require_gpu("optimize")
             gpus = list(range(found))
@@ -46,7 +51,8 @@ class LocalExecutor(Executor):
                 f"no GPU {missing[0]} on this machine (it has {found}: 0 to {found - 1})"
             )
         self.gpus = gpus
-        self._free: asyncio.Queue[int] | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self._locks: dict[int, asyncio.Lock] = {}
         self._compile = ThreadPoolExecutor(compile_workers or os.cpu_count() or 1, "optiml-nvcc")
         self._run = ThreadPoolExecutor(max(len(gpus), 1) * 2, "optiml-gpu")
 
@@ -55,23 +61,26 @@ class LocalExecutor(Executor):
         return len(self.gpus)
 
     @contextlib.asynccontextmanager
-    async def _gpu(self) -> AsyncIterator[dict[str, str]]:
-        if self._free is None:
-            self._free = asyncio.Queue()
-            for g in self.gpus:
-                self._free.put_nowait(g)
-        gpu = await self._free.get()
-        try:
-            yield {"CUDA_VISIBLE_DEVICES": str(gpu)}
-        finally:
-            self._free.put_nowait(gpu)
+    async def _gpu(self, pinned: bool = False) -> AsyncIterator[dict[str, str]]:
+        """A free GPU (the first of the executor's with `pinned`), held for the block."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(len(self.gpus))
+            self._locks = {g: asyncio.Lock() for g in self.gpus}
+        async with self._slots:
+            if pinned:
+                gpu = self.gpus[0]
+            else:
+                gpu = next(g for g in self.gpus if not self._locks[g].locked())
+            async with self._locks[gpu]:
+                yield {"CUDA_VISIBLE_DEVICES": str(gpu)}
 
-    async def _on_gpu(self, fn, *args, **kwargs):
+    async def run_on_gpu(self, fn, *args, pinned: bool = False, **kwargs):
+        """`fn(*args, env=..., **kwargs)` in a worker thread once a GPU is free (`env` names it)."""
         loop = asyncio.get_running_loop()
-        async with self._gpu() as env:
+        async with self._gpu(pinned) as env:
             return await loop.run_in_executor(self._run, lambda: fn(*args, env=env, **kwargs))
 
-    async def evaluate(self, job: Job, options: EvalOptions) -> Verdict:
+    async def evaluate(self, job: Job, options: EvalOptions, *, pinned: bool = False) -> Verdict:
         opts = replace(options, candidate_flags=job.flags)
         loop = asyncio.get_running_loop()
         if job.candidate is not None:
@@ -95,15 +104,17 @@ class LocalExecutor(Executor):
                 replace(opts, env={**opts.env, **env}),
             )
 
-        return await self._on_gpu(run)
+        return await self.run_on_gpu(run, pinned=pinned)
 
     async def profile(self, job: Job, *, full: bool = False) -> Profile:
         source, kernel, spec = job.target
-        return await self._on_gpu(profile_kernel, source, kernel, spec, full=full, flags=job.flags)
+        return await self.run_on_gpu(
+            profile_kernel, source, kernel, spec, full=full, flags=job.flags
+        )
 
     async def sanitize(self, job: Job, tool: str) -> SanitizerReport:
         source, kernel, spec = job.target
-        return await self._on_gpu(sanitize, source, kernel, spec, tool, flags=job.flags)
+        return await self.run_on_gpu(sanitize, source, kernel, spec, tool, flags=job.flags)
 
     async def close(self) -> None:
         self._compile.shutdown(wait=False, cancel_futures=True)

@@ -199,7 +199,8 @@ async def optimize(
                 last=f"re-measuring candidate {i + 1} of {len(top)}",
             )
         )
-        v = await executor.evaluate(problem.job(n.state), confirm_eval)
+        # every confirmation on the same GPU: their speedups are compared with each other
+        v = await executor.evaluate(problem.job(n.state), confirm_eval, pinned=True)
         m = Measurement.of(v)
         if m.status == "ok" and m.speedup:
             confirmed.append(
@@ -237,7 +238,14 @@ async def optimize(
                 last="judging the best candidate",
             )
         )
-        review = (lambda n=n, m=m: llm_review(n.state, m)) if llm_review is not None else None
+        # The confirmation does not profile; the review gets the search's profile of the node.
+        seen = Measurement.model_validate(n.info.get("measurement", {})) if n.info else None
+        shown = m if m.profile or seen is None else m.model_copy(update={"profile": seen.profile})
+        review = (
+            (lambda n=n, shown=shown: llm_review(n.state, shown))
+            if llm_review is not None
+            else None
+        )
         verdict = await judge(
             executor,
             problem.job(n.state),
@@ -278,6 +286,7 @@ async def optimize(
         evaluations=search.evaluations,
         wall_s=time.perf_counter() - started,
         llm_cost_usd=getattr(policy, "cost_usd", None),
+        rejected=list(getattr(policy, "rejected", [])),
     )
     trajectory.outcome = _outcome(trajectory, confirmed, verdict)
     emit(

@@ -52,7 +52,7 @@ class StandInExecutor(Executor):
     def slots(self) -> int:
         return 1
 
-    async def evaluate(self, job: Job, options: EvalOptions) -> Verdict:
+    async def evaluate(self, job: Job, options: EvalOptions, *, pinned: bool = False) -> Verdict:
         self.calls.append("evaluate")
         source, kernel, spec = job.target
         build = build_candidate(job.source, job.kernel, job.spec, source, options)
@@ -219,8 +219,8 @@ def test_wrong_candidates_are_pruned_not_offered():
 
 def test_no_improvement_is_said_plainly():
     class Flat(StandInExecutor):
-        async def evaluate(self, job, options):
-            v = await super().evaluate(job, options)
+        async def evaluate(self, job, options, *, pinned=False):
+            v = await super().evaluate(job, options, pinned=pinned)
             for c in v.cases:
                 c.timing.candidate = c.timing.reference
             return v

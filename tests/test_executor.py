@@ -1,0 +1,102 @@
+"""The local executor's scheduling, without a GPU: several GPU slots, compiles on the CPU pool while
+every slot is busy, never two runs on one GPU at a time, and `--gpus` parsing."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from optiml.cuda.source import SourceFile
+from optiml.errors import OptimlError
+from optiml.executors import LocalExecutor, parse_gpus
+from optiml.harness.evaluate import EvalOptions, build_candidate
+from optiml.search.catalog import CATALOG, Context
+from optiml.search.variant import Variant
+from optiml.spec import load
+from tests.support import FIXTURES
+
+
+def test_gpus_option():
+    assert parse_gpus("all") is None and parse_gpus(None) is None
+    assert parse_gpus("0,2") == [0, 2]
+    for bad in ("x", "0,0", "-1", ","):
+        with pytest.raises(OptimlError):
+            parse_gpus(bad)
+    with pytest.raises(OptimlError, match="no GPU 3"):
+        LocalExecutor([0, 3], device_count=2)
+
+
+def test_each_gpu_runs_one_candidate_at_a_time_and_all_are_kept_busy():
+    ex = LocalExecutor([0, 1, 2, 3], device_count=4, compile_workers=2)
+    busy: dict[str, int] = {}
+    peak = {"slots": 0}
+    lock = threading.Lock()
+    log: list[str] = []
+
+    def work(env: dict[str, str]) -> str:
+        gpu = env["CUDA_VISIBLE_DEVICES"]
+        with lock:
+            assert busy.get(gpu, 0) == 0, f"two runs on GPU {gpu}"
+            busy[gpu] = 1
+            peak["slots"] = max(peak["slots"], sum(busy.values()))
+        time.sleep(0.05)
+        with lock:
+            busy[gpu] = 0
+            log.append(gpu)
+        return gpu
+
+    async def main():
+        return await asyncio.gather(*(ex.run_on_gpu(work) for _ in range(16)))
+
+    used = asyncio.run(main())
+    assert sorted(set(used)) == ["0", "1", "2", "3"]
+    assert peak["slots"] == 4 and len(log) == 16
+
+
+def test_compiles_overlap_with_gpu_runs():
+    """Compile-only work of several candidates on the CPU pool while the (stand-in) GPU slots run:
+    real nvcc builds of catalog variants of saxpy, two at a time, during 0.2 s GPU runs."""
+    source, kernel, spec = load(FIXTURES / "saxpy.cu", "saxpy")
+    ctx = Context.of(Variant(source.text), source.path, "saxpy")
+    variants = [p.variant for t in CATALOG.values() for p in t.propose(ctx)][:4]
+    ex = LocalExecutor([0, 1], device_count=2, compile_workers=2)
+    spans: dict[str, list[tuple[float, float]]] = {"compile": [], "gpu": []}
+
+    def compile_one(v: Variant):
+        t0 = time.perf_counter()
+        b = build_candidate(
+            source, kernel, spec, SourceFile(v.text, source.path), EvalOptions(arch="sm_90")
+        )
+        spans["compile"].append((t0, time.perf_counter()))
+        return b.ok
+
+    def gpu_run(env):
+        t0 = time.perf_counter()
+        time.sleep(0.2)
+        spans["gpu"].append((t0, time.perf_counter()))
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        gpu = [asyncio.create_task(ex.run_on_gpu(gpu_run)) for _ in range(6)]
+        builds = [loop.run_in_executor(ex._compile, compile_one, v) for v in variants]
+        ok = await asyncio.gather(*builds)
+        await asyncio.gather(*gpu)
+        return ok
+
+    assert all(asyncio.run(main()))
+    first_gpu_end = min(e for _, e in spans["gpu"])
+    assert min(s for s, _ in spans["compile"]) < first_gpu_end  # compiling while GPUs run
+
+
+def test_pinned_runs_share_the_first_gpu():
+    ex = LocalExecutor([2, 3], device_count=4)
+
+    async def main():
+        return await asyncio.gather(
+            *(ex.run_on_gpu(lambda env: env["CUDA_VISIBLE_DEVICES"], pinned=True) for _ in range(5))
+        )
+
+    assert asyncio.run(main()) == ["2"] * 5
