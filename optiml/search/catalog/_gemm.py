@@ -1,0 +1,954 @@
+"""The naive GEMM that `gemm_tiling` rewrites, read off the kernel's tree, and the tiled SGEMM it
+becomes: `HELPERS` (a register-blocked, shared-memory tiled SGEMM template, FFMA only), `match` (the
+analysis) and `definition` (the new kernel: the template's main loop, the user's epilogue per
+output element)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tree_sitter import Node
+
+from optiml.cuda.kernel_ast import (
+    ATOMIC_FUNCTIONS,
+    BARRIERS,
+    Affine,
+    Guard,
+    KernelAST,
+    ThreadIndex,
+    unparen,
+    walk,
+)
+from optiml.cuda.types import lookup
+
+# Include-guarded, so that a file whose other kernel already has it stays valid.
+HELPERS = r"""#ifndef OPTIML_SGEMM_TILING
+#define OPTIML_SGEMM_TILING
+
+// Register-blocked, shared-memory tiled SGEMM on the FP32 pipes: FFMA only, no tensor cores, each
+// output an fp32 sum over k in increasing order, one fused multiply-add per term. A block computes a
+// BM x BN tile of C from K tiles of BK, copied by cp.async into a ring of STAGES shared-memory
+// stages; each thread owns TM x TN outputs in registers.
+extern "C++" {  // templates, also where the kernel is inside extern "C"
+namespace optiml_sgemm {
+
+// Out of bounds, the source size is 0: nothing is read and the destination is zero-filled.
+__device__ __forceinline__ void copy4(float* dst, const float* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(
+                     static_cast<unsigned>(__cvta_generic_to_shared(dst))),
+                 "l"(src), "r"(valid ? 4 : 0));
+}
+
+__device__ __forceinline__ void copy16(float* dst, const float* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                     static_cast<unsigned>(__cvta_generic_to_shared(dst))),
+                 "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int PENDING>
+__device__ __forceinline__ void wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
+}
+
+// One operand as a block stages it: BX rows of the matrix (M for A, N for B) by a K tile of BK,
+// stored k-major in shared memory ([BK][BX + PAD]) so that a thread reads its fragment for one k
+// with 128-bit loads.
+// K_CONTIGUOUS: k is the unit-stride index in global memory (A row-major, B column-major); the copy
+// transposes word by word, a warp taking 8 consecutive k of 4 rows (whole 32-byte sectors) per
+// instruction, and PAD = 4 puts those 32 words in 32 different banks.
+// Otherwise: 16-byte copies along the rows where every one is aligned and wholly inside or outside
+// the matrix (VEC), else word copies; no transposition, no padding.
+template <int BX, int BK, int THREADS, bool K_CONTIGUOUS>
+struct Operand {
+    static constexpr int PAD = K_CONTIGUOUS ? 4 : 0;
+    static constexpr int LD = BX + PAD;
+    static constexpr int STAGE = BK * LD;
+    static constexpr int WORDS = BX * BK / THREADS;  // words per thread and tile
+    // A K_CONTIGUOUS tile is copied as runs of 8 k, THREADS / 8 rows at a time; any other as rows
+    // of BX, 4 * THREADS / BX (THREADS / BX for word copies) at a time.
+    static constexpr int ROWS = THREADS / 8, ROWS4 = 4 * THREADS / BX, ROWS1 = THREADS / BX;
+    static_assert(BK % 8 == 0 && WORDS % 4 == 0 &&
+                      (K_CONTIGUOUS ? BX % ROWS == 0 : THREADS % BX == 0 && BK % ROWS4 == 0),
+                  "the tile is not shared evenly by the threads");
+
+    const float* base;
+    int ld, extent, K;
+
+    __device__ static bool vectorizable(const float* base, int ld, int extent) {
+        return K_CONTIGUOUS || (ld % 4 == 0 && extent % 4 == 0 &&
+                                reinterpret_cast<unsigned long long>(base) % 16 == 0);
+    }
+
+    // Issue the copies of the tile at (x0, k0) into `stage`.
+    template <bool VEC>
+    __device__ __forceinline__ void copy(float* stage, int tid, int x0, int k0) const {
+        if (K_CONTIGUOUS) {
+            // Word i: row x + i % (BX / ROWS) * ROWS, k + i / (BX / ROWS) * 8.
+            const int x = x0 + tid / 8, k = k0 + tid % 8;
+            const float* src = base + (long long)x * ld + k;
+            float* dst = stage + (tid % 8) * LD + tid / 8;
+#pragma unroll
+            for (int i = 0; i < WORDS; ++i) {
+                const int dx = i % (BX / ROWS) * ROWS, dk = i / (BX / ROWS) * 8;
+                copy4(dst + dk * LD + dx, src + (long long)dx * ld + dk,
+                      x + dx < extent && k + dk < K);
+            }
+        } else if (VEC) {
+            const int x = x0 + tid % (BX / 4) * 4, k = k0 + tid / (BX / 4);
+            const float* src = base + (long long)k * ld + x;
+            float* dst = stage + tid / (BX / 4) * LD + tid % (BX / 4) * 4;
+#pragma unroll
+            for (int i = 0; i < WORDS / 4; ++i) {
+                const int dk = i * ROWS4;
+                copy16(dst + dk * LD, src + (long long)dk * ld, x < extent && k + dk < K);
+            }
+        } else {
+            const int x = x0 + tid % BX, k = k0 + tid / BX;
+            const float* src = base + (long long)k * ld + x;
+            float* dst = stage + tid / BX * LD + tid % BX;
+#pragma unroll
+            for (int i = 0; i < WORDS; ++i) {
+                const int dk = i * ROWS1;
+                copy4(dst + dk * LD, src + (long long)dk * ld, x < extent && k + dk < K);
+            }
+        }
+    }
+};
+
+// The block's threads as warps of WM x WN, each lane holding RM x RN groups of 4 x 4 outputs: a
+// lane's groups are 16 rows (32 columns) apart, so that the lanes reading one k row of a stage read
+// 4 (8) consecutive 16-byte vectors, served as broadcasts without bank conflicts.
+template <int BM, int BN, int BK, int RM, int RN, int STAGES, bool A_K_CONTIGUOUS,
+          bool B_K_CONTIGUOUS>
+struct Tiling {
+    static constexpr int LANES_M = 4, LANES_N = 8;
+    static constexpr int TM = 4 * RM, TN = 4 * RN;
+    static constexpr int GM = LANES_M * 4, GN = LANES_N * 4;  // from one 4 x 4 group to the next
+    static constexpr int WM = LANES_M * TM, WN = LANES_N * TN;
+    static constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN;
+    static constexpr int THREADS = 32 * WARPS_M * WARPS_N;
+    static_assert(BM % WM == 0 && BN % WN == 0, "the block tile is not made of warp tiles");
+    using A = Operand<BM, BK, THREADS, A_K_CONTIGUOUS>;
+    using B = Operand<BN, BK, THREADS, B_K_CONTIGUOUS>;
+    static constexpr int STAGE = A::STAGE + B::STAGE;
+    // After the main loop each warp reuses LANES_M x WN floats of the stages to regroup its outputs
+    // by rows, so that the epilogue's loads and stores of C are coalesced.
+    static constexpr int EPILOGUE = WARPS_M * WARPS_N * LANES_M * WN;
+    static constexpr int SMEM_FLOATS = STAGES * STAGE > EPILOGUE ? STAGES * STAGE : EPILOGUE;
+    static constexpr int SMEM_VECS = SMEM_FLOATS / 4;  // the kernel's float4 array: 16-byte aligned
+
+    // epilogue(row, col, acc) for every (row, col) of the block's tile; bounds are left to it.
+    template <class Epilogue>
+    __device__ __forceinline__ static void run(float4* smem4, const float* a, int lda,
+                                               const float* b, int ldb, int M, int N, int K,
+                                               Epilogue epilogue) {
+        float* smem = reinterpret_cast<float*>(smem4);
+        // Two copies of the main loop, so that the fast one has no word copies where 16-byte ones
+        // can do.
+        if (A::vectorizable(a, lda, M) && B::vectorizable(b, ldb, N))
+            tile<true>(smem, {a, lda, M, K}, {b, ldb, N, K}, M, N, K, epilogue);
+        else
+            tile<false>(smem, {a, lda, M, K}, {b, ldb, N, K}, M, N, K, epilogue);
+    }
+
+    // One k row of a stage: the lane's RM (RN) 4-row groups of A (B), as 128-bit loads.
+    __device__ __forceinline__ static void fragments(float4 (&fa)[RM], float4 (&fb)[RN],
+                                                     const float* sa, const float* sb) {
+#pragma unroll
+        for (int r = 0; r < RM; ++r) fa[r] = *reinterpret_cast<const float4*>(sa + r * GM);
+#pragma unroll
+        for (int c = 0; c < RN; ++c) fb[c] = *reinterpret_cast<const float4*>(sb + c * GN);
+    }
+
+    template <bool VEC, class Epilogue>
+    __device__ __forceinline__ static void tile(float* smem, A ga, B gb, int M, int N, int K,
+                                                Epilogue epilogue) {
+        const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+        const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+        const int wm = warp / WARPS_N * WM, wn = warp % WARPS_N * WN;
+        const int lm = lane / LANES_N * 4, ln = lane % LANES_N * 4;
+        const int tiles = (K + BK - 1) / BK;
+
+        float acc[TM][TN];
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+#pragma unroll
+            for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+        }
+
+        // Every stage filled ahead: STAGES - 1 tiles in flight while one is multiplied.
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) {
+            if (s < tiles) {
+                ga.template copy<VEC>(smem + s * STAGE, tid, m0, s * BK);
+                gb.template copy<VEC>(smem + s * STAGE + A::STAGE, tid, n0, s * BK);
+            }
+            commit();
+        }
+        wait<STAGES - 1>();
+        __syncthreads();
+
+        // Fragments double-buffered in registers: the shared loads of k + 1 are in flight during
+        // the FFMAs of k, across tiles too.
+        float4 fa[2][RM], fb[2][RN];
+        const float* sa = smem + wm + lm;
+        const float* sb = smem + A::STAGE + wn + ln;
+        fragments(fa[0], fb[0], sa, sb);
+        int read = 0;  // the stage of tile t
+        for (int t = 0; t < tiles; ++t) {
+#pragma unroll
+            for (int kk = 0; kk < BK; ++kk) {
+                if (kk < BK - 1) {
+                    fragments(fa[(kk + 1) % 2], fb[(kk + 1) % 2],
+                              sa + read * STAGE + (kk + 1) * A::LD,
+                              sb + read * STAGE + (kk + 1) * B::LD);
+                } else if (t + 1 < tiles) {
+                    // Tile t + 1 has landed for this thread, and after the barrier for all; no
+                    // thread reads tile t's stage any more, so tile t + STAGES goes there.
+                    wait<STAGES - 2>();
+                    __syncthreads();
+                    if (t + STAGES < tiles) {
+                        ga.template copy<VEC>(smem + read * STAGE, tid, m0, (t + STAGES) * BK);
+                        gb.template copy<VEC>(smem + read * STAGE + A::STAGE, tid, n0,
+                                              (t + STAGES) * BK);
+                    }
+                    commit();
+                    read = read + 1 == STAGES ? 0 : read + 1;
+                    fragments(fa[0], fb[0], sa + read * STAGE, sb + read * STAGE);
+                }
+#pragma unroll
+                for (int r = 0; r < RM; ++r) {
+                    const float av[4] = {fa[kk % 2][r].x, fa[kk % 2][r].y, fa[kk % 2][r].z,
+                                         fa[kk % 2][r].w};
+#pragma unroll
+                    for (int c = 0; c < RN; ++c) {
+                        const float bv[4] = {fb[kk % 2][c].x, fb[kk % 2][c].y, fb[kk % 2][c].z,
+                                             fb[kk % 2][c].w};
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) {
+#pragma unroll
+                            for (int j = 0; j < 4; ++j)
+                                acc[r * 4 + i][c * 4 + j] =
+                                    fmaf(av[i], bv[j], acc[r * 4 + i][c * 4 + j]);
+                        }
+                    }
+                }
+            }
+        }
+
+        // Regroup by rows through shared memory, one row of each lane's 4 x 4 groups at a time:
+        // the warp's 32 lanes then handle 32 consecutive columns.
+        wait<0>();
+        __syncthreads();
+        float* rows = smem + warp * (LANES_M * WN);
+#pragma unroll
+        for (int r = 0; r < RM; ++r) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+#pragma unroll
+                for (int c = 0; c < RN; ++c)
+                    *reinterpret_cast<float4*>(rows + lm / 4 * WN + c * GN + ln) =
+                        make_float4(acc[r * 4 + i][c * 4], acc[r * 4 + i][c * 4 + 1],
+                                    acc[r * 4 + i][c * 4 + 2], acc[r * 4 + i][c * 4 + 3]);
+                __syncwarp();
+#pragma unroll
+                for (int q = 0; q < TN; ++q) {
+                    const int e = q * 32 + lane;
+                    epilogue(m0 + wm + r * GM + e / WN * 4 + i, n0 + wn + e % WN, rows[e]);
+                }
+                __syncwarp();
+            }
+        }
+    }
+};
+
+}  // namespace optiml_sgemm
+}
+#endif
+"""
+
+BUILTINS = ("threadIdx", "blockIdx", "blockDim", "gridDim")
+FMA_FUNCTIONS = frozenset({"fmaf", "__fmaf_rn", "fma"})
+# Statements an epilogue, run once per output element inside a lambda, cannot hold (a `return`
+# it can: the epilogue ends the kernel, so returning ends the element's work either way).
+UNSAFE = frozenset(
+    {
+        "for_statement",
+        "for_range_loop",
+        "while_statement",
+        "do_statement",
+        "break_statement",
+        "continue_statement",
+        "goto_statement",
+        "labeled_statement",
+        "switch_statement",
+        "lambda_expression",
+    }
+)
+LANES_M, LANES_N = 4, 8  # a warp's lanes over a warp tile (Tiling::LANES_M, LANES_N)
+MAX_STATIC_SMEM = 48 * 1024
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One factor of the products as the tiles read it: element (x, k) at offset + x * ld + k
+    (k contiguous) or offset + k * ld + x."""
+
+    pointer: str
+    offset: Affine  # uniform, in elements
+    ld: Affine
+    k_contiguous: bool
+
+    @property
+    def base(self) -> str:
+        return f"{self.pointer} + {render(self.offset, wide=True)}" if self.offset else self.pointer
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """C[row, col] = epilogue(sum over k < K of a(row, k) * b(k, col)) for row < M, col < N."""
+
+    ast: KernelAST
+    row: ThreadIndex  # C's strided index: the tiles' rows (blockIdx.y)
+    col: ThreadIndex  # C's unit-stride index: the tiles' columns (blockIdx.x), coalesced stores
+    m: Affine
+    n: Affine
+    k: Affine
+    a: Operand  # indexed by row and k
+    b: Operand  # indexed by k and col
+    acc: str
+    guard: Guard
+    before: list[Node]  # declarations the epilogue needs from before the guard, in order
+    kept: list[Node]  # those from under the guard, before the loop
+    epilogue: list[Node]  # the statements after the loop
+
+
+@dataclass(frozen=True)
+class Config:
+    """A block tile of BM x BN in K steps of BK; each thread RM x RN groups of 4 x 4 outputs."""
+
+    bm: int
+    bn: int
+    bk: int
+    rm: int
+    rn: int
+    stages: int
+    min_blocks: int  # blocks per SM that __launch_bounds__ asks registers for
+
+    @property
+    def tm(self) -> int:
+        return 4 * self.rm
+
+    @property
+    def tn(self) -> int:
+        return 4 * self.rn
+
+    @property
+    def threads(self) -> int:
+        return 32 * (self.bm // (LANES_M * self.tm)) * (self.bn // (LANES_N * self.tn))
+
+    def smem_bytes(self, a_k_contiguous: bool, b_k_contiguous: bool) -> int:
+        """Tiling::SMEM_FLOATS, in bytes."""
+        stage = self.bk * (self.bm + 4 * a_k_contiguous + self.bn + 4 * b_k_contiguous)
+        epilogue = (self.threads // 32) * LANES_M * LANES_N * self.tn
+        return 4 * max(self.stages * stage, epilogue)
+
+    def fits(self, g: Gemm) -> bool:
+        """The template's static assertions for this layout, and static shared memory."""
+        if self.bm % (LANES_M * self.tm) or self.bn % (LANES_N * self.tn) or self.bk % 8:
+            return False
+        for extent, op in ((self.bm, g.a), (self.bn, g.b)):
+            t = self.threads
+            if extent * self.bk % (4 * t):
+                return False
+            if op.k_contiguous and extent % (t // 8):
+                return False
+            if not op.k_contiguous and (t % extent or self.bk % (4 * t // extent)):
+                return False
+        return self.smem_bytes(g.a.k_contiguous, g.b.k_contiguous) <= MAX_STATIC_SMEM
+
+
+def match(ast: KernelAST) -> Gemm | None:
+    """The kernel as a naive GEMM, or None if it is not one this rewrite keeps exact."""
+    indices = ast.thread_indices()
+    if len(indices) != 2 or {t.dim for t in indices.values()} != {"x", "y"}:
+        return None
+    decls = {t.decl.id for t in indices.values()}
+    for t in indices.values():
+        if any(_name(ast, d) not in indices for d in t.decl.children_by_field_name("declarator")):
+            return None
+    guard = ast.guard()
+    if guard is None or not guard.exact or set(guard.bounds) != set(indices):
+        return None
+    stmts = ast.statements()
+    at = stmts.index(guard.node)
+    if any(st.id in decls for st in stmts[at + 1 :]):
+        return None
+    before = [st for st in stmts[:at] if st.id not in decls]
+    flat = before + guard.body
+    if any(ast.uses_builtin(st, b) for st in [*flat, guard.condition] for b in BUILTINS):
+        return None
+    loops = [i for i, st in enumerate(flat) if st.type == "for_statement"]
+    if len(loops) != 1:
+        return None
+    prologue, loop, epilogue = flat[: loops[0]], flat[loops[0]], flat[loops[0] + 1 :]
+    if not all(_pure_declaration(ast, st) for st in prologue):
+        return None
+    found = _accumulation(ast, loop)
+    if found is None:
+        return None
+    acc, k, bound, factors = found
+    if not _zero_float(ast, prologue, acc):
+        return None
+    # The epilogue sees the sum where the prologue saw 0: nothing before the loop may read acc.
+    if sum(acc in ast.identifiers(st) for st in prologue) != 1:
+        return None
+
+    ints = _integer_params(ast)
+    env = _affine_env(ast, prologue, set(indices))
+    k_extent = _uniform(ast.affine(bound, env), ints)
+    bounds = _bound_nodes(ast, guard)
+    if k_extent is None or bounds is None:
+        return None
+    operands = []
+    for factor in factors:
+        form = _index_form(ast, factor, prologue, env)
+        op = None if form is None else _operand(form, k, set(indices), ints)
+        if op is None:
+            return None
+        operands.append(op)
+    (x1, op1), (x2, op2) = operands
+    if x1 == x2:
+        return None
+
+    out, c_form = _epilogue_target(ast, flat, epilogue, _affine_env(ast, flat, set(indices)))
+    used = set().union(*(ast.identifiers(st) for st in epilogue))
+    if out is None or out in (op1.pointer, op2.pointer) or acc not in used:
+        return None
+    unit = [v for v in indices if c_form.get((v,)) == 1]
+    if len(unit) != 1:
+        return None
+    col = unit[0]
+    (row,) = set(indices) - {col}
+    a, b = (op1, op2) if x1 == row else (op2, op1)
+    m = _uniform(ast.affine(bounds[row], env), ints)
+    n = _uniform(ast.affine(bounds[col], env), ints)
+    if m is None or n is None:
+        return None
+
+    allowed = {acc, row, col} | _declared_names(ast, epilogue) | _declared_names(ast, prologue)
+    if any(not _safe_epilogue(ast, st) for st in epilogue):
+        return None
+    if not set().union(*(ast.assigned(st) for st in epilogue)) <= allowed:
+        return None
+    needed = _needed(ast, prologue, [guard.condition, *epilogue], acc)
+    outside = {st.id for st in before}
+    return Gemm(
+        ast,
+        indices[row],
+        indices[col],
+        m,
+        n,
+        k_extent,
+        a,
+        b,
+        acc,
+        guard,
+        [st for st in before if st.id in needed],
+        [st for st in prologue if st.id in needed and st.id not in outside],
+        epilogue,
+    )
+
+
+# ---- the accumulation loop ------------------------------------------------------------------
+
+
+def _accumulation(ast: KernelAST, loop: Node) -> tuple[str, str, Node, list[Node]] | None:
+    """`for (int k = 0; k < K; ++k) acc += a * b;` (or `acc = acc + a * b`, `acc = fmaf(a, b,
+    acc)`, the factors loaded into locals first): the accumulator, k, the bound and the two
+    factors' subscripts."""
+    init = loop.child_by_field_name("initializer")
+    cond = loop.child_by_field_name("condition")
+    update = loop.child_by_field_name("update")
+    body = loop.child_by_field_name("body")
+    if init is None or cond is None or update is None or body is None:
+        return None
+    if init.type != "declaration" or not _integer_type(_type_text(ast, init)):
+        return None
+    declarators = init.children_by_field_name("declarator")
+    if len(declarators) != 1 or declarators[0].type != "init_declarator":
+        return None
+    k = _name(ast, declarators[0])
+    start = declarators[0].child_by_field_name("value")
+    if k is None or start is None or ast.affine(start) != {}:
+        return None
+    bound = _upper_bound(ast, unparen(cond), k)
+    if bound is None or not _steps_by_one(ast, unparen(update), k):
+        return None
+
+    *loads, last = ast.statements(body)
+    values: dict[str, Node] = {}
+    for st in loads:
+        if st.type != "declaration" or _type_text(ast, st).removeprefix("const ") != "float":
+            return None
+        for d in st.children_by_field_name("declarator"):
+            value = d.child_by_field_name("value") if d.type == "init_declarator" else None
+            if value is None:
+                return None
+            values[_name(ast, d)] = unparen(value)
+    if last.type != "expression_statement" or not last.named_children:
+        return None
+    expr = unparen(last.named_children[0])
+    if expr.type != "assignment_expression":
+        return None
+    target = unparen(expr.child_by_field_name("left"))
+    if target.type != "identifier":
+        return None
+    acc = ast.text(target)
+    factors = _product(ast, _op(expr), unparen(expr.child_by_field_name("right")), acc)
+    if factors is None:
+        return None
+    named = [ast.text(f) for f in factors if f.type == "identifier"]
+    if sorted(named) != sorted(values):
+        return None
+    subscripts = [values.get(ast.text(f), f) if f.type == "identifier" else f for f in factors]
+    if any(s.type != "subscript_expression" for s in subscripts):
+        return None
+    if acc in ast.identifiers(subscripts[0]) | ast.identifiers(subscripts[1]):
+        return None
+    if ast.assigned(body) != {acc}:
+        return None
+    return acc, k, bound, subscripts
+
+
+def _product(ast: KernelAST, op: str, right: Node, acc: str) -> list[Node] | None:
+    """The two factors that `acc op right` adds to acc."""
+    if op == "=" and right.type == "binary_expression" and _op(right) == "+":
+        left, other = (unparen(right.child_by_field_name(f)) for f in ("left", "right"))
+        if left.type == "identifier" and ast.text(left) == acc:
+            right = other
+        elif other.type == "identifier" and ast.text(other) == acc:
+            right = left
+        else:
+            return None
+    elif op == "=" and right.type == "call_expression":
+        fn, args = right.child_by_field_name("function"), right.child_by_field_name("arguments")
+        if fn is None or args is None or ast.text(fn) not in FMA_FUNCTIONS:
+            return None
+        parts = [unparen(a) for a in args.named_children]
+        if len(parts) != 3 or parts[2].type != "identifier" or ast.text(parts[2]) != acc:
+            return None
+        return parts[:2]
+    elif op != "+=":
+        return None
+    if right.type != "binary_expression" or _op(right) != "*":
+        return None
+    return [unparen(right.child_by_field_name(f)) for f in ("left", "right")]
+
+
+def _upper_bound(ast: KernelAST, cond: Node, k: str) -> Node | None:
+    if cond.type != "binary_expression":
+        return None
+    left, right = (unparen(cond.child_by_field_name(f)) for f in ("left", "right"))
+    if _op(cond) == "<" and left.type == "identifier" and ast.text(left) == k:
+        return right
+    if _op(cond) == ">" and right.type == "identifier" and ast.text(right) == k:
+        return left
+    return None
+
+
+def _steps_by_one(ast: KernelAST, update: Node, k: str) -> bool:
+    """`++k`, `k++`, `k += 1` or `k = k + 1`."""
+    if update.type == "update_expression":
+        arg = unparen(update.child_by_field_name("argument"))
+        return _op(update) == "++" and arg.type == "identifier" and ast.text(arg) == k
+    if update.type != "assignment_expression":
+        return False
+    left = unparen(update.child_by_field_name("left"))
+    if left.type != "identifier" or ast.text(left) != k:
+        return False
+    step = ast.affine(update.child_by_field_name("right"))
+    return (_op(update), step) in (("+=", {(): 1}), ("=", {(k,): 1, (): 1}))
+
+
+def _zero_float(ast: KernelAST, prologue: list[Node], acc: str) -> bool:
+    """Whether the prologue declares `float acc = 0` alone in its declaration."""
+    for st in prologue:
+        declarators = st.children_by_field_name("declarator")
+        if not any(_name(ast, d) == acc for d in declarators):
+            continue
+        if len(declarators) != 1 or _type_text(ast, st) != "float":
+            return False
+        value = declarators[0].child_by_field_name("value")
+        if value is None or unparen(value).type != "number_literal":
+            return False
+        try:
+            return float(ast.text(unparen(value)).rstrip("fF")) == 0.0
+        except ValueError:
+            return False
+    return False
+
+
+# ---- index expressions ----------------------------------------------------------------------
+
+
+def _index_form(
+    ast: KernelAST, subscript: Node, decls: list[Node], env: dict[str, Affine]
+) -> tuple[str, Affine] | None:
+    """The parameter a subscript reads or writes and the affine form of the element's offset
+    (through a local pointer `p = param + offset` that one of `decls` declares, if that is what it
+    subscripts)."""
+    base = unparen(subscript.child_by_field_name("argument"))
+    args = subscript.child_by_field_name("indices")
+    if base.type != "identifier" or args is None or len(args.named_children) != 1:
+        return None
+    name = ast.text(base)
+    offset: Affine | None = {}
+    if name not in ast.pointers:
+        found = _alias(ast, decls, name)
+        if found is None:
+            return None
+        name, node = found
+        offset = {} if node is None else ast.affine(node, env)
+    index = ast.affine(args.named_children[0], env)
+    if offset is None or index is None:
+        return None
+    return name, _add(offset, index)
+
+
+def _alias(ast: KernelAST, decls: list[Node], name: str) -> tuple[str, Node | None] | None:
+    """`name` declared by one of `decls` as `param` or `param + offset`, and never changed: the
+    parameter and the offset."""
+    if name in ast.assigned(ast.body):
+        return None
+    for st in decls:
+        for d in st.children_by_field_name("declarator"):
+            if d.type != "init_declarator" or _name(ast, d) != name:
+                continue
+            value = unparen(d.child_by_field_name("value"))
+            if value.type == "identifier" and ast.text(value) in ast.pointers:
+                return ast.text(value), None
+            if value.type == "binary_expression" and _op(value) == "+":
+                left = unparen(value.child_by_field_name("left"))
+                if left.type == "identifier" and ast.text(left) in ast.pointers:
+                    return ast.text(left), value.child_by_field_name("right")
+    return None
+
+
+def _operand(
+    found: tuple[str, Affine], k: str, indices: set[str], ints: set[str]
+) -> tuple[str, Operand] | None:
+    """The thread index a factor goes with, and its layout: `x * ld + k` or `k * ld + x`, plus a
+    uniform offset, with ld and the offset made of integer parameters."""
+    pointer, form = found
+    parts = _split(form, {k, *indices})
+    if parts is None:
+        return None
+    xs = [v for v in indices if v in parts]
+    if len(xs) != 1 or k not in parts:
+        return None
+    if any(_uniform(part, ints) is None for part in parts.values()):
+        return None
+    x = xs[0]
+    unit: Affine = {(): 1}
+    if parts[k] == unit and _positive(parts[x]):
+        return x, Operand(pointer, parts.get(None, {}), parts[x], True)
+    if parts[x] == unit and _positive(parts[k]):
+        return x, Operand(pointer, parts.get(None, {}), parts[k], False)
+    return None
+
+
+def _epilogue_target(
+    ast: KernelAST, flat: list[Node], epilogue: list[Node], env: dict[str, Affine]
+) -> tuple[str | None, Affine]:
+    """The one pointer the epilogue writes, and the one element of it that it reads and writes
+    (its offset's affine form: `row * ldc + col` or `col * ldc + row`, plus a uniform offset)."""
+    accesses = [a for st in epilogue for a in ast.accesses(st)]
+    pointers = {a.pointer for a in accesses}
+    if len(pointers) != 1 or not any(a.write for a in accesses) or any(a.atomic for a in accesses):
+        return None, {}
+    forms = [_index_form(ast, a.node, flat, env) for a in accesses]
+    if any(f is None or f != forms[0] for f in forms):
+        return None, {}
+    return forms[0][0], forms[0][1]
+
+
+def _split(form: Affine, variables: set[str]) -> dict[str | None, Affine] | None:
+    """`form` as sum over v of v * parts[v] plus parts[None], each part free of the variables; None
+    if a monomial has two of them (or one twice)."""
+    parts: dict[str | None, Affine] = {}
+    for mono, coef in form.items():
+        hits = [a for a in mono if a in variables]
+        if len(hits) > 1:
+            return None
+        key = hits[0] if hits else None
+        rest = list(mono)
+        if key is not None:
+            rest.remove(key)
+        part = parts.setdefault(key, {})
+        part[tuple(rest)] = part.get(tuple(rest), 0) + coef
+    return {v: {m: c for m, c in p.items() if c} for v, p in parts.items() if any(p.values())}
+
+
+def _uniform(form: Affine | None, ints: set[str]) -> Affine | None:
+    """`form` if it is made of the kernel's (unmodified) integer parameters alone."""
+    if form is None or any(a not in ints for mono in form for a in mono):
+        return None
+    return form
+
+
+def _positive(form: Affine) -> bool:
+    return bool(form) and all(c > 0 for c in form.values())
+
+
+def _add(a: Affine, b: Affine) -> Affine:
+    out = dict(a)
+    for m, c in b.items():
+        out[m] = out.get(m, 0) + c
+    return {m: c for m, c in out.items() if c}
+
+
+def render(form: Affine, wide: bool = False) -> str:
+    """An affine form as C (and spec) text; `wide` computes each product in 64 bits."""
+    terms = []
+    for mono, coef in sorted(form.items(), key=lambda t: (-len(t[0]), t[0])):
+        atoms = " * ".join(mono)
+        if wide and mono:
+            atoms = f"(long long){atoms}"
+        if not mono:
+            terms.append(str(coef))
+        elif coef in (1, -1):
+            terms.append(f"{'-' if coef < 0 else ''}{atoms}")
+        else:
+            terms.append(f"{coef} * {atoms}")
+    return " + ".join(terms).replace("+ -", "- ") or "0"
+
+
+def _affine_env(ast: KernelAST, prologue: list[Node], indices: set[str]) -> dict[str, Affine]:
+    """Affine forms of the prologue's integer locals that nothing assigns later."""
+    assigned = ast.assigned(ast.body)
+    env: dict[str, Affine] = {}
+    for st in prologue:
+        for d in st.children_by_field_name("declarator"):
+            if d.type != "init_declarator":
+                continue
+            target, value = d.child_by_field_name("declarator"), d.child_by_field_name("value")
+            if target is None or target.type != "identifier" or value is None:
+                continue
+            name = ast.text(target)
+            if name in assigned or name in indices:
+                continue
+            form = ast.affine(value, env)
+            if form is not None:
+                env[name] = form
+    return env
+
+
+def _bound_nodes(ast: KernelAST, guard: Guard) -> dict[str, Node] | None:
+    """The nodes of the guard's bounds (`Guard.bounds` has their text)."""
+    negated = guard.style == "return"
+    joiner, want, flip = ("||", ">=", "<=") if negated else ("&&", "<", ">")
+    out: dict[str, Node] = {}
+    stack = [unparen(guard.condition)]
+    while stack:
+        n = stack.pop()
+        if n.type != "binary_expression":
+            return None
+        left, right = (unparen(n.child_by_field_name(f)) for f in ("left", "right"))
+        if _op(n) == joiner:
+            stack += [right, left]
+        elif _op(n) == want and left.type == "identifier":
+            out[ast.text(left)] = right
+        elif _op(n) == flip and right.type == "identifier":
+            out[ast.text(right)] = left
+        else:
+            return None
+    return out if set(out) == set(guard.bounds) else None
+
+
+# ---- what the epilogue may do ---------------------------------------------------------------
+
+
+def _pure_declaration(ast: KernelAST, st: Node) -> bool:
+    """A declaration of scalars or local pointers that reads no memory and changes nothing."""
+    if st.type != "declaration" or "__shared__" in ast.text(st) or "static" in _type_text(ast, st):
+        return False
+    if ast.accesses(st) or ast.dereferences(st) or ast.pointer_escapes(st):
+        return False
+    if any(n.type in ("assignment_expression", "update_expression") for n in walk(st)):
+        return False
+    for d in st.children_by_field_name("declarator"):
+        target = d.child_by_field_name("declarator") if d.type == "init_declarator" else d
+        if target is None or target.type not in ("identifier", "pointer_declarator"):
+            return False
+    return True
+
+
+def _safe_epilogue(ast: KernelAST, st: Node) -> bool:
+    """Code that runs once per output element from a lambda: no loops, exits or labels, no
+    barriers, atomics or shared memory, no pointer but the output's element, no address taken."""
+    if st.type not in ("declaration", "expression_statement", "if_statement", "compound_statement"):
+        return False
+    if any(n.type in UNSAFE for n in walk(st)) or "__shared__" in ast.text(st):
+        return False
+    if any(name in BARRIERS or name in ATOMIC_FUNCTIONS for name, _ in ast.calls(st)):
+        return False
+    if ast.dereferences(st) or ast.pointer_escapes(st):
+        return False
+    return not any(n.type == "pointer_expression" and _op(n) == "&" for n in walk(st))
+
+
+def _needed(ast: KernelAST, prologue: list[Node], users: list[Node], acc: str) -> set[int]:
+    """The prologue declarations (ids) that `users` read, directly or through one another."""
+    names = set().union(*(ast.identifiers(u) for u in users))
+    out: set[int] = set()
+    for st in reversed(prologue):
+        declared = {_name(ast, d) for d in st.children_by_field_name("declarator")}
+        if acc not in declared and declared & names:
+            out.add(st.id)
+            names |= ast.identifiers(st)
+    return out
+
+
+def _declared_names(ast: KernelAST, stmts: list[Node]) -> set[str]:
+    return {name for st in stmts for name in ast.local_declarations(st)}
+
+
+def _integer_params(ast: KernelAST) -> set[str]:
+    assigned = ast.assigned(ast.body)
+    return {
+        p.name
+        for p in ast.kernel.params
+        if not p.is_pointer and _integer_type(p.type_text) and p.name not in assigned
+    }
+
+
+def _integer_type(text: str) -> bool:
+    dtype = lookup(text.removeprefix("const ").strip())
+    return dtype is not None and dtype.kind in ("int", "uint")
+
+
+def _type_text(ast: KernelAST, decl: Node) -> str:
+    """A declaration's qualifiers and type: `const int`, `unsigned int`, `float`."""
+    words = []
+    for child in decl.children:
+        if decl.field_name_for_child(decl.children.index(child)) == "declarator":
+            break
+        if child.is_named:
+            words.append(ast.text(child))
+    return " ".join(" ".join(words).split())
+
+
+def _name(ast: KernelAST, declarator: Node) -> str | None:
+    d = declarator
+    while d is not None and d.type != "identifier":
+        if d.type not in ("init_declarator", "pointer_declarator"):
+            return None
+        d = d.child_by_field_name("declarator")
+    return ast.text(d) if d is not None else None
+
+
+def _op(node: Node) -> str:
+    op = node.child_by_field_name("operator")
+    if op is not None:
+        return op.type
+    return next((c.type for c in node.children if not c.is_named), "")
+
+
+# ---- the new kernel -------------------------------------------------------------------------
+
+
+def definition(g: Gemm, c: Config) -> str:
+    """The kernel with its body replaced by the tiled GEMM (the epilogue, as written, in a lambda
+    run for each output element) and `__launch_bounds__` for the config's block."""
+    ast = g.ast
+    unit = _indent_unit(ast)
+    taken = ast.identifiers(ast.fn)
+    tile, smem = _fresh("Tile", taken), _fresh("smem", taken)
+    flags = f"{str(g.a.k_contiguous).lower()}, {str(g.b.k_contiguous).lower()}"
+    params = (
+        f"{_index_type(ast, g.row)} {g.row.var}, {_index_type(ast, g.col)} {g.col.var}, "
+        f"float {g.acc}"
+    )
+    args = ", ".join(
+        [
+            smem,
+            g.a.base,
+            render(g.a.ld),
+            g.b.base,
+            render(g.b.ld),
+            render(g.m),
+            render(g.n),
+            render(g.k),
+        ]
+    )
+    inner = unit * 2
+    lines = [
+        "{",
+        f"{unit}// {c.bm} x {c.bn} tiles of C in K steps of {c.bk}, {c.tm} x {c.tn} outputs per "
+        "thread;",
+        f"{unit}// tile rows from {_layout(g.a, 'row')}, columns from {_layout(g.b, 'column')}.",
+        f"{unit}using {tile} = optiml_sgemm::Tiling<{c.bm}, {c.bn}, {c.bk}, {c.rm}, {c.rn}, "
+        f"{c.stages}, {flags}>;",
+        f"{unit}__shared__ float4 {smem}[{tile}::SMEM_VECS];",
+        f"{unit}{tile}::run({args}, [&]({params}) {{",
+    ]
+    lines += [_reindent(ast, st, inner) for st in g.before]
+    if g.guard.style == "return":
+        lines.append(_reindent(ast, g.guard.node, inner))
+        body, close = inner, []
+    else:
+        lines.append(f"{inner}if ({ast.text(g.guard.condition)}) {{")
+        body, close = inner + unit, [f"{inner}}}"]
+    lines += [_reindent(ast, st, body) for st in [*g.kept, *g.epilogue]]
+    lines += close
+    lines += [f"{unit}}});", "}"]
+    replace = {(ast.body.start_byte, ast.body.end_byte): "\n".join(lines)}
+    bounds = f"__launch_bounds__({c.threads}, {c.min_blocks})"
+    existing = next((n for n in ast.fn.children if n.type == "launch_bounds"), None)
+    if existing is not None:
+        replace[(existing.start_byte, existing.end_byte)] = bounds
+    else:
+        declarator = ast.fn.child_by_field_name("declarator")
+        while declarator is not None and declarator.type != "function_declarator":
+            declarator = declarator.child_by_field_name("declarator")
+        if declarator is None:
+            raise ValueError("a kernel without a function declarator")
+        replace[(declarator.start_byte, declarator.start_byte)] = f"{bounds} "
+    return ast.definition(replace)
+
+
+def _layout(op: Operand, index: str) -> str:
+    """`A (k contiguous, ld = K)`: where an operand comes from, for the kernel's comment."""
+    unit = "k" if op.k_contiguous else f"{index} index"
+    return f"{op.pointer} ({unit} contiguous, ld = {render(op.ld)})"
+
+
+def _index_type(ast: KernelAST, index: ThreadIndex) -> str:
+    """The index's declared type, for the lambda's parameter; `auto` is what it deduced."""
+    text = _type_text(ast, index.decl)
+    return " ".join("unsigned int" if w == "auto" else w for w in text.split())
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    while name in taken:
+        name += "_"
+    return name
+
+
+def _indent_unit(ast: KernelAST) -> str:
+    stmts = ast.statements()
+    return (ast.indent_of(stmts[0]) if stmts else "") or "    "
+
+
+def _reindent(ast: KernelAST, st: Node, indent: str) -> str:
+    """A statement's text at `indent`, its inner lines kept where they were relative to it."""
+    column = st.start_point[1]
+    lines = ast.text(st).split("\n")
+    out = [indent + lines[0]]
+    for line in lines[1:]:
+        lead = len(line) - len(line.lstrip(" "))
+        out.append(indent + line[min(lead, column) :] if line.strip() else "")
+    return "\n".join(out)

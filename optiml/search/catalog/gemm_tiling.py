@@ -1,0 +1,120 @@
+"""Naive GEMM (a thread per element of C: `acc += A[..] * B[..]` over k, then an epilogue storing a
+function of acc to that element) into a register-blocked, shared-memory tiled SGEMM on the FP32 pipes,
+for any names and row- or column-major operands; the analysis and the CUDA template are in `_gemm`."""
+
+from __future__ import annotations
+
+from optiml.expr import Expr, ExprError
+from optiml.search.catalog._gemm import HELPERS, Config, Gemm, definition, match, render
+from optiml.search.catalog.base import Context, Proposal, Transformation
+
+# Best guess first, for large problems (1024 tiles of 128 x 128 at 4096^3: 3.9 waves of 264).
+# 16 x 8 outputs per thread: 128 FFMA per 6 LDS.128, 255 registers, 2 blocks of 4 warps per SM, the
+# densest main loop (~89% FFMA issue slots); 8 x 8: 64 FFMA per 4 LDS.128, 128 registers, 2 blocks of
+# 8 warps (more warps to hide latency, ~84-85%); K tiles of 16 halve the barriers and copy
+# instructions per FFMA where registers allow it.
+LARGE = [
+    (Config(128, 128, 8, 4, 2, 3, 2), 1.0),
+    (Config(128, 128, 8, 2, 2, 3, 2), 0.95),
+    (Config(128, 128, 16, 2, 2, 2, 2), 0.9),
+    (Config(128, 128, 16, 4, 2, 2, 2), 0.85),
+    (Config(256, 128, 8, 4, 2, 3, 1), 0.75),
+    (Config(128, 64, 8, 2, 2, 3, 4), 0.6),
+]
+# Small problems, where 128 x 128 tiles leave SMs idle: 4 times as many blocks.
+SMALL = [(Config(64, 64, 8, 2, 1, 3, 4), 0.5)]
+MAX_GRID_Y = 65535
+
+
+class GemmTiling(Transformation):
+    name = "gemm_tiling"
+    addresses = frozenset({"l1_shared", "l2", "dram", "uncoalesced", "compute", "latency"})
+    description = "register-blocked shared-memory tiled SGEMM (FFMA), cp.async stages"
+
+    def propose(self, ctx: Context) -> list[Proposal]:
+        g = match(ctx.ast)
+        if g is None:
+            return []
+        extents = _extents(ctx, g)
+        if extents is None:
+            return []
+        configs = _ranked(ctx, extents[0])
+        helpers = "" if _has_helpers(ctx) else HELPERS
+        out = []
+        for config, weight in configs:
+            if not config.fits(g) or any(-(-m // config.bm) > MAX_GRID_Y for m, _ in extents):
+                continue
+            grid = [f"cdiv({render(g.n)}, {config.bn})", f"cdiv({render(g.m)}, {config.bm})"]
+            variant = ctx.rewrite(
+                definition(g, config),
+                launch=(grid, [str(config.threads)], "0"),
+                helpers=helpers,
+            )
+            out.append(
+                Proposal(
+                    params={
+                        "bm": config.bm,
+                        "bn": config.bn,
+                        "bk": config.bk,
+                        "tm": config.tm,
+                        "tn": config.tn,
+                        "threads": config.threads,
+                        "stages": config.stages,
+                    },
+                    summary=(
+                        f"{config.bm}x{config.bn}x{config.bk} smem tiles, {config.tm}x{config.tn} "
+                        f"FFMA per thread ({config.threads} threads), {config.stages}-stage "
+                        "cp.async ring, float4 fragment loads"
+                    ),
+                    variant=variant,
+                    weight=weight,
+                )
+            )
+        return out
+
+
+def _extents(ctx: Context, g: Gemm) -> list[tuple[int, int]] | None:
+    """(M, N) at every problem size, if the original launch covers every (row, col) of them with
+    exactly one thread in a 2-D grid; None otherwise (a thread the guard leaves out would now be
+    computed, one computed twice would now be once)."""
+    out = []
+    for sizes in ctx.spec.sizes:
+        try:
+            case = ctx.spec.case(sizes)
+            env = {**ctx.spec.template_values, **case.sizes, **case.scalars}
+            m = Expr.parse(render(g.m)).evaluate(env)
+            n = Expr.parse(render(g.n)).evaluate(env)
+        except ExprError:
+            return None
+        if case.grid[2] != 1 or case.block[2] != 1 or not isinstance(m, int):
+            return None
+        for index, extent in ((g.row, m), (g.col, n)):
+            d = "xyz".index(index.dim)
+            if index.block != f"blockDim.{index.dim}":
+                try:
+                    block = Expr.parse(index.block).evaluate(env)
+                except ExprError:
+                    return None
+                if block != case.block[d]:
+                    return None
+            if not isinstance(extent, int) or case.grid[d] * case.block[d] < extent:
+                return None
+        out.append((m, n))
+    return out
+
+
+def _ranked(ctx: Context, main: tuple[int, int]) -> list[tuple[Config, float]]:
+    """The configs by weight; the small-tile one first where 128 x 128 tiles fill under one wave of
+    the GPU's SMs at the main problem size."""
+    m, n = main
+    if -(-m // 128) * -(-n // 128) < ctx.sm_count:
+        return [(c, w + 1.0) for c, w in SMALL] + LARGE
+    return LARGE + SMALL
+
+
+def _has_helpers(ctx: Context) -> bool:
+    """Whether the file defines the template before this kernel already."""
+    at = ctx.source.text.find("#define OPTIML_SGEMM_TILING")
+    spec = ctx.kernel.spec_comment
+    start = spec.span.start if spec is not None else ctx.kernel.span.start
+    return 0 <= at < start

@@ -1,0 +1,534 @@
+"""gemm_tiling: it recognizes naive GEMM kernels however they are written (names, layouts, guards,
+accumulation forms, epilogues), every proposal compiles for sm_90 within its register budget and
+with no spills, its PTX is the FFMA / cp.async / 128-bit shared-load kernel it is meant to be, and it
+computes what the original computes: each variant and its original run on the CPU, CUDA threads as
+host threads, at sizes that leave partial tiles. Where its preconditions fail it proposes nothing."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from optiml.harness.build import build_kernel
+from optiml.search.catalog import Context, by_name
+from optiml.search.variant import Variant
+from tests.support import FIXTURES, GOOD
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+
+
+def context(text: str, kernel: str) -> Context:
+    return Context.of(Variant(text), str(FIXTURES / "kernel.cu"), kernel)
+
+
+def fixture(name: str, kernel: str) -> Context:
+    return Context.of(Variant((FIXTURES / name).read_text()), str(FIXTURES / name), kernel)
+
+
+def propose(ctx: Context):
+    return by_name("gemm_tiling").propose(ctx)
+
+
+def variant(ctx: Context, proposal) -> Context:
+    return Context.of(proposal.variant, ctx.source.path, ctx.kernel.name)
+
+
+# ---- kernels written other ways --------------------------------------------------------------
+
+# C = A * B^T with B stored N x K (both operands k-contiguous), rows on x and columns on y, an
+# early return, size_t indices, the factors loaded into locals, fmaf, an `out` C.
+GEMM_NT = """
+/* @optiml
+ *   args:   A: in float[M * K], Bt: in float[N * K], C: out float[M * N]
+ *   launch: grid = (cdiv(M, 32), cdiv(N, 8)), block = (32, 8)
+ *   sizes:  M, N, K = (1024, 512, 256), (300, 77, 129)
+ *   tol:    rtol = 1e-4, atol = 1e-3
+ */
+__global__ void gemm_nt(const float* __restrict__ A, const float* __restrict__ Bt,
+                        float* __restrict__ C, int M, int N, int K)
+{
+    int i = threadIdx.x + blockIdx.x * blockDim.x;  // row of C
+    int j = threadIdx.y + blockIdx.y * blockDim.y;  // column of C
+    if (i >= M || j >= N) return;
+    float sum = 0.0f;
+    for (int p = 0; p < K; p++) {
+        const float a = A[(size_t)i * K + p];
+        const float b = Bt[(size_t)j * K + p];
+        sum = fmaf(a, b, sum);
+    }
+    C[(size_t)i * N + j] = sum;
+}
+"""
+
+# Column-major BLAS style: leading dimensions as parameters, C's unit stride on x, `acc = acc + ..`,
+# a loop body without braces, and an epilogue through a column pointer with a beta == 0 branch that
+# returns early and a __device__ helper.
+SGEMM_COLMAJOR = """
+__device__ float axpby(float a, float x, float b, float y) { return a * x + b * y; }
+
+/* @optiml
+ *   args:   alpha = 2.0, beta = 0.5, lda = m, ldb = k, ldc = m,
+ *           A: in float[m * k], B: in float[k * n], C: inout float[m * n]
+ *   launch: grid = (cdiv(m, 16), cdiv(n, 16)), block = (16, 16)
+ *   sizes:  m, n, k = (512, 384, 640), (333, 200, 101)
+ *   tol:    rtol = 1e-4, atol = 1e-3
+ */
+__global__ void sgemm_colmajor(int m, int n, int k, float alpha, const float* A, int lda,
+                               const float* B, int ldb, float beta, float* C, int ldc)
+{
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    const int c = blockIdx.y * blockDim.y + threadIdx.y;
+    if (r < m && c < n) {
+        float acc = 0.f;
+        for (int l = 0; l < k; ++l)
+            acc = acc + A[l * lda + r] * B[c * ldb + l];
+        float* out = C + (size_t)c * ldc;
+        if (beta == 0.0f) {
+            out[r] = alpha * acc;
+            return;
+        }
+        out[r] = axpby(alpha, acc, beta, out[r]);
+    }
+}
+"""
+
+# A row pointer declared before the guard, the operands swapped, a constant block size, an index
+# computed before the guard and `t += 1`.
+MATMUL_ALIAS = """
+/* @optiml
+ *   args:   A: in float[rows * inner], B: in float[inner * cols], C: out float[rows * cols]
+ *   launch: grid = (cdiv(cols, 16), cdiv(rows, 16)), block = (16, 16)
+ *   sizes:  rows, cols, inner = (768, 1024, 512), (257, 130, 75)
+ *   tol:    rtol = 1e-4, atol = 1e-3
+ */
+__global__ void matmul(const float* A, const float* B, float* C, int rows, int cols, int inner)
+{
+    int col = blockIdx.x * 16 + threadIdx.x;
+    int row = blockIdx.y * 16 + threadIdx.y;
+    int idx = row * cols + col;
+    const float* arow = A + row * inner;
+    if (row < rows && col < cols) {
+        float s = 0;
+        for (int t = 0; t < inner; t += 1) {
+            s += B[t * cols + col] * arow[t];
+        }
+        C[idx] = s;
+    }
+}
+"""
+
+OTHER_WAYS = [
+    pytest.param(GEMM_NT, "gemm_nt", id="nt-early-return-fmaf"),
+    pytest.param(SGEMM_COLMAJOR, "sgemm_colmajor", id="column-major-lds-epilogue-branch"),
+    pytest.param(MATMUL_ALIAS, "matmul", id="row-pointer-swapped-operands"),
+]
+
+
+def _with(text: str, old: str, new: str) -> str:
+    assert old in text
+    return text.replace(old, new)
+
+
+FIXTURE = (FIXTURES / "sgemm.cu").read_text()
+
+# Where the rewrite could not keep the kernel's function, or the kernel is not a naive GEMM.
+NOT_GEMM = [
+    pytest.param(
+        _with(
+            FIXTURE,
+            "acc += A[row * K + k] * B[k * N + col];",
+            "acc += A[row * K + k] * B[k * N + col];\n            acc2 += A[row * K + k];",
+        ).replace("float acc = 0.0f;", "float acc = 0.0f, acc2 = 0.0f;"),
+        id="two-accumulators",
+    ),
+    pytest.param(
+        _with(
+            FIXTURE,
+            "acc += A[row * K + k] * B[k * N + col];",
+            "C[row * N + col] += A[row * K + k] * B[k * N + col];",
+        ),
+        id="write-inside-the-loop",
+    ),
+    pytest.param(
+        _with(FIXTURE, "A[row * K + k]", "A[(row * K + k) % (M * K)]"),
+        id="non-affine-index",
+    ),
+    pytest.param(
+        _with(FIXTURE, "A[row * K + k]", "A[row * K + k * k]"),
+        id="quadratic-index",
+    ),
+    pytest.param(
+        _with(FIXTURE, "beta * C[row * N + col];", "beta * C[col * N + row];"),
+        id="epilogue-reads-another-element",
+    ),
+    pytest.param(
+        _with(FIXTURE, "beta * C[row * N + col];", "beta * A[row * K + col];"),
+        id="epilogue-reads-another-pointer",
+    ),
+    pytest.param(
+        _with(
+            FIXTURE, "C[row * N + col] = alpha", "alpha *= 2.0f;\n        C[row * N + col] = alpha"
+        ),
+        id="epilogue-changes-a-parameter",
+    ),
+    pytest.param(
+        _with(FIXTURE, "grid = (cdiv(N, 16), cdiv(M, 16))", "grid = (cdiv(N, 32), cdiv(M, 16))"),
+        id="launch-covers-half-the-columns",
+    ),
+    pytest.param(
+        _with(FIXTURE, "for (int k = 0; k < K; ++k)", "for (int k = 1; k < K; ++k)"),
+        id="loop-from-one",
+    ),
+    pytest.param(
+        _with(FIXTURE, "float acc = 0.0f;", "float acc = 1.0f;"),
+        id="accumulator-not-zero",
+    ),
+    pytest.param(
+        _with(
+            FIXTURE,
+            "C[row * N + col] = alpha * acc + beta * C[row * N + col];",
+            "atomicAdd(&C[row * N + col], alpha * acc);",
+        ),
+        id="atomic-epilogue",
+    ),
+    pytest.param(
+        _with(
+            FIXTURE, "float acc = 0.0f;", "float acc = 0.0f;\n        const float start = acc;"
+        ).replace("alpha * acc +", "alpha * (acc - start) +"),
+        id="reads-the-accumulator-before-the-loop",
+    ),
+    pytest.param(
+        _with(FIXTURE, "const int row = blockIdx.y", "const int row = blockIdx.z"),
+        id="a-third-grid-dimension",
+    ),
+]
+
+
+# ---- what it proposes ------------------------------------------------------------------------
+
+
+def test_proposes_ranked_configs_on_the_fixture():
+    ctx = fixture("sgemm.cu", "sgemm_naive")
+    proposals = propose(ctx)
+    assert 3 <= len(proposals) <= 8
+    weights = [p.weight for p in proposals]
+    assert weights == sorted(weights, reverse=True)
+    for p in proposals:
+        out = variant(ctx, p)
+        threads = p.params["threads"]
+        assert out.spec.launch.block == [str(threads)]
+        assert out.spec.launch.grid == [
+            f"cdiv(N, {p.params['bn']})",
+            f"cdiv(M, {p.params['bm']})",
+        ]
+        assert f"__launch_bounds__({threads}," in out.definition
+        # the contract stays the original's
+        assert out.spec.buffers == ctx.spec.buffers and out.spec.sizes == ctx.spec.sizes
+        assert (out.spec.rtol, out.spec.atol) == (ctx.spec.rtol, ctx.spec.atol)
+        assert [q.declared for q in out.kernel.params] == [q.declared for q in ctx.kernel.params]
+
+
+def test_small_problems_rank_the_small_tiles_first():
+    small = _with(
+        FIXTURE,
+        "M, N, K = (4096, 4096, 4096), (1000, 777, 513)",
+        "M, N, K = (1000, 777, 513), (4096, 4096, 4096)",
+    )
+    first = propose(context(small, "sgemm_naive"))[0]
+    assert (first.params["bm"], first.params["bn"]) == (64, 64)
+
+
+@pytest.mark.parametrize("text,kernel", OTHER_WAYS)
+def test_proposes_on_kernels_written_other_ways(text, kernel):
+    ctx = context(text, kernel)
+    proposals = propose(ctx)
+    assert proposals
+    out = variant(ctx, proposals[0])
+    assert "optiml_sgemm::Tiling<" in out.definition
+
+
+def _config(ctx: Context, bm: int, bn: int, bk: int, tm: int) -> Context:
+    """The variant of one config."""
+    wanted = {"bm": bm, "bn": bn, "bk": bk, "tm": tm}
+    (p,) = [p for p in propose(ctx) if wanted.items() <= p.params.items()]
+    return variant(ctx, p)
+
+
+def test_layouts_and_extents_are_read_off_the_indices():
+    nt = _config(context(GEMM_NT, "gemm_nt"), 128, 128, 8, 16)
+    # A row-major and Bt (N x K) k-contiguous: both transposed into shared memory.
+    assert "Tiling<128, 128, 8, 4, 2, 3, true, true>" in nt.definition
+    assert "run(smem, A, K, Bt, K, M, N, K," in nt.definition
+    assert nt.spec.launch.grid == ["cdiv(N, 128)", "cdiv(M, 128)"]
+    # C's unit stride is on r (x): the tiles' columns run along m, B[c * ldb + l] is the row
+    # operand (k-contiguous) and A[l * lda + r] the column operand (m-contiguous).
+    cm = _config(context(SGEMM_COLMAJOR, "sgemm_colmajor"), 128, 128, 8, 16)
+    assert "Tiling<128, 128, 8, 4, 2, 3, true, false>" in cm.definition
+    assert "run(smem, B, ldb, A, lda, n, m, k," in cm.definition
+    assert cm.spec.launch.grid == ["cdiv(m, 128)", "cdiv(n, 128)"]
+    alias = _config(context(MATMUL_ALIAS, "matmul"), 128, 128, 8, 16)
+    assert "run(smem, A, inner, B, cols, rows, cols, inner," in alias.definition
+
+
+@pytest.mark.parametrize("text", NOT_GEMM)
+def test_proposes_nothing_where_it_cannot_keep_the_function(text):
+    assert propose(context(text, "sgemm_naive")) == []
+
+
+def test_proposes_nothing_on_other_fixtures():
+    for entry in GOOD:
+        if entry["kernel"] == "sgemm_naive":
+            continue
+        assert propose(fixture(entry["file"], entry["kernel"])) == [], entry["file"]
+
+
+def test_proposes_nothing_on_its_own_output():
+    ctx = fixture("sgemm.cu", "sgemm_naive")
+    assert propose(variant(ctx, propose(ctx)[0])) == []
+
+
+# ---- what nvcc makes of it -------------------------------------------------------------------
+
+
+def _fixture_proposals():
+    ctx = fixture("sgemm.cu", "sgemm_naive")
+    return [pytest.param(ctx, p, id=_label(p)) for p in propose(ctx)]
+
+
+def _label(p) -> str:
+    q = p.params
+    return f"{q['bm']}x{q['bn']}x{q['bk']}-{q['tm']}x{q['tn']}-{q['threads']}t-{q['stages']}s"
+
+
+@needs_nvcc
+@pytest.mark.parametrize("ctx,proposal", _fixture_proposals())
+def test_fixture_proposals_fit_their_register_budget(ctx, proposal):
+    """ptxas: no spills, no stack, and the registers that `__launch_bounds__` promised, so that the
+    blocks per SM it asked for fit in the 64K registers of an SM."""
+    out = variant(ctx, proposal)
+    build = build_kernel(out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90")
+    assert build.ok, build.log
+    r = build.resources
+    print(f"{_label(proposal)}: {r.registers} registers, {r.static_smem_bytes} B smem, spills 0")
+    assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0 and r.stack_bytes == 0
+    min_blocks = int(re.search(r"__launch_bounds__\(\d+, (\d+)\)", out.definition).group(1))
+    assert r.registers * proposal.params["threads"] * min_blocks <= 65536
+    assert r.static_smem_bytes * min_blocks <= 228 * 1024
+
+
+@needs_nvcc
+@pytest.mark.parametrize("text,kernel", OTHER_WAYS)
+def test_other_kernels_compile_without_spills(text, kernel):
+    ctx = context(text, kernel)
+    out = variant(ctx, propose(ctx)[0])
+    build = build_kernel(out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90")
+    assert build.ok, build.log
+    assert build.resources.spill_store_bytes == 0 and build.resources.stack_bytes == 0
+
+
+def _ptx(ctx: Context) -> str:
+    run = subprocess.run(
+        ["nvcc", "-arch=sm_90", "-O3", "-ptx", "-x", "cu", "-", "-o", "-"],
+        input=ctx.source.text,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return run.stdout
+
+
+@needs_nvcc
+def test_ptx_is_an_ffma_kernel_fed_by_cp_async_and_128_bit_shared_loads():
+    ctx = fixture("sgemm.cu", "sgemm_naive")
+    ptx = _ptx(variant(ctx, propose(ctx)[0]))
+    assert "cp.async.ca.shared.global" in ptx  # A (row-major) transposed word by word
+    assert "cp.async.cg.shared.global" in ptx and ", 16, " in ptx  # B rows, 16 bytes at a time
+    assert "cp.async.wait_group" in ptx
+    assert "ld.shared.v4.f32" in ptx
+    # 16 x 8 FFMA per k of a K tile of 8, in the main loops with 16-byte copies and with word copies
+    assert len(re.findall(r"\bfma\.rn\.f32\b", ptx)) >= 2 * 16 * 8 * 8
+    # fp32 contract: no tensor cores, no TF32
+    assert not re.search(r"\b(mma|wmma|wgmma)\b|tf32", ptx)
+
+
+# ---- what it computes: the original and the variant on the CPU --------------------------------
+
+# CUDA as host C++: a std::thread per CUDA thread, one block at a time, barriers for
+# __syncthreads and __syncwarp, `__shared__` as a function-static array, cp.async as a plain copy.
+HOST_CUDA = r"""
+#include <algorithm>
+#include <barrier>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <thread>
+#include <vector>
+using std::fmaf;
+struct dim3 { unsigned x = 1, y = 1, z = 1; };
+thread_local dim3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+std::barrier<>* block_barrier;
+std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__
+#define __shared__ static
+#define __launch_bounds__(...)
+inline void __syncthreads() { block_barrier->arrive_and_wait(); }
+inline void __syncwarp() { warp_barriers[threadIdx.x / 32]->arrive_and_wait(); }
+struct alignas(16) float4 { float x, y, z, w; };
+inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+
+template <class F>
+void launch(dim3 grid, dim3 block, F kernel) {
+    blockDim = block;
+    gridDim = grid;
+    const unsigned threads = block.x * block.y * block.z;
+    for (unsigned bz = 0; bz < grid.z; ++bz)
+        for (unsigned by = 0; by < grid.y; ++by)
+            for (unsigned bx = 0; bx < grid.x; ++bx) {
+                std::barrier<> bar(threads);
+                block_barrier = &bar;
+                warp_barriers.clear();
+                for (unsigned w = 0; w < (threads + 31) / 32; ++w)
+                    warp_barriers.emplace_back(new std::barrier<>(std::min(32u, threads - w * 32)));
+                std::vector<std::thread> pool;
+                for (unsigned t = 0; t < threads; ++t)
+                    pool.emplace_back([&, t] {
+                        threadIdx = {t % block.x, t / block.x % block.y, t / (block.x * block.y)};
+                        blockIdx = {bx, by, bz};
+                        kernel();
+                    });
+                for (auto& t : pool) t.join();
+            }
+}
+
+static unsigned state = 12345;
+void fill(std::vector<float>& v) {
+    for (auto& x : v) {
+        state = state * 1664525u + 1013904223u;
+        x = (state >> 8) / float(1 << 24) * 2 - 1;
+    }
+}
+
+int bad = 0;
+void compare(const std::vector<float>& want, const std::vector<float>& got) {
+    for (size_t i = 0; i < want.size(); ++i)
+        if (!(std::fabs(want[i] - got[i]) <= 1e-5f + 1e-5f * std::fabs(want[i]))) ++bad;
+}
+"""
+
+# The bodies of the template's cp.async wrappers on the host: the copy itself, at once.
+HOST_CP_ASYNC = {
+    "copy4": "*dst = valid ? *src : 0.f;",
+    "copy16": "for (int i = 0; i < 4; ++i) dst[i] = valid ? src[i] : 0.f;",
+    "commit": "",
+    "wait": "",
+}
+
+
+def _host(text: str) -> str:
+    for name, body in HOST_CP_ASYNC.items():
+        text, n = re.subn(
+            rf"(void {name}\([^)]*\) \{{)\s*asm volatile\(.*?\);\s*\}}",
+            lambda m, body=body: f"{m.group(1)} {body} }}",
+            text,
+            flags=re.S,
+        )
+        assert n == 1, name
+    return text
+
+
+def _launch(ctx: Context, namespace: str, sizes: dict[str, int], buffers: dict[str, str]) -> str:
+    case = ctx.spec.case(sizes)
+    args = []
+    for p in ctx.kernel.params:
+        value = case.sizes.get(p.name, case.scalars.get(p.name))
+        if p.is_pointer:
+            args.append(f"{buffers[p.name]}.data()")
+        elif isinstance(value, float):
+            args.append(f"{value!r}f")
+        else:
+            args.append(str(value))
+    g, b = case.grid, case.block
+    return (
+        f"launch({{{g[0]}, {g[1]}, {g[2]}}}, {{{b[0]}, {b[1]}, {b[2]}}}, [&] {{ "
+        f"{namespace}::{ctx.kernel.name}({', '.join(args)}); }});"
+    )
+
+
+def _mismatches(original: Context, candidate: Context, sizes: list[dict[str, int]], tmp: Path):
+    """Elements of the outputs where the candidate differs from the original, at each size."""
+    body = []
+    for s in sizes:
+        case = original.spec.case(s)
+        body.append("{")
+        for buf in original.spec.buffers:
+            body.append(
+                f"std::vector<float> {buf.name}({case.lengths[buf.name]}); fill({buf.name});"
+            )
+            if buf.role != "in":
+                body.append(f"std::vector<float> {buf.name}_want = {buf.name};")
+        want = {b.name: b.name + ("_want" if b.role != "in" else "") for b in original.spec.buffers}
+        body.append(_launch(original, "original", s, want))
+        body.append(_launch(candidate, "candidate", s, {b: b for b in want}))
+        body += [f"compare({b}_want, {b});" for b, w in want.items() if w != b]
+        body.append("}")
+    program = "\n".join(
+        [
+            HOST_CUDA,
+            "namespace original {",
+            original.source.text,
+            "}",
+            "namespace candidate {",
+            _host(candidate.source.text),
+            "}",
+            "int main() {",
+            *body,
+            'std::printf("%d\\n", bad);',
+            "}",
+        ]
+    )
+    source, exe = tmp / "emulate.cpp", tmp / "emulate"
+    source.write_text(program)
+    subprocess.run(
+        ["g++", "-std=c++20", "-O0", "-pthread", "-w", "-o", str(exe), str(source)], check=True
+    )
+    return int(subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout)
+
+
+# Partial tiles in M, N and K, a single block, several blocks each way, and sizes where the
+# 16-byte copies apply (rows of a multiple of 4 floats) next to ones where they do not.
+FIXTURE_SIZES = [{"M": 70, "N": 45, "K": 37}, {"M": 130, "N": 136, "K": 20}]
+
+
+@needs_gxx
+@pytest.mark.parametrize("ctx,proposal", _fixture_proposals())
+def test_fixture_proposals_compute_what_the_original_does(ctx, proposal, tmp_path):
+    assert _mismatches(ctx, variant(ctx, proposal), FIXTURE_SIZES, tmp_path) == 0
+
+
+@needs_gxx
+@pytest.mark.parametrize(
+    "text,kernel,sizes",
+    [
+        (GEMM_NT, "gemm_nt", [{"M": 70, "N": 45, "K": 37}, {"M": 136, "N": 132, "K": 16}]),
+        (
+            SGEMM_COLMAJOR,
+            "sgemm_colmajor",
+            [{"m": 45, "n": 70, "k": 9}, {"m": 132, "n": 20, "k": 24}],
+        ),
+        (MATMUL_ALIAS, "matmul", [{"rows": 33, "cols": 130, "inner": 11}]),
+    ],
+    ids=["nt", "column-major", "row-pointer"],
+)
+def test_other_kernels_compute_what_the_original_does(text, kernel, sizes, tmp_path):
+    ctx = context(text, kernel)
+    for proposal in propose(ctx)[:2]:
+        assert _mismatches(ctx, variant(ctx, proposal), sizes, tmp_path) == 0, proposal.params
