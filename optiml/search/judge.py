@@ -125,8 +125,10 @@ async def judge(
         except Exception as e:  # the LLM's opinion is advisory; its failure is recorded
             logger.warning("LLM judge failed: %s", e)
             llm = {"error": str(e)}
-        if llm and "accept" in llm:
+        # Only a verdict is a check: "uncertain" (accept None) is recorded in `llm` and rejects
+        # nothing.
+        if llm and isinstance(llm.get("accept"), bool):
             checks.append(
-                Check(name="LLM review", ok=bool(llm["accept"]), detail=str(llm.get("reason", "")))
+                Check(name="LLM review", ok=llm["accept"], detail=str(llm.get("reason", "")))
             )
     return JudgeVerdict(accepted=all(c.ok for c in checks), checks=checks, llm=llm)

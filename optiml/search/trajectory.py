@@ -230,4 +230,6 @@ class Trajectory(BaseModel):
     evaluations: int = 0
     wall_s: float = 0.0
     llm_cost_usd: float | None = None
+    # edits the policy proposed that failed a check before evaluation: title, reason, stage
+    rejected: list[dict[str, Any]] = Field(default_factory=list)
     outcome: str = ""  # one line: what came of it
