@@ -1,15 +1,21 @@
 """The OptiML language server (pygls): spec and nvcc diagnostics, static feedback as inlay hints
-and hover, and "Add OptiML spec" for `.cu`/`.cuh` files. It uses `optiml`'s public API; only
-`check_job` reaches below it, for want of `optiml.api.check_source`."""
+and hover, "Add OptiML spec" for `.cu`/`.cuh` files, and optimize and profile jobs whose results
+come back as proposals (code lenses), hover and diagnostics. It uses `optiml`'s public API; only
+`check_job` reaches below it, for want of `optiml.api.check_source`, and `jobs` for the cache
+folder."""
 
 from __future__ import annotations
 
 import argparse
 import gc
 import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from server.jobs import ExecutorFactory
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, executor_factory: ExecutorFactory | None = None) -> int:
     """`optiml serve`: LSP over stdin/stdout, or over TCP on 127.0.0.1 for debugging."""
     parser = argparse.ArgumentParser(prog="optiml serve", description=main.__doc__)
     transport = parser.add_mutually_exclusive_group()
@@ -23,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from server.app import make_server  # not at import: `import server` stays cheap
 
-    server = make_server()
+    server = make_server(executor_factory)
     # Everything imported so far lives as long as the server: frozen, it is not walked by every
     # full collection, which on a parse thread would otherwise stall the event loop for ~50 ms.
     gc.freeze()

@@ -1,6 +1,7 @@
 """The language server's wiring: each handler turns LSP params into plain values, asks a feature
-module, and turns the answer back. State (documents, compiles, settings, client capabilities) lives
-on `OptimlServer`; nothing here blocks the event loop."""
+module, and turns the answer back. State (documents, compiles, jobs and what they found, settings,
+client capabilities) lives on `OptimlServer`; nothing here blocks the event loop or waits for a
+job."""
 
 from __future__ import annotations
 
@@ -16,16 +17,44 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
+from pygls.uris import to_fs_path
 
 from optiml import __version__
 from server import probe
 from server.capabilities import ClientCapabilities, resolve
 from server.checks import Checks
-from server.code_actions import ADD_SPEC_COMMAND, KIND, add_spec_edit, code_actions
+from server.code_actions import ADD_SPEC_COMMAND, KINDS, add_spec_edit, code_actions
 from server.diagnostics import diagnostics
 from server.documents import Documents, Model, Snapshot, is_cuda
 from server.hover import hover
 from server.inlay_hints import inlay_hints
+from server.jobs import (
+    CANCEL_COMMAND,
+    DONE,
+    OPTIMIZE_COMMAND,
+    PROFILE_COMMAND,
+    ExecutorFactory,
+    Jobs,
+    Kind,
+    Profiles,
+    job_arg,
+    local_executor,
+    run_job,
+    target_arg,
+)
+from server.proposals import (
+    ACCEPT_COMMAND,
+    COMPARE_COMMAND,
+    REJECT_COMMAND,
+    REPORT_COMMAND,
+    Proposal,
+    Proposals,
+    code_lenses,
+    compare,
+    plan,
+    proposal_arg,
+    workspace_edit,
+)
 from server.settings import SECTION, Settings, merge
 
 logger = logging.getLogger(__name__)
@@ -52,12 +81,16 @@ class Protocol(LanguageServerProtocol):
 
 
 class OptimlServer(LanguageServer):
-    def __init__(self) -> None:
+    def __init__(self, executor_factory: ExecutorFactory | None = None) -> None:
         super().__init__("optiml", __version__, protocol_cls=Protocol)
         self.caps: ClientCapabilities = resolve(types.ClientCapabilities())
         self.settings = Settings()
         self.documents = Documents()
         self.checks = Checks(slots=os.cpu_count() or 1)
+        self.executor_factory: ExecutorFactory = executor_factory or local_executor
+        self.jobs = Jobs()
+        self.profiles = Profiles()
+        self.proposals = Proposals()
         self.loop_lag = probe.LoopLag() if os.environ.get(probe.ENV) else None
         self.early_messages: list[str] = []  # settings errors found before `initialized`
         self._told: set[str] = set()
@@ -74,6 +107,9 @@ class OptimlServer(LanguageServer):
         self.window_show_message(types.ShowMessageParams(type=kind, message=message))
 
     def report_server_error(self, error: Exception, source: Any) -> None:
+        if isinstance(error, JsonRpcInvalidParams):  # the client's mistake, answered as an error
+            logger.warning("%s: %s", source.__name__, error)
+            return
         logger.error("%s: %s", source.__name__, error)
         message = f"OptiML server error ({type(error).__name__}): {error}; see the server log"
         self.tell(message, once=True)
@@ -84,12 +120,23 @@ class OptimlServer(LanguageServer):
 
     def publish(self, model: Model) -> None:
         check = self.documents.check(model.snapshot.uri)
-        found = diagnostics(model, check, hints=not self.caps.inlay_hints)
+        profiles = self.profiles.of(model)
+        found = diagnostics(model, check, hints=not self.caps.inlay_hints, profiles=profiles)
         self.text_document_publish_diagnostics(
             types.PublishDiagnosticsParams(
                 uri=model.snapshot.uri, diagnostics=found, version=model.snapshot.version
             )
         )
+
+    def republish(self, uri: str) -> None:
+        """The diagnostics of the newest parse again (a job found something)."""
+        doc = self.documents.get(uri)
+        if doc is not None and doc.model is not None:
+            self.publish(doc.model)
+
+    def refresh_code_lenses(self) -> None:
+        if self.caps.code_lens_refresh:
+            self.workspace_code_lens_refresh(None)
 
     async def compile(self, snapshot: Snapshot) -> None:
         async with self._progress(f"OptiML: compiling {snapshot.name}"):
@@ -123,11 +170,12 @@ class OptimlServer(LanguageServer):
                 if doc.check is not None:
                     self.spawn(self.compile(doc.check.snapshot))
 
-    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run `coro` in the background, its failure reported like a handler's."""
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._finished)
+        return task
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -235,7 +283,164 @@ async def hover_(ls: OptimlServer, params: types.HoverParams) -> types.Hover | N
     if model is None:
         return None
     check = ls.documents.check(params.text_document.uri)
-    return hover(model, check, params.position, ls.caps.hover_markdown)
+    return hover(model, check, params.position, ls.caps.hover_markdown, ls.profiles, ls.proposals)
+
+
+# ---- jobs ---------------------------------------------------------------------------------------
+
+
+async def start_job(ls: OptimlServer, kind: Kind, command: str, args: tuple) -> dict | None:
+    """`optiml.optimize` / `optiml.profile` `[{uri, version, kernel}]`: a job on the document as
+    it is now (the kernel must still be there with a valid spec); answers `{job}` at once."""
+    target = target_arg(command, args)
+    model = await ls.documents.model(target.uri)
+    name = f"`{target.kernel}`"
+    if model is None:
+        ls.tell(f"OptiML: {target.uri} is not open (or not a CUDA file)", types.MessageType.Warning)
+        return None
+    if model.kernel(target.kernel) is None:
+        ls.tell(f"OptiML: no kernel {name} in {model.snapshot.name}", types.MessageType.Warning)
+        return None
+    if target.kernel not in model.specs:
+        ls.tell(
+            f"OptiML: {name} has no valid @optiml spec; add one or fix its errors first",
+            types.MessageType.Warning,
+        )
+        return None
+    if (busy := ls.jobs.busy(target.uri, target.kernel)) is not None:
+        ls.tell(
+            f"OptiML: {name} is already being {DONE[busy.kind]}; cancel that job first",
+            types.MessageType.Info,
+        )
+        return None
+    job = ls.jobs.new(kind, model.snapshot, target.kernel, ls.settings)
+    job.task = ls.spawn(run_job(ls, job))
+    return {"job": job.id}
+
+
+async def optimize(ls: OptimlServer, *args: Any) -> dict | None:
+    return await start_job(ls, "optimize", OPTIMIZE_COMMAND, args)
+
+
+async def profile(ls: OptimlServer, *args: Any) -> dict | None:
+    return await start_job(ls, "profile", PROFILE_COMMAND, args)
+
+
+def cancel_job(ls: OptimlServer, *args: Any) -> dict:
+    """`optiml.cancelJob` `[{job}]`, or no arguments for every job of this server."""
+    job_id = job_arg(args)
+    cancelled = ls.jobs.cancel(job_id)
+    if not cancelled:
+        what = (
+            "no OptiML job is running" if job_id is None else f"no OptiML job {job_id} is running"
+        )
+        ls.tell(f"OptiML: {what}", types.MessageType.Info)
+    return {"cancelled": cancelled}
+
+
+def progress_cancelled(ls: OptimlServer, params: types.WorkDoneProgressCancelParams) -> None:
+    ls.jobs.cancel_token(params.token)
+
+
+# ---- proposals ----------------------------------------------------------------------------------
+
+
+def _proposal(ls: OptimlServer, command: str, args: tuple) -> Proposal | None:
+    found = ls.proposals.get(proposal_arg(command, args))
+    if found is None:
+        ls.tell(
+            "OptiML: that proposal is gone (accepted, rejected or replaced by a newer one)",
+            types.MessageType.Warning,
+        )
+    return found
+
+
+async def code_lens(ls: OptimlServer, params: types.CodeLensParams) -> list[types.CodeLens] | None:
+    proposals = ls.proposals.of(params.text_document.uri)
+    if not proposals:
+        return None
+    model = await ls.documents.model(params.text_document.uri)
+    return code_lenses(proposals, model) if model is not None else None
+
+
+async def accept_proposal(ls: OptimlServer, *args: Any) -> dict | None:
+    """`workspace/applyEdit` with the proposal, against the document's version now; the proposal
+    goes once applied."""
+    p = _proposal(ls, ACCEPT_COMMAND, args)
+    if p is None:
+        return None
+    model = await ls.documents.model(p.snapshot.uri)
+    if model is None:
+        ls.tell(f"OptiML: open {p.file_name} to accept its proposal", types.MessageType.Warning)
+        return None
+    edits = plan(p, model)
+    if isinstance(edits, str):
+        ls.tell(edits, types.MessageType.Warning)
+        return {"applied": False}
+    edit = workspace_edit(p, model, edits, ls.caps)
+    result = await ls.workspace_apply_edit_async(
+        types.ApplyWorkspaceEditParams(edit=edit, label=p.label)
+    )
+    if not result.applied:
+        reason = f": {result.failure_reason}" if result.failure_reason else ""
+        ls.tell(
+            f"OptiML: the editor did not apply the proposal for `{p.kernel}`{reason}; it is kept",
+            types.MessageType.Info,
+        )
+        return {"applied": False}
+    ls.proposals.drop(p.id)
+    ls.refresh_code_lenses()
+    return {"applied": True}
+
+
+def reject_proposal(ls: OptimlServer, *args: Any) -> None:
+    p = _proposal(ls, REJECT_COMMAND, args)
+    if p is not None:
+        ls.proposals.drop(p.id)
+        ls.refresh_code_lenses()
+
+
+async def compare_proposal(ls: OptimlServer, *args: Any) -> dict | None:
+    """`{original, variant, title}`; a client that does not open the diff itself (no
+    `experimental.optiml.diff`) is shown the variant's file."""
+    p = _proposal(ls, COMPARE_COMMAND, args)
+    if p is None:
+        return None
+    try:
+        found = compare(p)
+    except OSError as e:
+        ls.tell(f"OptiML: could not write the proposal for `{p.kernel}`: {e}")
+        return None
+    if not ls.caps.opens_diff:
+        await _show(ls, found["variant"], external=False)
+    return found
+
+
+async def open_report(ls: OptimlServer, *args: Any) -> dict | None:
+    """`{report}`; a client that does not open it itself (no `experimental.optiml.openReport`) is
+    asked to show it in the browser."""
+    p = _proposal(ls, REPORT_COMMAND, args)
+    if p is None:
+        return None
+    if p.report is None or not p.report.is_file():
+        ls.tell(f"OptiML: the report of `{p.kernel}` is gone from {p.folder}")
+        return None
+    found = {"report": p.report.as_uri()}
+    if not ls.caps.opens_report:
+        await _show(ls, found["report"], external=True)
+    return found
+
+
+async def _show(ls: OptimlServer, uri: str, external: bool) -> None:
+    shown = False
+    if ls.caps.show_document:
+        params = types.ShowDocumentParams(uri=uri, external=external, take_focus=True)
+        try:
+            shown = (await ls.window_show_document_async(params)).success
+        except JsonRpcException as e:
+            logger.warning("window/showDocument %s: %s", uri, e)
+    if not shown:
+        ls.tell(f"OptiML: see {to_fs_path(uri) or uri}", types.MessageType.Info)
 
 
 async def inlay_hint(ls: OptimlServer, params: types.InlayHintParams) -> list[types.InlayHint]:
@@ -248,14 +453,17 @@ async def inlay_hint(ls: OptimlServer, params: types.InlayHintParams) -> list[ty
 
 async def shutdown(ls: OptimlServer, params: None) -> None:
     await ls.checks.stop()
+    await ls.jobs.stop()
 
 
 def loop_lag(ls: OptimlServer, params: Any) -> dict[str, float]:
     return ls.loop_lag.take() if ls.loop_lag is not None else {}
 
 
-def make_server() -> OptimlServer:
-    ls = OptimlServer()
+def make_server(executor_factory: ExecutorFactory | None = None) -> OptimlServer:
+    """The server; `executor_factory(settings)` gives the executor of each job (default: this
+    machine's GPUs, `LocalExecutor`)."""
+    ls = OptimlServer(executor_factory)
     ls.feature(types.INITIALIZE)(initialize)
     ls.feature(types.INITIALIZED)(initialized)
     ls.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)(did_change_configuration)
@@ -263,10 +471,21 @@ def make_server() -> OptimlServer:
     ls.feature(types.TEXT_DOCUMENT_DID_CHANGE)(did_change)
     ls.feature(types.TEXT_DOCUMENT_DID_SAVE)(did_save)
     ls.feature(types.TEXT_DOCUMENT_DID_CLOSE)(did_close)
-    ls.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(code_action_kinds=[KIND]))(
+    ls.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(code_action_kinds=KINDS))(
         code_action
     )
     ls.command(ADD_SPEC_COMMAND)(add_spec)
+    ls.command(OPTIMIZE_COMMAND)(optimize)
+    ls.command(PROFILE_COMMAND)(profile)
+    ls.command(CANCEL_COMMAND)(cancel_job)
+    ls.feature(types.WINDOW_WORK_DONE_PROGRESS_CANCEL)(progress_cancelled)
+    ls.feature(types.TEXT_DOCUMENT_CODE_LENS, types.CodeLensOptions(resolve_provider=False))(
+        code_lens
+    )
+    ls.command(ACCEPT_COMMAND)(accept_proposal)
+    ls.command(REJECT_COMMAND)(reject_proposal)
+    ls.command(COMPARE_COMMAND)(compare_proposal)
+    ls.command(REPORT_COMMAND)(open_report)
     ls.feature(types.TEXT_DOCUMENT_HOVER)(hover_)
     ls.feature(types.TEXT_DOCUMENT_INLAY_HINT)(inlay_hint)
     ls.feature(types.SHUTDOWN)(shutdown)

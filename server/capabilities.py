@@ -19,6 +19,12 @@ class ClientCapabilities:
     change_annotations: bool
     hover_markdown: bool
     configuration: bool  # `workspace/configuration` can be asked
+    code_lens_refresh: bool  # the server may ask for code lenses again when a proposal comes
+    show_document: bool  # `window/showDocument`
+    # `experimental.optiml`, declared by the VS Code extension: it opens what
+    # `optiml.compareProposal` and `optiml.openReport` answer itself
+    opens_diff: bool = False
+    opens_report: bool = False
 
 
 def resolve(caps: types.ClientCapabilities) -> ClientCapabilities:
@@ -42,4 +48,14 @@ def resolve(caps: types.ClientCapabilities) -> ClientCapabilities:
         is not None,
         hover_markdown=types.MarkupKind.Markdown in hover_formats,
         configuration=bool(get_capability(caps, "workspace.configuration", False)),
+        code_lens_refresh=bool(get_capability(caps, "workspace.code_lens.refresh_support", False)),
+        show_document=bool(get_capability(caps, "window.show_document.support", False)),
+        opens_diff=_experimental(caps, "diff"),
+        opens_report=_experimental(caps, "openReport"),
     )
+
+
+def _experimental(caps: types.ClientCapabilities, key: str) -> bool:
+    experimental = caps.experimental
+    optiml = experimental.get("optiml") if isinstance(experimental, dict) else None
+    return isinstance(optiml, dict) and optiml.get(key) is True

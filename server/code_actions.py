@@ -1,5 +1,6 @@
 """Code actions on the kernel under the cursor: "Add OptiML spec" for a kernel without one, an edit
-that inserts the drafted spec above the kernel, versioned against the parsed document."""
+that inserts the drafted spec above the kernel, versioned against the parsed document; "Optimize
+kernel" and "Profile kernel" for a kernel whose spec is valid, commands that start a job."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ from optiml.cuda.draft import draft_spec
 from optiml.cuda.source import Kernel
 from server.capabilities import ClientCapabilities
 from server.documents import Model, Point
+from server.jobs import OPTIMIZE_COMMAND, PROFILE_COMMAND
 
 logger = logging.getLogger(__name__)
 
 KIND = types.CodeActionKind.RefactorRewrite
+JOB_KIND = types.CodeActionKind.Refactor  # starts a job; the edit comes later, as a proposal
+KINDS = [KIND, JOB_KIND]
 ADD_SPEC_COMMAND = "optiml.addSpec"  # for clients that take only Commands
 _ANNOTATION = "optiml.draftedSpec"
 
@@ -25,20 +29,38 @@ def code_actions(
     only: list[str] | None,
     caps: ClientCapabilities,
 ) -> list[types.CodeAction | types.Command]:
-    if only and not any(kind == KIND or KIND.startswith(f"{kind}.") for kind in only):
-        return []
     start, end = model.point(selection.start), model.point(selection.end)
     out: list[types.CodeAction | types.Command] = []
     for k in model.kernels:
-        if k.spec_comment is not None or not _overlaps(k, start, end):
+        if not _overlaps(k, start, end):
             continue
-        title = f"Add OptiML spec for `{k.name}`"
-        if not caps.code_action_literals:
-            args = [model.snapshot.uri, model.snapshot.version, k.name]
-            out.append(types.Command(title=title, command=ADD_SPEC_COMMAND, arguments=args))
-        elif (edit := add_spec_edit(model, k, caps)) is not None:
-            out.append(types.CodeAction(title=title, kind=KIND, edit=edit))
+        if k.spec_comment is None and _wanted(KIND, only):
+            title = f"Add OptiML spec for `{k.name}`"
+            if not caps.code_action_literals:
+                args = [model.snapshot.uri, model.snapshot.version, k.name]
+                out.append(types.Command(title=title, command=ADD_SPEC_COMMAND, arguments=args))
+            elif (edit := add_spec_edit(model, k, caps)) is not None:
+                out.append(types.CodeAction(title=title, kind=KIND, edit=edit))
+        if k.name in model.specs and _wanted(JOB_KIND, only):
+            target = {
+                "uri": model.snapshot.uri,
+                "version": model.snapshot.version,
+                "kernel": k.name,
+            }
+            for title, command in (
+                (f"Optimize kernel `{k.name}`", OPTIMIZE_COMMAND),
+                (f"Profile kernel `{k.name}`", PROFILE_COMMAND),
+            ):
+                cmd = types.Command(title=title, command=command, arguments=[target])
+                if caps.code_action_literals:
+                    out.append(types.CodeAction(title=title, kind=JOB_KIND, command=cmd))
+                else:
+                    out.append(cmd)
     return out
+
+
+def _wanted(kind: str, only: list[str] | None) -> bool:
+    return not only or any(kind == o or kind.startswith(f"{o}.") for o in only)
 
 
 def add_spec_edit(

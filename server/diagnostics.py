@@ -1,18 +1,23 @@
 """A document's diagnostics: spec errors from its newest parse, nvcc's messages from its newest
-compile, and static feedback as Hint diagnostics for clients without inlay hints."""
+compile, static feedback as Hint diagnostics for clients without inlay hints, and the hotspots of
+each kernel's newest profile (while the kernel's lines are those profiled)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from lsprotocol import types
 
 from optiml.api import CompilerMessage
+from optiml.cuda.source import Kernel
 from optiml.errors import Position
+from optiml.profile.model import Hotspot
 from server.checks import CheckOutcome
 from server.documents import Model, Point
 from server.inlay_hints import summary
+from server.jobs import KernelProfile
 
 SEVERITY = {
     "error": types.DiagnosticSeverity.Error,
@@ -23,7 +28,18 @@ SEVERITY = {
 _WORD = re.compile(r"\w+|\S")
 
 
-def diagnostics(model: Model, check: CheckOutcome | None, hints: bool) -> list[types.Diagnostic]:
+# A hotspot with this share of the kernel's stall samples is Information; a smaller one a Hint,
+# and one below HOTSPOT_MIN (with no excess sectors either) is not shown.
+HOTSPOT_INFO = 0.2
+HOTSPOT_MIN = 0.05
+
+
+def diagnostics(
+    model: Model,
+    check: CheckOutcome | None,
+    hints: bool,
+    profiles: Sequence[tuple[Kernel, KernelProfile]] = (),
+) -> list[types.Diagnostic]:
     out = [_spec_issue(model, message, at) for message, at in model.spec_issues]
     if model.error:
         out.append(_at(model, (0, 0), None, model.error, types.DiagnosticSeverity.Warning))
@@ -31,7 +47,65 @@ def diagnostics(model: Model, check: CheckOutcome | None, hints: bool) -> list[t
         out += [_compiler_message(model, m) for m in check.messages]
         if hints:
             out += _static_feedback(model, check)
+    for kernel, found in profiles:
+        out += _hotspots(model, kernel, found)
     return out
+
+
+def _hotspots(model: Model, kernel: Kernel, found: KernelProfile) -> list[types.Diagnostic]:
+    """The profile's hotspots in the kernel's lines, where they are now: the kernel is unchanged
+    since the profile (else it is not passed here), but it may have moved."""
+    block = model.block(kernel)
+    name = model.range(kernel.name_span.start_point, kernel.name_span.end_point)
+    related = [
+        types.DiagnosticRelatedInformation(
+            location=types.Location(uri=model.snapshot.uri, range=name),
+            message=f"`{kernel.name}`: {found.profile.bottleneck.explanation}",
+        )
+    ]
+    out = []
+    for h in found.profile.hotspots:
+        line = h.line - 1 - found.first + block.first
+        inside = block.first <= line <= block.last
+        if not inside or not _same_file(h.file, found.path):
+            continue
+        if h.share < HOTSPOT_MIN and not h.excessive_sectors:
+            continue
+        end = model.line_end(line)
+        text = model.lines[line]
+        start = (line, len(text) - len(text.lstrip()))
+        severity = (
+            types.DiagnosticSeverity.Information
+            if h.share >= HOTSPOT_INFO
+            else types.DiagnosticSeverity.Hint
+        )
+        out.append(
+            types.Diagnostic(
+                range=model.range(start, end),
+                message=hotspot_message(h),
+                severity=severity,
+                source="optiml",
+                related_information=related,
+            )
+        )
+    return out
+
+
+def hotspot_message(h: Hotspot) -> str:
+    """`hotspot: 62 % of stall samples (long_scoreboard); 58M excess L2 sectors`"""
+    parts = [f"hotspot: {h.share:.0%} of stall samples".replace("%", " %")]
+    if h.top_stall:
+        parts[0] += f" ({h.top_stall})"
+    if h.excessive_sectors:
+        parts.append(f"{_count(h.excessive_sectors)} excess L2 sectors")
+    return "; ".join(parts)
+
+
+def _count(n: float) -> str:
+    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if n >= size:
+            return f"{n / size:.3g}{suffix}"
+    return f"{n:.0f}"
 
 
 def _spec_issue(model: Model, message: str, at: Position) -> types.Diagnostic:

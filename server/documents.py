@@ -89,9 +89,35 @@ class Model:
         line = min(line, len(self.lines) - 1)
         return (line, len(self.lines[line].rstrip("\r")))
 
+    def block(self, kernel: Kernel) -> Block:
+        return kernel_block(self.lines, kernel)
+
+    def kernel(self, name: str) -> Kernel | None:
+        return next((k for k in self.kernels if k.name == name), None)
+
     def _clamp(self, point: Point) -> Point:
         line = min(max(point[0], 0), len(self.lines) - 1)
         return (line, min(max(point[1], 0), len(self.lines[line])))
+
+
+@dataclass(frozen=True)
+class Block:
+    """A kernel's whole lines, from its spec comment (or its definition, without one) to its closing
+    brace: what a profile or a proposal is about, and what must be unchanged for them to apply."""
+
+    first: int  # 0-based lines, both included
+    last: int
+    text: str
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha1(self.text.encode()).hexdigest()
+
+
+def kernel_block(lines: list[str], kernel: Kernel) -> Block:
+    start = kernel.spec_comment.span if kernel.spec_comment is not None else kernel.span
+    first, last = start.start_point[0], kernel.span.end_point[0]
+    return Block(first, last, "\n".join(lines[first : last + 1]))
 
 
 def parse(snapshot: Snapshot, codec: PositionCodec) -> Model:

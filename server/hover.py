@@ -1,5 +1,7 @@
 """Hover on a kernel's name: its static report from the newest finished compile (registers, spills,
-stack, shared memory, occupancy and what limits it, notes) and its spec from the newest parse."""
+stack, shared memory, occupancy and what limits it, notes), its spec from the newest parse, its
+profile from the newest profile job (while the kernel is as profiled) and its proposal, if an
+optimize job left one (before → after)."""
 
 from __future__ import annotations
 
@@ -10,10 +12,17 @@ from optiml.cuda.source import Kernel
 from optiml.spec import Spec
 from server.checks import CheckOutcome
 from server.documents import Model
+from server.jobs import Profiles
+from server.proposals import Proposals, hover_section
 
 
 def hover(
-    model: Model, check: CheckOutcome | None, position: types.Position, markdown: bool
+    model: Model,
+    check: CheckOutcome | None,
+    position: types.Position,
+    markdown: bool,
+    profiles: Profiles | None = None,
+    proposals: Proposals | None = None,
 ) -> types.Hover | None:
     point = model.point(position)
     kernel = next(
@@ -30,6 +39,14 @@ def hover(
         sections.append("No `@optiml` spec: the code action *Add OptiML spec* drafts one.")
     else:
         sections.append("The spec has errors: see the diagnostics.")
+    found = profiles.get(model, kernel) if profiles is not None else None
+    if found is not None:
+        sections.append(
+            f"Profile (Nsight Compute, document version {found.version}):\n\n"
+            + found.profile.markdown()
+        )
+    for p in proposals.of(model.snapshot.uri, kernel.name) if proposals is not None else []:
+        sections.append(hover_section(p))
     text = "\n\n".join(sections)
     if not markdown:
         text = text.replace("**", "").replace("`", "")

@@ -1,12 +1,17 @@
 """The server's settings, from `initializationOptions` and the `optiml` section of
-`workspace/configuration`: typed, validated key by key, and a bad value never replaces a good one."""
+`workspace/configuration`: typed, validated key by key, and a bad value never replaces a good one.
+The keys are those of the VS Code extension's `optiml.*` settings (less its own `server.*` and
+`trace.*`), spelled as there (`baseUrl`)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from optiml.errors import OptimlError
+from optiml.executors import parse_gpus
 from optiml.llm.settings import Provider
 from optiml.profile.static import ARCHES
 
@@ -17,11 +22,15 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     arch: str | None = None  # the compile target; else the spec's, the local GPU's, sm_90
-    # Reserved for the optimize and generate jobs; validated now so that a typo shows at once.
+    # The LLM of the `llm` policy; validated here so that a typo shows at once.
     provider: Provider | None = None
     model: str | None = Field(default=None, min_length=1)
-    budget: float | None = Field(default=None, gt=0)  # US dollars per job
+    base_url: str | None = Field(default=None, alias="baseUrl")  # the provider's endpoint
+    budget: float | None = Field(default=None, gt=0)  # US dollars per job, for the LLM
+    evaluations: int = Field(default=48, ge=1)  # the search budget of an optimize job
+    policy: Literal["offline", "llm"] = "offline"
     executor: Literal["local"] = "local"
+    gpus: str = "all"  # `all`, or indices like `0,1`
 
     @field_validator("arch")
     @classmethod
@@ -29,6 +38,41 @@ class Settings(BaseModel):
         if value is not None and value.removesuffix("a") not in ARCHES:
             raise ValueError(f"must be one of {', '.join(ARCHES)} (or with an `a` suffix)")
         return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"https?://\S+", value):
+            raise ValueError("must be an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1")
+        return value
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpu_list(cls, value: str) -> str:
+        try:
+            parse_gpus(value)
+        except OptimlError:
+            raise ValueError("must be `all` or distinct GPU indices like `0,1`") from None
+        return value.strip()
+
+    def wire(self) -> dict[str, Any]:
+        """The settings by their keys on the wire (`baseUrl`)."""
+        return self.model_dump(by_alias=True)
+
+    def llm_section(self) -> dict[str, Any]:
+        """The LLM section for `OptimizeRequest.editor_settings`, in the LLM layer's names; unset
+        keys are left out, so that `optiml.toml` and the environment still apply."""
+        section = {
+            "provider": self.provider,
+            "model": self.model,
+            "baseUrl": self.base_url,
+            "budgetUsd": self.budget,
+        }
+        return {k: v for k, v in section.items() if v is not None}
+
+
+KEYS = [field.alias or name for name, field in Settings.model_fields.items()]
+_DEFAULTS = {field.alias or name: field.default for name, field in Settings.model_fields.items()}
 
 
 def merge(current: Settings, raw: Any) -> tuple[Settings, list[str]]:
@@ -38,22 +82,24 @@ def merge(current: Settings, raw: Any) -> tuple[Settings, list[str]]:
         return current, []
     if not isinstance(raw, dict):
         return current, [f"OptiML settings must be an object, got {type(raw).__name__}"]
-    candidate = {**current.model_dump(), **raw}
+    before = current.wire()
+    # null is "unset": back to the default (an editor sends null for a cleared setting)
+    candidate = {**before, **{k: _DEFAULTS.get(k) if v is None else v for k, v in raw.items()}}
     try:
         return Settings.model_validate(candidate), []
     except ValidationError as e:
         problems = e.errors()
     bad = {str(p["loc"][0]) for p in problems if p["loc"]}
-    fixed = {k: v for k, v in candidate.items() if k not in bad} | current.model_dump(include=bad)
-    return Settings.model_validate(fixed), [_describe(p, current) for p in problems]
+    fixed = {k: v for k, v in candidate.items() if k not in bad}
+    fixed |= {k: before[k] for k in bad if k in before}
+    return Settings.model_validate(fixed), [_describe(p, before) for p in problems]
 
 
-def _describe(problem: dict, current: Settings) -> str:
+def _describe(problem: dict, before: dict[str, Any]) -> str:
     key = ".".join(str(part) for part in problem["loc"]) or "settings"
     if problem["type"] == "extra_forbidden":
-        known = ", ".join(Settings.model_fields)
-        return f"OptiML setting `{key}` is unknown (known: {known}); ignored"
+        return f"OptiML setting `{key}` is unknown (known: {', '.join(KEYS)}); ignored"
     message = problem["msg"].removeprefix("Value error, ")
     message = message[:1].lower() + message[1:]
-    kept = getattr(current, key, None)
+    kept = before.get(key)
     return f"OptiML setting `{key}`: {message}, got {problem['input']!r}; keeping {kept!r}"

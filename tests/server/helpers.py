@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 from lsprotocol import types
 from pygls.protocol import default_converter
@@ -22,18 +22,45 @@ SERVER = [sys.executable, "-m", "server"]
 CLIENTS = ["visual-studio-code", "neovim"]
 
 
+def _converter():
+    """pygls's converter, reading a CodeAction that carries a command as a CodeAction (lsprotocol
+    reads any object with a `command` as a Command)."""
+    converter = default_converter()
+
+    def code_action(obj: Any, _: type) -> types.Command | types.CodeAction:
+        kind = types.Command if isinstance(obj.get("command"), str) else types.CodeAction
+        return converter.structure(obj, kind)
+
+    converter.register_structure_hook(Union[types.Command, types.CodeAction], code_action)  # noqa: UP007
+    return converter
+
+
 class EditorClient(LanguageClient):
-    """pytest-lsp's client, also answering the server's inlay hint refresh as Neovim does."""
+    """pytest-lsp's client, also answering the server's inlay hint and code lens refreshes and
+    its `workspace/applyEdit` (recorded, and answered with `apply_edits`) as an editor does."""
 
     def __init__(self) -> None:
-        super().__init__(converter_factory=default_converter)
+        super().__init__(converter_factory=_converter)
         register_lsp_features(self)
         self.inlay_hint_refreshes = 0
+        self.code_lens_refreshes = 0
+        self.preset = ""  # the client whose capabilities it has
+        self.applied: list[types.ApplyWorkspaceEditParams] = []
+        self.apply_edits = True
 
         def refresh(params: None) -> None:
             self.inlay_hint_refreshes += 1
 
+        def refresh_lenses(params: None) -> None:
+            self.code_lens_refreshes += 1
+
+        def apply_edit(params: types.ApplyWorkspaceEditParams) -> types.ApplyWorkspaceEditResult:
+            self.applied.append(params)
+            return types.ApplyWorkspaceEditResult(applied=self.apply_edits)
+
         self.feature(types.WORKSPACE_INLAY_HINT_REFRESH)(refresh)
+        self.feature(types.WORKSPACE_CODE_LENS_REFRESH)(refresh_lenses)
+        self.feature(types.WORKSPACE_APPLY_EDIT)(apply_edit)
 
 
 CONFIG = ClientServerConfig(server_command=SERVER, client_factory=EditorClient)
@@ -51,6 +78,8 @@ def without_spec(text: str) -> str:
 
 async def start(client: LanguageClient, preset: str, options: Any = None) -> None:
     caps = client_capabilities(preset)
+    if isinstance(client, EditorClient):
+        client.preset = preset
     await client.initialize_session(
         types.InitializeParams(capabilities=caps, initialization_options=options)
     )

@@ -78,3 +78,64 @@ def test_a_neovim_session(tmp_path):
         }
     ]
     assert f"| registers | {registers} per thread |" in seen["hover"]
+
+
+JOBS_SESSION = Path(__file__).with_name("neovim_jobs.lua")
+STAND_IN = Path(__file__).with_name("stand_in_server.py")
+
+
+def optimize_in_neovim(tmp_path: Path, server: list[str], timeout_s: int) -> tuple[dict, Path]:
+    """`neovim_jobs.lua` on a copy of saxpy.cu: what it saw, and the job's optimized file."""
+    path = tmp_path / "saxpy.cu"
+    path.write_text(fixture_text("saxpy.cu"))
+    out = tmp_path / "results.json"
+    env = {
+        **os.environ,
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "OPTIML_CACHE_DIR": str(tmp_path / "cache"),  # the server's, so its job folder is here
+    }
+    script = [NVIM, "--headless", "--clean", "-l", str(JOBS_SESSION)]
+    subprocess.run(
+        [*script, str(out), str(path), str(timeout_s), *server],
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+        timeout=timeout_s + 60,
+        capture_output=True,
+    )
+    seen = json.loads(out.read_text())
+    assert [s for s in seen["steps"] if not s["ok"]] == [] and seen["ok"], seen
+    (optimized,) = (tmp_path / "cache" / "jobs").glob("*/saxpy.optimized.cu")
+    return seen, optimized
+
+
+def check_optimize_session(seen: dict, optimized: Path) -> None:
+    original = fixture_text("saxpy.cu")
+    begin, *reports, end = seen["progress"]
+    assert begin["kind"] == "begin" and begin["title"] == "OptiML: optimizing saxpy"
+    assert begin["cancellable"] and begin["message"].startswith("saxpy.cu, version ")
+    assert any(r["message"].startswith("8/8 evaluations") for r in reports)
+    assert end["kind"] == "end" and "× faster" in end["message"] and seen["end"] == end["message"]
+    titles = [lens["title"] for lens in seen["lenses"]]
+    assert titles[0].startswith("Accept (") and titles[1:] == ["Reject", "Compare", "Report"]
+    assert {lens["line"] for lens in seen["lenses"]} == {7}  # over the spec comment and kernel
+
+    # the buffer holds the optimized kernel; the file was written only by `:write`
+    assert seen["accepted"] == optimized.read_text() != original
+    assert seen["modified"] and seen["disk_after_accept"] == original
+    assert seen["disk_after_write"] == seen["accepted"]
+    assert seen["messages"] == [] and seen["confirmations"] == []
+
+
+@pytest.mark.skipif(NVIM is None, reason="Neovim 0.10+ not found (the dev extra)")
+def test_neovim_optimizes_and_accepts_with_the_stand_in_executor(tmp_path):
+    seen, optimized = optimize_in_neovim(tmp_path, [sys.executable, str(STAND_IN)], 240)
+    check_optimize_session(seen, optimized)
+    assert "optiml_pack" in seen["accepted"]  # the stand-in's fastest edit: 16-byte accesses
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(NVIM is None, reason="Neovim 0.10+ not found (the dev extra)")
+def test_neovim_optimizes_and_accepts_on_the_gpu(tmp_path):
+    seen, optimized = optimize_in_neovim(tmp_path, [sys.executable, "-m", "server"], 540)
+    check_optimize_session(seen, optimized)

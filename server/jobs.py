@@ -1,0 +1,376 @@
+"""Background jobs on one kernel, started by a code action or a command: *optimize* (OptiML-X's
+search, `optiml.api.optimize_file`) and *profile* (Nsight Compute, through the executor). A job
+works on a snapshot of the document (never the live one) in a worker thread with its own event
+loop, so the server's loop keeps answering; its progress goes to the client as cancellable
+work-done progress. At most one job per (document, kernel), several at once in all.
+
+A job stops through `should_stop` (a `threading.Event` the search checks between evaluations): the
+progress UI's cancel, `optiml.cancelJob` and the server's shutdown set it. Whatever a job raises
+(no GPU, a bad spec, no nvcc, a bug) ends its progress and is shown in one message."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+
+from optiml.api import OptimizeRequest, optimize_file
+from optiml.cuda.source import Kernel, SourceFile
+from optiml.errors import OptimlError
+from optiml.executors import Executor, LocalExecutor, parse_gpus
+from optiml.executors import Job as KernelJob
+from optiml.harness.build import cache_dir
+from optiml.profile.model import Profile
+from optiml.search.optimize import Event, Outcome
+from optiml.spec import parse_spec
+from server.documents import Model, Snapshot, kernel_block
+from server.proposals import Proposal, make_proposal
+from server.settings import Settings
+
+if TYPE_CHECKING:
+    from server.app import OptimlServer
+
+logger = logging.getLogger(__name__)
+
+OPTIMIZE_COMMAND = "optiml.optimize"
+PROFILE_COMMAND = "optiml.profile"
+CANCEL_COMMAND = "optiml.cancelJob"
+
+Kind = Literal["optimize", "profile"]
+VERB = {"optimize": "optimizing", "profile": "profiling"}
+DONE = {"optimize": "optimized", "profile": "profiled"}
+
+ExecutorFactory = Callable[[Settings], Executor]
+
+
+def local_executor(settings: Settings) -> Executor:
+    """This machine's GPUs (`gpus` of the settings); raises without one."""
+    return LocalExecutor(parse_gpus(settings.gpus))
+
+
+@dataclass(frozen=True)
+class Target:
+    uri: str
+    version: int
+    kernel: str
+
+
+def target_arg(command: str, args: tuple[Any, ...]) -> Target:
+    """`[{uri, version, kernel}]` → a Target; a clear InvalidParams otherwise."""
+    if len(args) == 1 and isinstance(args[0], dict):
+        a = args[0]
+        uri, version, kernel = a.get("uri"), a.get("version"), a.get("kernel")
+        if (
+            isinstance(uri, str)
+            and isinstance(version, int)
+            and not isinstance(version, bool)
+            and isinstance(kernel, str)
+        ):
+            return Target(uri, version, kernel)
+    raise JsonRpcInvalidParams(f"{command} takes [{{uri, version, kernel}}], got {list(args)!r}")
+
+
+def job_arg(args: tuple[Any, ...]) -> str | None:
+    """`[{job}]` → its id; no arguments (or `[]`, `[null]`, `[{}]`) → None, every job."""
+    if not args or args in ((None,), ({},)):
+        return None
+    if len(args) == 1 and isinstance(args[0], dict) and isinstance(args[0].get("job"), str):
+        return args[0]["job"]
+    raise JsonRpcInvalidParams(f"{CANCEL_COMMAND} takes [{{job}}] or nothing, got {list(args)!r}")
+
+
+@dataclass(eq=False)
+class Job:
+    id: str
+    kind: Kind
+    snapshot: Snapshot
+    kernel: str
+    settings: Settings  # as they were when it started
+    stop: threading.Event = field(default_factory=threading.Event)
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)  # the loop's view of `stop`
+    token: str | None = None  # its work-done progress, if the client shows one
+    task: asyncio.Task[None] | None = None
+    percentage: int = 0
+    ended: bool = False
+
+    @property
+    def title(self) -> str:
+        return f"OptiML: {VERB[self.kind]} {self.kernel}"
+
+    @property
+    def folder(self) -> Path:
+        """Where an optimize job writes its trajectory, report and variant."""
+        return cache_dir() / "jobs" / self.id
+
+    def cancel(self) -> None:
+        self.stop.set()
+        self.cancelled.set()
+
+
+class Jobs:
+    def __init__(self) -> None:
+        self._jobs: dict[str, Job] = {}
+
+    def __iter__(self):
+        return iter(list(self._jobs.values()))
+
+    def busy(self, uri: str, kernel: str) -> Job | None:
+        return next(
+            (j for j in self._jobs.values() if (j.snapshot.uri, j.kernel) == (uri, kernel)), None
+        )
+
+    def new(self, kind: Kind, snapshot: Snapshot, kernel: str, settings: Settings) -> Job:
+        job = Job(uuid.uuid4().hex[:12], kind, snapshot, kernel, settings)
+        self._jobs[job.id] = job
+        return job
+
+    def remove(self, job: Job) -> None:
+        self._jobs.pop(job.id, None)
+
+    def cancel(self, job_id: str | None = None) -> list[str]:
+        """Cancel one job (or all, with None): the ids cancelled."""
+        found = [j for j in self._jobs.values() if job_id in (None, j.id)]
+        for j in found:
+            j.cancel()
+        return [j.id for j in found]
+
+    def cancel_token(self, token: types.ProgressToken) -> None:
+        for j in self._jobs.values():
+            if j.token == token:
+                j.cancel()
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        """Cancel every job and give them `timeout` seconds to end (an evaluation in flight ends
+        first)."""
+        self.cancel()
+        tasks = [j.task for j in self._jobs.values() if j.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+
+
+# ---- profiles ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KernelProfile:
+    """A profile job's result: valid while the kernel's lines are those it profiled."""
+
+    profile: Profile
+    digest: str  # of the kernel's lines at the snapshot (`Block.digest`)
+    first: int  # their first line then: hotspots move with the kernel
+    version: int
+    path: str
+
+
+class Profiles:
+    """The newest profile per (document, kernel)."""
+
+    def __init__(self) -> None:
+        self._by: dict[tuple[str, str], KernelProfile] = {}
+
+    def put(self, uri: str, kernel: str, found: KernelProfile) -> None:
+        self._by[(uri, kernel)] = found
+
+    def get(self, model: Model, kernel: Kernel) -> KernelProfile | None:
+        found = self._by.get((model.snapshot.uri, kernel.name))
+        if found is None or found.digest != model.block(kernel).digest:
+            return None
+        return found
+
+    def of(self, model: Model) -> list[tuple[Kernel, KernelProfile]]:
+        if not any(uri == model.snapshot.uri for uri, _ in self._by):
+            return []
+        return [(k, p) for k in model.kernels if (p := self.get(model, k)) is not None]
+
+
+# ---- the work, in the job's thread ------------------------------------------------------------
+
+
+def optimize_work(
+    job: Job, make_executor: ExecutorFactory, on_event: Callable[[Event], None]
+) -> tuple[Outcome, Proposal | None]:
+    s = job.settings
+    request = OptimizeRequest(
+        file=Path(job.snapshot.path),
+        kernel=job.kernel,
+        budget=s.evaluations,
+        policy=s.policy,
+        editor_settings=s.llm_section() or None,
+        gpus=s.gpus,
+        out_dir=job.folder,
+        arch=s.arch,
+        text=job.snapshot.text,
+    )
+    executor = make_executor(s)
+    try:
+        outcome = optimize_file(
+            request, on_event=on_event, should_stop=job.stop.is_set, executor=executor
+        )
+    finally:
+        asyncio.run(executor.close())
+    return outcome, make_proposal(job.id, job.snapshot, job.kernel, outcome, job.folder)
+
+
+def profile_work(job: Job, make_executor: ExecutorFactory) -> KernelProfile:
+    source = SourceFile(job.snapshot.text, job.snapshot.path)
+    kernel = source.kernel(job.kernel)
+    spec = parse_spec(source, kernel)
+    executor = make_executor(job.settings)
+
+    async def run() -> Profile:
+        try:
+            return await executor.profile(KernelJob(source, kernel, spec), full=True)
+        finally:
+            await executor.close()
+
+    profile = asyncio.run(run())
+    block = kernel_block(job.snapshot.text.split("\n"), kernel)
+    return KernelProfile(profile, block.digest, block.first, job.snapshot.version, source.path)
+
+
+# ---- the job, on the server's loop ------------------------------------------------------------
+
+
+async def run_job(ls: OptimlServer, job: Job) -> None:
+    """Drive `job` to its end: progress, the work in a thread, its result stored, one message if
+    it fails. Never raises."""
+    loop = asyncio.get_running_loop()
+
+    def forward(event: Event) -> None:  # in the job's thread
+        try:
+            loop.call_soon_threadsafe(_report, ls, job, event)
+        except RuntimeError:  # the loop is closed: the server is gone
+            job.stop.set()
+
+    try:
+        job.token = await _begin(ls, job)
+        if job.kind == "optimize":
+            work = asyncio.to_thread(optimize_work, job, ls.executor_factory, forward)
+            outcome, proposal = await work
+            _optimized(ls, job, outcome, proposal)
+        else:
+            result = await _unless_cancelled(job, profile_work, job, ls.executor_factory)
+            _profiled(ls, job, result)
+    except Exception as e:
+        message = failure(job, e)
+        _end(ls, job, message)
+        ls.tell(message)
+    finally:
+        _end(ls, job, "ended")
+        ls.jobs.remove(job)
+
+
+async def _unless_cancelled(job: Job, fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn` in a thread, or None as soon as the job is cancelled (a profile cannot stop halfway;
+    what it finds after that is dropped)."""
+    work = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    cancelled = asyncio.ensure_future(job.cancelled.wait())
+    await asyncio.wait({work, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+    cancelled.cancel()
+    if work.done():
+        return work.result()
+    work.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no warning
+    return None
+
+
+def _optimized(ls: OptimlServer, job: Job, outcome: Outcome, proposal: Proposal | None) -> None:
+    t = outcome.trajectory
+    line = _ascii_free(t.outcome)
+    if t.stop == "cancelled":
+        line = f"cancelled after {t.evaluations} of {job.settings.evaluations} evaluations; {line}"
+    message = f"{job.kernel}: {line}"
+    if proposal is not None:
+        ls.proposals.add(proposal)
+        message += " — Accept or Reject it with the code lens over the kernel"
+        ls.refresh_code_lenses()
+    _end(ls, job, message)
+    if job.token is None:  # the client shows no progress: the outcome as a message
+        ls.tell(f"OptiML: {message}", types.MessageType.Info)
+
+
+def _profiled(ls: OptimlServer, job: Job, found: KernelProfile | None) -> None:
+    if found is None:
+        _end(ls, job, f"{job.kernel}: cancelled")
+        return
+    ls.profiles.put(job.snapshot.uri, job.kernel, found)
+    b = found.profile.bottleneck
+    message = f"{job.kernel}: {b.kind} — {b.explanation}; hover the kernel's name for the profile"
+    _end(ls, job, message)
+    if job.token is None:
+        ls.tell(f"OptiML: {message}", types.MessageType.Info)
+    ls.republish(job.snapshot.uri)
+
+
+def failure(job: Job, e: BaseException) -> str:
+    what = f"OptiML: {VERB[job.kind]} `{job.kernel}` failed"
+    if isinstance(e, OptimlError):
+        return f"{what}: {e}"
+    logger.error("%s", what, exc_info=e)
+    return f"{what} ({type(e).__name__}: {e}); see the server log"
+
+
+def progress(event: Event) -> tuple[int | None, str]:
+    """(percentage, message) of a search event: `12/48 evaluations · best 1.84× · dram ·
+    vectorize: 1.31×`."""
+    if event.phase != "search" or not event.budget:
+        return None, _ascii_free(event.last)
+    parts = [f"{event.evaluations}/{event.budget} evaluations"]
+    if event.best_speedup is not None:
+        parts.append(f"best {event.best_speedup:.2f}×")
+    if event.bottleneck:
+        parts.append(event.bottleneck)
+    if event.last:
+        parts.append(_ascii_free(event.last))
+    return min(100, round(100 * event.evaluations / event.budget)), " · ".join(parts)
+
+
+def _ascii_free(text: str) -> str:
+    """The library's `1.31x` and `->` as an editor shows them: `1.31×`, `→`."""
+    return re.sub(r"(\d)x\b", r"\1×", text).replace(" -> ", " → ")
+
+
+async def _begin(ls: OptimlServer, job: Job) -> str | None:
+    if not ls.caps.work_done_progress:
+        return None
+    token = f"optiml/job/{job.id}"
+    try:
+        await ls.work_done_progress.create_async(token)
+    except JsonRpcException:
+        return None
+    begin = types.WorkDoneProgressBegin(
+        title=job.title,
+        cancellable=True,
+        message=f"{job.snapshot.name}, version {job.snapshot.version}",
+        percentage=0,
+    )
+    ls.work_done_progress.begin(token, begin)
+    return token
+
+
+def _report(ls: OptimlServer, job: Job, event: Event) -> None:
+    if job.token is None or job.ended:
+        return
+    percentage, message = progress(event)
+    if percentage is not None:
+        job.percentage = max(job.percentage, percentage)  # never backwards
+    report = types.WorkDoneProgressReport(message=message, percentage=job.percentage)
+    ls.work_done_progress.report(job.token, report)
+
+
+def _end(ls: OptimlServer, job: Job, message: str) -> None:
+    """End the job's progress, once."""
+    if job.ended:
+        return
+    job.ended = True
+    if job.token is not None:
+        ls.work_done_progress.end(job.token, types.WorkDoneProgressEnd(message=message))
+        ls.work_done_progress.tokens.pop(job.token, None)

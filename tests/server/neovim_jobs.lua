@@ -1,0 +1,141 @@
+-- A Neovim session that optimizes a kernel with the OptiML server and accepts the proposal,
+-- headless:
+--   nvim --headless --clean -l neovim_jobs.lua RESULTS.json FILE.cu TIMEOUT_S SERVER_CMD...
+-- It opens FILE (saxpy with its spec), runs the code action "Optimize kernel `saxpy`" (settings:
+-- evaluations = 8), waits for the job's progress to end, refreshes the code lenses, runs the
+-- Accept lens as a user picks it from `vim.lsp.codelens.run()`, checks that the buffer changed and
+-- the file did not, writes the buffer, and writes what it saw to RESULTS for pytest.
+local out, file, timeout_ms = arg[1], arg[2], tonumber(arg[3]) * 1000
+local cmd = {}
+for i = 4, #arg do
+  table.insert(cmd, arg[i])
+end
+local results = { steps = {}, progress = {}, confirmations = {}, messages = {} }
+
+local function finish(ok)
+  results.ok = ok
+  local f = assert(io.open(out, "w"))
+  f:write(vim.json.encode(results))
+  f:close()
+  vim.cmd("qall!")
+end
+
+local function step(name, ms, condition)
+  local ok = vim.wait(ms, condition, 50)
+  table.insert(results.steps, { name = name, ok = ok })
+  if not ok then
+    finish(false)
+  end
+end
+
+local function read(path)
+  local f = assert(io.open(path, "r"))
+  local text = f:read("*a")
+  f:close()
+  return text
+end
+
+local function text()
+  return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), "\n") .. "\n"
+end
+
+-- A user who answers Yes to a confirmation, and picks "Accept" among the lenses of a line.
+vim.fn.confirm = function(message)
+  table.insert(results.confirmations, message)
+  return 1
+end
+vim.ui.select = function(items, opts, on_choice)
+  for i, item in ipairs(items) do
+    if opts.format_item(item):find("^Accept") then
+      return on_choice(item, i)
+    end
+  end
+  on_choice(nil, nil)
+end
+
+-- Job progress, as a statusline plugin sees it.
+local titles, ended = {}, {}
+vim.api.nvim_create_autocmd("LspProgress", {
+  callback = function(ev)
+    local token, value = ev.data.params.token, ev.data.params.value
+    if value.kind == "begin" then
+      titles[token] = value.title
+    end
+    local title = titles[token] or ""
+    if title:find("^OptiML: optimizing") then
+      table.insert(results.progress, {
+        kind = value.kind,
+        title = value.title,
+        message = value.message,
+        percentage = value.percentage,
+        cancellable = value.cancellable,
+      })
+      if value.kind == "end" then
+        ended[token] = value.message or ""
+      end
+    end
+  end,
+})
+
+vim.cmd.edit(file)
+local original = read(file)
+local published = 0
+local client_id = vim.lsp.start({
+  name = "optiml",
+  cmd = cmd,
+  root_dir = vim.fs.dirname(file),
+  init_options = { evaluations = 8 },
+  handlers = {
+    ["textDocument/publishDiagnostics"] = function(err, result, ctx)
+      published = published + 1
+      return vim.lsp.diagnostic.on_publish_diagnostics(err, result, ctx)
+    end,
+    ["window/showMessage"] = function(_, result)
+      table.insert(results.messages, result.message)
+    end,
+  },
+})
+local client = vim.lsp.get_client_by_id(client_id)
+step("attached", 10000, function()
+  return client.initialized
+end)
+step("diagnostics published on open", 10000, function()
+  return published > 0
+end)
+
+local kernel_line = vim.fn.search("__global__ void saxpy", "n")
+vim.api.nvim_win_set_cursor(0, { kernel_line + 2, 4 })
+vim.lsp.buf.code_action({
+  apply = true,
+  filter = function(action)
+    return action.title == "Optimize kernel `saxpy`"
+  end,
+})
+step("the optimize job ended", timeout_ms, function()
+  return next(ended) ~= nil
+end)
+results["end"] = select(2, next(ended))
+
+vim.lsp.codelens.refresh({ bufnr = 0 })
+step("code lenses", 10000, function()
+  return #vim.lsp.codelens.get(0) > 0
+end)
+results.lenses = {}
+for _, lens in ipairs(vim.lsp.codelens.get(0)) do
+  table.insert(results.lenses, { title = lens.command.title, line = lens.range.start.line })
+end
+
+vim.api.nvim_win_set_cursor(0, { kernel_line + 2, 4 })
+vim.lsp.codelens.run()
+step("the proposal applied to the buffer", 10000, function()
+  return text() ~= original
+end)
+results.accepted = text()
+results.modified = vim.bo.modified
+results.disk_after_accept = read(file)
+step("the lenses gone", 10000, function()
+  return #vim.lsp.codelens.get(0) == 0
+end)
+vim.cmd.write()
+results.disk_after_write = read(file)
+finish(true)
