@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from optiml.cuda.types import DTYPES  # noqa: E402
 from optiml.search.mcts import Evaluation, Search, SearchConfig  # noqa: E402
-from optiml.search.policy import OfflinePolicy, Request  # noqa: E402
+from optiml.search.policy import JITTER, OfflinePolicy, Request  # noqa: E402
 from optiml.search.trajectory import Edit, Measurement, ProfileSummary  # noqa: E402
 from optiml.search.variant import Variant  # noqa: E402
 from optiml.spec import load  # noqa: E402
@@ -120,39 +120,54 @@ def measure(args: argparse.Namespace) -> None:
     wanted = [f for f in FIXTURES if not args.fixtures or f[0] in args.fixtures]
 
     async def run() -> None:
+        # Every fixture's space first, then breadth first over depths across fixtures: if time
+        # runs out, every fixture has its depth-1 variants measured and its best confirmed.
+        spaces = {}
         for file, kernel in wanted:
             name = f"{file}::{kernel}"
             entry = table.setdefault(name, {"measurements": {}, "baseline": None})
             source, k, spec = load(ROOT / "fixtures" / file, kernel)
             if entry["baseline"] is None:
                 job = Job(source, k, spec, candidate=SourceFile(source.text, source.path))
-                entry["baseline"] = (await measure_one(executor, job, base_opts)).model_dump()
+                base = await measure_one(executor, job, base_opts)
+                if base.speedup is None:  # one object for both: timed once, 1.0 by definition
+                    base.speedup, base.reference_ms = 1.0, base.candidate_ms
+                entry["baseline"] = base.model_dump()
                 _save(args.table, table)
             base = Measurement.model_validate(entry["baseline"])
             space = enumerate_space(file, kernel, args.depth, args.grid, base.profile)
-            todo = [v for key, v in space.variants.items() if key not in entry["measurements"]]
-            print(f"{name}: {len(space.variants)} variants, {len(todo)} to measure", flush=True)
             entry["space_size"] = len(space.variants)
             entry["depth"], entry["grid"] = args.depth, args.grid
+            spaces[name] = (entry, space, source, k, spec)
+            print(f"{name}: {len(space.variants)} variants", flush=True)
+        for depth in range(1, args.depth + 1):
             pending: set[asyncio.Task] = set()
-            for v in todo:
-                if time.monotonic() > deadline:
-                    break
-                job = Job(source, k, spec, candidate=SourceFile(v.text, source.path), flags=v.flags)
-                task = asyncio.create_task(measure_one(executor, job, search_opts))
-                task.key = v.key  # type: ignore[attr-defined]
-                pending.add(task)
-                if len(pending) >= 2 * executor.slots + 2:
-                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                    _record(entry, done)
-                    _save(args.table, table)
+            for entry, space, source, k, spec in spaces.values():
+                for key, v in space.variants.items():
+                    if len(space.paths[key]) != depth or key in entry["measurements"]:
+                        continue
+                    if time.monotonic() > deadline:
+                        break
+                    job = Job(
+                        source, k, spec, candidate=SourceFile(v.text, source.path), flags=v.flags
+                    )
+                    task = asyncio.create_task(measure_one(executor, job, search_opts))
+                    task.key, task.entry = v.key, entry  # type: ignore[attr-defined]
+                    pending.add(task)
+                    if len(pending) >= 2 * executor.slots + 2:
+                        done, pending = await asyncio.wait(
+                            pending, return_when=asyncio.FIRST_COMPLETED
+                        )
+                        _record(done)
+                        _save(args.table, table)
             if pending:
                 done, _ = await asyncio.wait(pending)
-                _record(entry, done)
+                _record(done)
             _save(args.table, table)
-            if len(entry["measurements"]) >= len(space.variants) - 1:
+            for entry, space, source, k, spec in spaces.values():
                 await _confirm_best(executor, opts, entry, space, source, k, spec)
                 _save(args.table, table)
+            print(f"depth {depth} done", flush=True)
             if time.monotonic() > deadline:
                 print("time is up; the table is saved and the next run goes on from it")
                 break
@@ -196,10 +211,10 @@ async def _confirm_best(executor, opts, entry, space, source, k, spec) -> None:
     }
 
 
-def _record(entry: dict, done) -> None:
+def _record(done) -> None:
     for t in done:
         m = t.result()
-        entry["measurements"][t.key] = {
+        t.entry["measurements"][t.key] = {
             "status": m.status,
             "speedup": m.speedup,
             "candidate_ms": m.candidate_ms,
@@ -246,8 +261,9 @@ class ReplayProblem:
 
     def propose(self, node, k, rng):
         edges = self.space.children.get(node.state.key, [])
+        # the offline policy's seeded jitter (optiml.search.policy.JITTER), as in a real search
         return [
-            (edit, prior)
+            (edit, prior * (1 + JITTER * rng.random()))
             for edit, prior, child in edges
             if child in self.entry["measurements"] or child == self.root_key
         ]

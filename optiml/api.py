@@ -213,10 +213,15 @@ async def optimize_file_async(
     out_dir = request.out_dir or default_out_dir(request.file, kernel.name)
     out_dir.mkdir(parents=True, exist_ok=True)
     saved = out_dir / "search.json"
+    policy, review, llm = _policy(request, out_dir)  # a bad LLM setting fails before any GPU work
     own_executor = executor is None
     if executor is None:
-        executor = LocalExecutor(parse_gpus(request.gpus))
-    policy, review, llm = _policy(request, out_dir)
+        try:
+            executor = LocalExecutor(parse_gpus(request.gpus))
+        except BaseException:
+            if llm is not None:
+                await llm.aclose()
+            raise
     options = OptimizeOptions(
         budget=request.budget,
         max_seconds=request.max_seconds,

@@ -158,7 +158,9 @@ def test_source_page_hotspots_land_on_the_users_line(path):
     for pc in per_line:
         pc.file = str(user)
     raw = DATA / f"{stem}.raw.csv"
-    data = parse_raw_csv(raw.read_text())[0] if raw.exists() else ReportData(kernel=stem, metrics={})
+    data = (
+        parse_raw_csv(raw.read_text())[0] if raw.exists() else ReportData(kernel=stem, metrics={})
+    )
     data.per_pc = per_line
     p = build_profile(data, device="NVIDIA H200", user_file=str(user))
     if expected is None:

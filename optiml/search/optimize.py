@@ -119,6 +119,13 @@ async def optimize(
     baseline = await measure(executor, base_job, problem_opts)
     if baseline.status != "ok":
         raise BaselineFailed(f"the input itself does not pass its checks: {baseline.message}")
+    if baseline.speedup is None:
+        # The input against itself builds one object, so the runner timed it once: 1.0 by definition.
+        baseline.speedup = 1.0
+        baseline.reference_ms, baseline.reference_iqr_ms = (
+            baseline.candidate_ms,
+            baseline.candidate_iqr_ms,
+        )
     sm_count = baseline.sm_count or 132
     problem = KernelProblem(
         source, kernel, spec, executor, policy, problem_opts, baseline, sm_count=sm_count
