@@ -471,9 +471,14 @@ class Search(Generic[State, Action]):
             node = next(ranked, None)
             if node is None:
                 frames.pop()
-                if parent.exhausted and all(
-                    child.dead or child.closed for child in parent.children
-                ):
+                if all(child.dead or child.closed for child in parent.children):
+                    # Its children closed during this descent: ask its policy for more before
+                    # giving up on it (a node is closed only when nothing new is proposed).
+                    if not parent.exhausted:
+                        await self._widen(parent)
+                        if not parent.exhausted:
+                            frames.append((parent, iter(self._ranked(parent))))
+                            continue
                     parent.closed = True
             elif not node.evaluated:
                 return node

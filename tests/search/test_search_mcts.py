@@ -369,3 +369,28 @@ async def test_the_caller_s_errors_are_raised():
 
 def _order(node):
     return node.order if node.order is not None else -1
+
+
+def test_a_node_whose_children_close_mid_descent_is_widened_again():
+    """Regression: the root had two children, both leaves whose policy proposes nothing; they were
+    closed during the descent after the root's widening check, and the search stopped as
+    'exhausted' with eight more actions left at the root."""
+    from optiml.search.mcts import Evaluation, Search, StopReason
+
+    class Leaves:
+        def propose(self, node, k, rng):
+            return [(i, 1.0) for i in range(10)] if node.depth == 0 else []
+
+        def apply(self, state, action):
+            return action
+
+        def evaluate(self, state):
+            return Evaluation(reward=float(state or 0))
+
+        def action_key(self, action):
+            return str(action)
+
+    search = Search(Leaves(), None)
+    result = asyncio.run(search.run(max_evaluations=50))
+    assert result.evaluations == 11 and result.stop is StopReason.EXHAUSTED
+    assert result.best_reward == 9.0
