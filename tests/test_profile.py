@@ -182,3 +182,16 @@ def test_exit_drain_is_not_a_hotspot():
     data = ReportData(kernel="transpose_naive", metrics={}, per_pc=per_line)
     spots = build_profile(data).hotspots
     assert spots[0].line == 18 and all(h.line != 20 or h.stall_samples < 1000 for h in spots)
+
+
+@pytest.mark.parametrize("stem", ["transpose-transpose_naive", "softmax-softmax_rows"])
+def test_search_set_without_source_counters_still_sees_uncoalesced_access(stem):
+    """The search set has no SourceCounters, so no excess-sector counts: the sectors per request
+    decide (on the H200 the search set called the naive transpose L1-bound and the row-per-thread
+    softmax L2/latency-bound before)."""
+    data = ReportData.model_validate_json((DATA / "search" / f"{stem}.json").read_text())
+    data.metrics = {k: v for k, v in data.metrics.items() if "excessive" not in k}
+    p = build_profile(data, device="NVIDIA H200")
+    assert p.coalescing.excessive_sector_fraction is None
+    assert p.bottleneck.kind == "uncoalesced", p.bottleneck.explanation
+    assert "sectors per request" in p.bottleneck.explanation

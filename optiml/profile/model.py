@@ -29,6 +29,9 @@ Kind = Literal[
 
 # ncu's SpeedOfLight rule calls a unit "high" above 60 % of its peak; we start from the same line.
 HIGH_PCT = 60.0
+# Sectors per request from which a global access counts as uncoalesced when the report has no
+# per-instruction excess counts: 4 is ideal for 4-byte accesses, 16 for 16-byte ones.
+UNCOALESCED_SECTORS = 16.0
 
 
 class Ceilings(BaseModel):
@@ -498,18 +501,22 @@ def diagnose(p: Profile) -> Bottleneck:
             kind="bank_conflicts",
             explanation=f"{p.shared_bank_conflicts / p.shared_wavefronts:.0%} of shared-memory wavefronts are bank conflicts (about {ways:.0f}-way): pad the shared array by one element per row or swizzle",
         )
-    frac = p.coalescing.excessive_sector_fraction
-    if frac is not None and frac > 0.3 and sol_m > 30:
-        c = p.coalescing
-        worst = max(
-            ("loads", c.load_sectors_per_request or 0),
-            ("stores", c.store_sectors_per_request or 0),
-            key=lambda kv: kv[1],
-        )
+    c = p.coalescing
+    worst = max(
+        ("loads", c.load_sectors_per_request or 0),
+        ("stores", c.store_sectors_per_request or 0),
+        key=lambda kv: kv[1],
+    )
+    frac = c.excessive_sector_fraction
+    # Excess sectors are a source counter (the full set); without them, a request that touches
+    # 16 or more 32-byte sectors (a warp's 4-byte accesses spread over 16+ lines) says the same.
+    spread = frac > 0.3 if frac is not None else worst[1] >= UNCOALESCED_SECTORS
+    if spread and sol_m > 30:
+        excess = f" and {frac:.0%} of all global sectors are excess" if frac is not None else ""
         return Bottleneck(
             kind="uncoalesced",
             detail=worst[0],
-            explanation=f"global {worst[0]} use {worst[1]:.1f} sectors per request and {frac:.0%} of all global sectors are excess: neighbouring threads do not touch neighbouring addresses",
+            explanation=f"global {worst[0]} use {worst[1]:.1f} sectors per request{excess}: neighbouring threads do not touch neighbouring addresses",
         )
     if (
         p.atomic_sectors
