@@ -1,19 +1,23 @@
 """Background jobs on one kernel, started by a code action or a command: *optimize* (OptiML-X's
 search, `optiml.api.optimize_file`) and *profile* (Nsight Compute, through the executor). A job
-works on a snapshot of the document (never the live one) in a worker thread with its own event
-loop, so the server's loop keeps answering; its progress goes to the client as cancellable
-work-done progress. At most one job per (document, kernel), several at once in all.
+works on a snapshot of the document (never the live one). An optimize job runs in a process of
+its own — the search parses every candidate (tree-sitter holds the interpreter lock for a whole
+parse: ~40 ms for a 5,000-line file), so a thread would stall the server's loop; a profile job
+runs in a worker thread. Progress goes to the client as cancellable work-done progress. At most
+one job per (document, kernel), several at once in all.
 
-A job stops through `should_stop` (a `threading.Event` the search checks between evaluations): the
-progress UI's cancel, `optiml.cancelJob` and the server's shutdown set it. Whatever a job raises
-(no GPU, a bad spec, no nvcc, a bug) ends its progress and is shown in one message."""
+A job stops through `should_stop` (an event the search checks between evaluations, shared with
+the job's process): the progress UI's cancel, `optiml.cancelJob` and the server's shutdown set it.
+Whatever a job raises (no GPU, a bad spec, no nvcc, a bug, a dead process) ends its progress and
+is shown in one message."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
+import queue
 import re
-import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,7 +34,7 @@ from optiml.executors import Executor, LocalExecutor, parse_gpus
 from optiml.executors import Job as KernelJob
 from optiml.harness.build import cache_dir
 from optiml.profile.model import Profile
-from optiml.search.optimize import Event, Outcome
+from optiml.search.optimize import Event
 from optiml.spec import parse_spec
 from server.documents import Model, Snapshot, kernel_block
 from server.proposals import Proposal, make_proposal
@@ -50,6 +54,9 @@ VERB = {"optimize": "optimizing", "profile": "profiling"}
 DONE = {"optimize": "optimized", "profile": "profiled"}
 
 ExecutorFactory = Callable[[Settings], Executor]
+
+# Jobs' processes start fresh (no fork of a server with threads and an event loop running).
+PROCESSES = multiprocessing.get_context("spawn")
 
 
 def local_executor(settings: Settings) -> Executor:
@@ -95,7 +102,7 @@ class Job:
     snapshot: Snapshot
     kernel: str
     settings: Settings  # as they were when it started
-    stop: threading.Event = field(default_factory=threading.Event)
+    stop: Any = field(default_factory=PROCESSES.Event)  # shared with the job's process
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)  # the loop's view of `stop`
     token: str | None = None  # its work-done progress, if the client shows one
     task: asyncio.Task[None] | None = None
@@ -195,29 +202,86 @@ class Profiles:
 # ---- the work, in the job's thread ------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Optimized:
+    """What an optimize job's process sends back: the record and the proposal, if any."""
+
+    trajectory: Any
+    proposal: Proposal | None
+
+
 def optimize_work(
-    job: Job, make_executor: ExecutorFactory, on_event: Callable[[Event], None]
-) -> tuple[Outcome, Proposal | None]:
-    s = job.settings
+    job_id: str,
+    snapshot: Snapshot,
+    kernel: str,
+    settings: Settings,
+    folder: Path,
+    make_executor: ExecutorFactory,
+    on_event: Callable[[Event], None],
+    should_stop: Callable[[], bool],
+) -> Optimized:
     request = OptimizeRequest(
-        file=Path(job.snapshot.path),
-        kernel=job.kernel,
-        budget=s.evaluations,
-        policy=s.policy,
-        editor_settings=s.llm_section() or None,
-        gpus=s.gpus,
-        out_dir=job.folder,
-        arch=s.arch,
-        text=job.snapshot.text,
+        file=Path(snapshot.path),
+        kernel=kernel,
+        budget=settings.evaluations,
+        policy=settings.policy,
+        editor_settings=settings.llm_section() or None,
+        gpus=settings.gpus,
+        out_dir=folder,
+        arch=settings.arch,
+        text=snapshot.text,
     )
-    executor = make_executor(s)
+    executor = make_executor(settings)
     try:
         outcome = optimize_file(
-            request, on_event=on_event, should_stop=job.stop.is_set, executor=executor
+            request, on_event=on_event, should_stop=should_stop, executor=executor
         )
     finally:
         asyncio.run(executor.close())
-    return outcome, make_proposal(job.id, job.snapshot, job.kernel, outcome, job.folder)
+    proposal = make_proposal(job_id, snapshot, kernel, outcome, folder)
+    return Optimized(outcome.trajectory, proposal)
+
+
+def _optimize_process(args: tuple, make_executor: ExecutorFactory, out: Any, stop: Any) -> None:
+    """The job's process: its events, then ("done", Optimized) or ("error", exception)."""
+    try:
+        result = optimize_work(*args, make_executor, lambda e: out.put(("event", e)), stop.is_set)
+        out.put(("done", result))
+    except BaseException as e:  # sent to the server, which shows it in one message
+        try:
+            out.put(("error", e))
+        except Exception:
+            out.put(("error", RuntimeError(f"{type(e).__name__}: {e}")))
+
+
+def run_in_process(job: Job, make_executor: ExecutorFactory, forward) -> Optimized:
+    """Start the job's process and relay its events until it ends (blocking: call in a thread)."""
+    out = PROCESSES.Queue()
+    args = (job.id, job.snapshot, job.kernel, job.settings, job.folder)
+    proc = PROCESSES.Process(
+        target=_optimize_process, args=(args, make_executor, out, job.stop), daemon=True
+    )
+    proc.start()
+    try:
+        while True:
+            try:
+                kind, value = out.get(timeout=0.25)
+            except queue.Empty:
+                if not proc.is_alive():
+                    raise RuntimeError(
+                        f"the job's process ended with exit code {proc.exitcode}"
+                    ) from None
+                continue
+            if kind == "event":
+                forward(value)
+            elif kind == "done":
+                return value
+            else:
+                raise value
+    finally:
+        proc.join(timeout=10)
+        if proc.is_alive():
+            proc.kill()
 
 
 def profile_work(job: Job, make_executor: ExecutorFactory) -> KernelProfile:
@@ -254,9 +318,8 @@ async def run_job(ls: OptimlServer, job: Job) -> None:
     try:
         job.token = await _begin(ls, job)
         if job.kind == "optimize":
-            work = asyncio.to_thread(optimize_work, job, ls.executor_factory, forward)
-            outcome, proposal = await work
-            _optimized(ls, job, outcome, proposal)
+            result = await asyncio.to_thread(run_in_process, job, ls.executor_factory, forward)
+            _optimized(ls, job, result.trajectory, result.proposal)
         else:
             result = await _unless_cancelled(job, profile_work, job, ls.executor_factory)
             _profiled(ls, job, result)
@@ -282,8 +345,7 @@ async def _unless_cancelled(job: Job, fn: Callable[..., Any], *args: Any) -> Any
     return None
 
 
-def _optimized(ls: OptimlServer, job: Job, outcome: Outcome, proposal: Proposal | None) -> None:
-    t = outcome.trajectory
+def _optimized(ls: OptimlServer, job: Job, t: Any, proposal: Proposal | None) -> None:
     line = _ascii_free(t.outcome)
     if t.stop == "cancelled":
         line = f"cancelled after {t.evaluations} of {job.settings.evaluations} evaluations; {line}"

@@ -59,8 +59,16 @@ class BrokenStandIn(ProfilingStandIn):
         raise RuntimeError("the stand-in GPU fell over")
 
 
+def stand_in(settings) -> ProfilingStandIn:
+    return ProfilingStandIn()
+
+
+def broken_stand_in(settings) -> BrokenStandIn:
+    return BrokenStandIn()
+
+
 if __name__ == "__main__":
-    broken = "--broken" in sys.argv
-    executor = BrokenStandIn if broken else ProfilingStandIn
+    # module-level factories: an optimize job's process gets them by name
+    factory = broken_stand_in if "--broken" in sys.argv else stand_in
     argv = [a for a in sys.argv[1:] if a != "--broken"]
-    raise SystemExit(main(argv, executor_factory=lambda settings: executor()))
+    raise SystemExit(main(argv, executor_factory=factory))
