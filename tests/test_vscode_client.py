@@ -149,11 +149,17 @@ class TestAgreement:
             assert f"ServerCommand.{name}" in follow_up
 
 
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
 def npm(*args: str, timeout: float = 120) -> str:
+    """Run npm in the extension's folder; its output without colour (vitest colours it where
+    FORCE_COLOR or a CI variable says so, whatever NO_COLOR says)."""
+    env = {**os.environ, "NO_COLOR": "1", "FORCE_COLOR": "0"}
     result = subprocess.run(
-        ["npm", *args], cwd=CLIENT, capture_output=True, text=True, timeout=timeout
+        ["npm", *args], cwd=CLIENT, capture_output=True, text=True, timeout=timeout, env=env
     )
-    output = result.stdout + result.stderr
+    output = ANSI.sub("", result.stdout + result.stderr)
     assert result.returncode == 0, f"npm {' '.join(args)} failed:\n{output[-4000:]}"
     return output
 
