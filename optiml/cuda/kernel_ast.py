@@ -189,6 +189,14 @@ class KernelAST:
                     out.append((self.text(f), n))
         return out
 
+    def int_literals(self, node: Node | None = None) -> list[int]:
+        """The integer literals under `node` (the whole definition by default), as values."""
+        found = []
+        for n in walk(node if node is not None else self.outer):
+            if n.type == "number_literal" and (v := _int_literal(self.text(n))) is not None:
+                found.append(v)
+        return found
+
     def has(self, node: Node, *types: str) -> bool:
         return any(n.type in types for n in walk(node))
 

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 from optiml.cuda.source import Kernel, SourceFile
 from optiml.harness.build import DEFAULT_FLAGS
-from optiml.harness.evaluate import EvalOptions
+from optiml.harness.evaluate import EvalOptions, candidate_spec
 from optiml.harness.sanitize import SanitizerReport
 from optiml.harness.verdict import Verdict
 from optiml.profile.model import Profile
-from optiml.spec import Spec, parse_spec
+from optiml.spec import Spec
 
 
 @dataclass(frozen=True)
@@ -31,15 +31,7 @@ class Job:
         if self.candidate is None:
             return self.source, self.kernel, self.spec
         kernel = self.candidate.kernel(self.kernel.name)
-        own = parse_spec(self.candidate, kernel) if kernel.spec_comment else self.spec
-        spec = self.spec.model_copy(
-            update={
-                "launch": own.launch,
-                "template": own.template,
-                "template_values": own.template_values,
-            }
-        )
-        return self.candidate, kernel, spec
+        return self.candidate, kernel, candidate_spec(self.spec, self.candidate, kernel)
 
 
 class Executor(ABC):

@@ -118,18 +118,7 @@ def evaluate(
             **base,
         )
 
-    # A candidate with a spec of its own brings its launch configuration (and instantiation); the
-    # contract — arguments, sizes, tolerances, reference — stays the original's.
-    cand_spec = spec
-    if candidate is not None and cand_kernel.spec_comment is not None:
-        own = parse_spec(cand_source, cand_kernel)
-        cand_spec = spec.model_copy(
-            update={
-                "launch": own.launch,
-                "template": own.template,
-                "template_values": own.template_values,
-            }
-        )
+    cand_spec = candidate_spec(spec, cand_source, cand_kernel) if candidate is not None else spec
     same = reference is not None and reference.kernel is kernel and candidate is None
     with ThreadPoolExecutor(max_workers=3) as pool:
         runner_f = pool.submit(runner_binary)
@@ -204,18 +193,29 @@ def _build(
     )
 
 
+def candidate_spec(spec: Spec, candidate: SourceFile, kernel: Kernel) -> Spec:
+    """The spec a candidate runs under: a candidate with a spec comment of its own brings its launch
+    configuration and instantiation; the contract — arguments, sizes, tolerances, reference —
+    stays the original's."""
+    if kernel.spec_comment is None:
+        return spec
+    own = parse_spec(candidate, kernel)
+    return spec.model_copy(
+        update={
+            "launch": own.launch,
+            "template": own.template,
+            "template_values": own.template_values,
+        }
+    )
+
+
 def build_candidate(
     source: SourceFile, kernel: Kernel, spec: Spec, candidate: SourceFile, opts: EvalOptions
 ) -> Build:
     """Compile a candidate as `evaluate` will (its own spec's instantiation, its flags), so that a
     caller can compile on the CPU while a GPU is busy; `evaluate` then finds it in the cache."""
     cand_kernel = candidate.kernel(kernel.name)
-    cand_spec = spec
-    if cand_kernel.spec_comment is not None:
-        own = parse_spec(candidate, cand_kernel)
-        cand_spec = spec.model_copy(
-            update={"template": own.template, "template_values": own.template_values}
-        )
+    cand_spec = candidate_spec(spec, candidate, cand_kernel)
     arch = opts.arch or spec.arch or default_arch()
     return _build(
         Target(candidate, cand_kernel), cand_spec, replace(opts, arch=arch), opts.candidate_flags

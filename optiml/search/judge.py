@@ -9,7 +9,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-from optiml.cuda.kernel_ast import KernelAST, walk
+from optiml.cuda.kernel_ast import KernelAST
 from optiml.cuda.source import SourceFile
 from optiml.errors import OptimlError
 from optiml.executors.base import Executor, Job
@@ -43,15 +43,7 @@ def hardcoded_constants(
         values |= {v for v in case.lengths.values() if v > 255}
 
     def literals(src: SourceFile) -> set[int]:
-        ast = KernelAST(src, src.kernel(kernel))
-        found = set()
-        for n in walk(ast.outer):
-            if n.type == "number_literal":
-                try:
-                    found.add(int(ast.text(n).rstrip("uUlL"), 0))
-                except ValueError:
-                    continue
-        return found
+        return set(KernelAST(src, src.kernel(kernel)).int_literals())
 
     return sorted((literals(candidate) - literals(original)) & values)
 

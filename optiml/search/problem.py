@@ -58,7 +58,6 @@ class KernelProblem:
         self._made: dict[tuple[str, str], Variant] = {}
         self._measured: dict[str, asyncio.Future[Evaluation]] = {}
         self.root_key = Variant(source.text).key
-        self.rejected: list[tuple[str, str]] = []  # (edit key, why) of edits that made nothing
 
     # -- mcts.Problem ---------------------------------------------------------------------------
 

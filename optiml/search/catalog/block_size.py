@@ -114,26 +114,7 @@ def _block_literals(ast, current: list[int]) -> bool:
     for c in current:
         threads *= c
     suspects = {threads} | {c for c in current if c > 1}
-    return any(n in suspects for n in _numbers(ast))
-
-
-def _numbers(ast) -> list[int]:
-    out = []
-    for node in _walk(ast.body):
-        if node.type == "number_literal":
-            try:
-                out.append(int(ast.text(node).rstrip("uUlL"), 0))
-            except ValueError:
-                continue
-    return out
-
-
-def _walk(node):
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        yield n
-        stack.extend(n.children)
+    return any(n in suspects for n in ast.int_literals(ast.body))
 
 
 _CDIV = re.compile(r"cdiv\(\s*(?P<arg>.+)\s*,\s*(?P<den>\d+)\s*\)$")
