@@ -18,13 +18,13 @@ from optiml.harness.evaluate import EvalOptions
 from optiml.search.catalog import CATALOG, Context
 from optiml.search.variant import Variant
 from optiml.spec import load
-from tests.support import FIXTURES, GOOD
+from tests.support import FIXTURES, GOOD, WILD
 
 pytestmark = pytest.mark.gpu
 
 # The fixtures with a known bottleneck that transformations target, and the ones written as people
 # write them; each transformation is tried on all of them and must be right wherever it applies.
-TARGETS = [e for e in GOOD if e.get("category") != "gemm" or e["kernel"] == "sgemm_naive"]
+TARGETS = [e for e in GOOD if e.get("category") != "gemm" or e["kernel"] == "sgemm_naive"] + WILD
 
 
 def proposals():

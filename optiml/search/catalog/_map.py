@@ -1,6 +1,7 @@
 """The shape that 1-D "map" transformations (grid-stride loops, vectorized accesses) rewrite: one
-global thread index `i` over x, a bounds guard `i < n`, and a body that works on element `i` alone,
-without shared memory, barriers, other thread coordinates or early exits."""
+global thread index `i` over x, a bounds guard `i < n` (or a grid-stride loop over `i < n`), and a
+body that works on element `i` alone, without shared memory, barriers, other thread coordinates or
+early exits."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from optiml.cuda.kernel_ast import BARRIERS, KernelAST, ThreadIndex, walk
+from optiml.cuda.kernel_ast import BARRIERS, KernelAST, ThreadIndex, _op, unparen, walk
 from optiml.search.catalog.base import Context
 
 BUILTINS = ("threadIdx", "blockIdx", "blockDim", "gridDim")
@@ -32,6 +33,8 @@ def map_kernel(ctx: Context) -> MapKernel | None:
     if case.grid[1] != 1 or case.grid[2] != 1 or case.block[1] != 1 or case.block[2] != 1:
         return None
     indices = [t for t in ast.thread_indices().values() if t.dim == "x"]
+    if not ast.thread_indices():
+        return _grid_stride_loop(ast)
     if len(indices) != 1 or len(ast.thread_indices()) != 1:
         return None
     index = indices[0]
@@ -60,6 +63,62 @@ def map_kernel(ctx: Context) -> MapKernel | None:
     return MapKernel(
         ast, index, index_type, guard.bounds[index.var], before, per_element, guard.body
     )
+
+
+def _grid_stride_loop(ast: KernelAST) -> MapKernel | None:
+    """`for (T i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+    { body }` as the kernel's last statement: the same map as a guarded `i`, for any grid."""
+    stmts = ast.statements()
+    if not stmts or stmts[-1].type != "for_statement":
+        return None
+    loop, before = stmts[-1], stmts[:-1]
+    init = loop.child_by_field_name("initializer")
+    cond = loop.child_by_field_name("condition")
+    update = loop.child_by_field_name("update")
+    body = loop.child_by_field_name("body")
+    if init is None or init.type != "declaration" or None in (cond, update, body):
+        return None
+    decls = init.children_by_field_name("declarator")
+    if len(decls) != 1 or decls[0].type != "init_declarator":
+        return None
+    target, value = (
+        decls[0].child_by_field_name("declarator"),
+        decls[0].child_by_field_name("value"),
+    )
+    if target is None or target.type != "identifier" or value is None:
+        return None
+    var = ast.text(target)
+    found = ast.global_index_of(value)
+    if found is None or found[0] != "x" or found[1] != "blockDim.x":
+        return None
+    cond = unparen(cond)
+    if cond.type != "binary_expression" or _op(cond) != "<":
+        return None
+    left, bound = unparen(cond.child_by_field_name("left")), cond.child_by_field_name("right")
+    if left.type != "identifier" or ast.text(left) != var or var in ast.identifiers(bound):
+        return None
+    update = unparen(update)
+    if update.type != "assignment_expression" or _op(update) != "+=":
+        return None
+    step = ast.affine(update.child_by_field_name("right"))
+    if ast.text(update.child_by_field_name("left")) != var or step != {
+        ("blockDim.x", "gridDim.x"): 1
+    }:
+        return None
+    inner = ast.statements(body) if body.type == "compound_statement" else [body]
+    if any(ast.uses_builtin(st, b) for st in before for b in BUILTINS):
+        return None
+    if any(var in ast.identifiers(st) for st in before) or ast.identifiers(bound) & set(
+        ast.local_declarations(body)
+    ):
+        return None
+    for st in inner:
+        if _unsafe(ast, st, var) or ({var} | ast.identifiers(bound)) & ast.assigned(st):
+            return None
+    type_node = init.child_by_field_name("type")
+    index_type = ast.text(type_node) if type_node is not None else "int"
+    index = ThreadIndex(var, "x", "blockDim.x", loop)
+    return MapKernel(ast, index, index_type, ast.text(bound), list(before), [], inner)
 
 
 def _unsafe(ast: KernelAST, node: Node, var: str) -> bool:

@@ -295,7 +295,7 @@ def _stable_names(ast: KernelAST, body: list[Node], first: Node, assigned: set[s
 
 def _header(ast: KernelAST, loop: Node) -> tuple[str, str, Node] | None:
     """(j, its type, bound) for `for (T j = 0; j < bound; ++j)` (also `bound > j`, `j++`,
-    `j += 1`, `j = j + 1`)."""
+    `j += 1`, `j = j + 1`), or the same from 1 (see `_seeded`)."""
     init = loop.child_by_field_name("initializer")
     cond = loop.child_by_field_name("condition")
     update = loop.child_by_field_name("update")
@@ -308,7 +308,7 @@ def _header(ast: KernelAST, loop: Node) -> tuple[str, str, Node] | None:
     value = decls[0].child_by_field_name("value")
     if target is None or target.type != "identifier" or value is None:
         return None
-    if value.type != "number_literal" or _number(ast.text(value)) != 0:
+    if value.type != "number_literal" or _number(ast.text(value)) not in (0, 1):
         return None
     var = ast.text(target)
     var_type = ast.text(init.child_by_field_name("type"))
@@ -390,7 +390,47 @@ def _row_loop(ast: KernelAST, loop: Node, scope: dict[str, Node]) -> RowLoop | N
         LoopAccess(a, None, _unconditional(a.node, body) and not has_continue)
         for a in ast.accesses(body)
     ]
-    return RowLoop(loop, var, var_type, bound, body, reductions, accesses, has_continue)
+    row_loop = RowLoop(loop, var, var_type, bound, body, reductions, accesses, has_continue)
+    start = loop.child_by_field_name("initializer").children_by_field_name("declarator")[0]
+    if _number(ast.text(start.child_by_field_name("value"))) != 0 and not _seeded(
+        ast, row_loop, scope
+    ):
+        return None
+    return row_loop
+
+
+def _seeded(ast: KernelAST, loop: RowLoop, scope: dict[str, Node]) -> bool:
+    """A loop from 1 that only folds `p[base + j]` into min/max accumulators, each declared as
+    `p[base]` (element 0): folding element 0 in again changes nothing, so the loop may run from 0
+    like the others."""
+    if len(loop.reductions) != 1 or loop.reductions[0].op not in MINMAX or loop.has_continue:
+        return False
+    if any(a.access.write for a in loop.accesses) or ast.calls(loop.body):
+        return False
+    red = loop.reductions[0]
+    if set(ast.assigned(loop.body)) != {red.var} or ast.local_declarations(loop.body):
+        return False
+    decl = scope.get(red.var)
+    seed = None
+    for d in decl.children_by_field_name("declarator") if decl is not None else []:
+        if d.type == "init_declarator" and _declared(ast, d) == red.var:
+            seed = unparen(d.child_by_field_name("value"))
+    if seed is None or seed.type != "subscript_expression":
+        return False
+    (first,) = ast.accesses(seed) or [None]
+    if first is None or first.node != seed:
+        return False
+    env = {loop.var: {}}
+    at_zero = (first.pointer, first.offset, _form(ast.affine(first.index)))
+    for a in loop.accesses:
+        form = ast.affine(a.access.index, env)
+        if (a.access.pointer, a.access.offset, _form(form)) != at_zero or form is None:
+            return False
+    return True
+
+
+def _form(form: dict | None) -> Form | None:
+    return None if form is None else tuple(sorted(form.items()))
 
 
 def _jump_target(node: Node, is_break: bool) -> Node | None:
@@ -443,7 +483,7 @@ def _reduction(
             continue
         if n.parent is None or n.parent.type != "expression_statement":
             return None  # the update's value is used
-        found = _update(ast, n, name)
+        found = _update(ast, n, name) or _if_update(ast, n, name, type_text)
         if found is None:
             return None
         op, uses = found
@@ -484,6 +524,55 @@ def _update(ast: KernelAST, n: Node, name: str) -> tuple[str, list[Node]] | None
             if _is_name(ast, b, name) and name not in ast.identifiers(a):
                 return fn, [left, b]
     return None
+
+
+def _if_update(ast: KernelAST, n: Node, name: str, type_text: str) -> tuple[str, list[Node]] | None:
+    """`if (X > m) m = X;` (also `m < X`, `>=`, and `<` for a minimum), with no else and X pure:
+    `m = fmaxf(m, X)` as people write it. Returns the min/max function of m's type and m's
+    identifiers in the statement."""
+    if _op(n) != "=":
+        return None
+    stmt, owner = n.parent, n.parent.parent
+    if owner is not None and owner.type == "compound_statement":
+        if len([c for c in owner.named_children if c.type != "comment"]) != 1:
+            return None
+        stmt, owner = owner, owner.parent
+    if owner is None or owner.type != "if_statement":
+        return None
+    if owner.child_by_field_name("consequence") != stmt or owner.child_by_field_name("alternative"):
+        return None
+    cond = unparen(owner.child_by_field_name("condition"))
+    if cond.type == "condition_clause":
+        cond = unparen(cond.named_children[0])
+    value = unparen(n.child_by_field_name("right"))
+    if cond.type != "binary_expression" or not _pure(ast, value):
+        return None
+    left, right = (
+        unparen(cond.child_by_field_name("left")),
+        unparen(cond.child_by_field_name("right")),
+    )
+    op = _op(cond)
+    if _is_name(ast, left, name):  # m < X: X is bigger
+        other, bigger = right, op in ("<", "<=")
+        if op not in ("<", "<=", ">", ">="):
+            return None
+    elif _is_name(ast, right, name):  # X > m
+        other, bigger = left, op in (">", ">=")
+        if op not in ("<", "<=", ">", ">="):
+            return None
+    else:
+        return None
+    if _squash(ast.text(other)) != _squash(ast.text(value)) or name in ast.identifiers(value):
+        return None
+    fn = {"float": "fmax", "double": "fmax"}.get(type_text, "max" if bigger else "min")
+    if fn == "fmax":
+        fn = (
+            ("fmaxf" if bigger else "fminf")
+            if type_text == "float"
+            else ("fmax" if bigger else "fmin")
+        )
+    m = left if _is_name(ast, left, name) else right
+    return fn, [unparen(n.child_by_field_name("left")), m]
 
 
 def _decl_type(ast: KernelAST, decl: Node, name: str) -> str | None:
@@ -741,15 +830,9 @@ def _online_softmax(
         return None
     if not rs.zero_init or _squash(ast.text(first.bound)) != _squash(ast.text(second.bound)):
         return None
-    ea, eb = _expression(a[0]), _expression(b[0])
-    if ea is None or eb is None or ea.type != "assignment_expression":
-        return None
-    call = unparen(ea.child_by_field_name("right"))
-    if call.type != "call_expression":
-        return None
-    args = [unparen(x) for x in call.child_by_field_name("arguments").named_children]
-    value = args[1] if _is_name(ast, args[0], rm.var) else args[0]
-    if not _pure(ast, value):
+    eb = _expression(b[0])
+    value = _max_value(ast, a[0], rm.var)
+    if eb is None or value is None or not _pure(ast, value):
         return None
     term = _summand(ast, eb, rs.var)
     if term is None or term.type != "call_expression":
@@ -769,6 +852,26 @@ def _online_softmax(
     if not _between_ok(ast, between, {rm.var}, value):
         return None
     return OnlineSoftmax(first, second, rm.var, rs.var, value, exp)
+
+
+def _max_value(ast: KernelAST, st: Node, m: str) -> Node | None:
+    """X in the statement `m = fmaxf(m, X);` or `if (X > m) m = X;` (the loop's one update of m,
+    already classified as a max reduction)."""
+    if st.type == "if_statement":
+        for n in walk(st.child_by_field_name("consequence")):
+            if n.type == "assignment_expression" and _is_name(
+                ast, n.child_by_field_name("left"), m
+            ):
+                return unparen(n.child_by_field_name("right"))
+        return None
+    e = _expression(st)
+    if e is None or e.type != "assignment_expression":
+        return None
+    call = unparen(e.child_by_field_name("right"))
+    if call.type != "call_expression":
+        return None
+    args = [unparen(x) for x in call.child_by_field_name("arguments").named_children]
+    return args[1] if _is_name(ast, args[0], m) else args[0]
 
 
 def _summand(ast: KernelAST, e: Node, acc: str) -> Node | None:

@@ -74,7 +74,7 @@ class Vectorize(Transformation):
         ind = ast.indent_of(m.index.decl) or "    "
         i1, i2, i3 = ind + "    ", ind + "        ", ind + "            "
         replace = {
-            (a.node.start_byte, a.node.end_byte): f"optiml_{a.pointer}.v[optiml_l]"
+            (a.node.start_byte, a.node.end_byte): f"optiml_vec_{a.pointer}.v[optiml_l]"
             for p in vec_ptrs
             for a in at_i[p]
         }
@@ -97,10 +97,10 @@ class Vectorize(Transformation):
             pack = f"optiml_pack<{elem[p]}, {lanes}>"
             if p in loaded:
                 lines.append(
-                    f"{i2}{pack} optiml_{p} = *reinterpret_cast<const {pack}*>({p} + optiml_v);"
+                    f"{i2}{pack} optiml_vec_{p} = *reinterpret_cast<const {pack}*>({p} + optiml_v);"
                 )
             else:
-                lines.append(f"{i2}{pack} optiml_{p};")
+                lines.append(f"{i2}{pack} optiml_vec_{p};")
         # The lane's own index, where the body still uses it beyond the vectorized accesses.
         vectorized = [(a.node.start_byte, a.node.end_byte) for p in vec_ptrs for a in at_i[p]]
         uses_var = any(
@@ -117,7 +117,7 @@ class Vectorize(Transformation):
         lines += [statement_text(ast, stmts, i3, replace), f"{i2}}}"]
         for p in stores:
             pack = f"optiml_pack<{elem[p]}, {lanes}>"
-            lines.append(f"{i2}*reinterpret_cast<{pack}*>({p} + optiml_v) = optiml_{p};")
+            lines.append(f"{i2}*reinterpret_cast<{pack}*>({p} + optiml_v) = optiml_vec_{p};")
         lines += [
             f"{i1}}}",
             f"{ind}}}",
