@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from optiml.cuda.kernel_ast import ASSIGN_OPS, Access
+from optiml.cuda.kernel_ast import ASSIGN_OPS, Access, walk
 from optiml.search.catalog._two_d import (
     Grid2D,
     closure,
@@ -142,7 +142,7 @@ def _plan(ctx: Context) -> _Plan | None:
     turned = [a for a in reads if along[a.node.id] == "turn"]
     if not turned or any(along[a.node.id] not in ("x", "turn") for a in reads):
         return None
-    in_body = {n.id for st in g.body for n in _subtree(st)}
+    in_body = {n.id for st in g.body for n in walk(st)}
     if any(a.node.id not in in_body for a in turned):
         return None
     tiles = _tiles(ctx, g, turned)
@@ -172,15 +172,6 @@ def _tiles(ctx: Context, g: Grid2D, turned: list[Access]) -> list[tuple[str, lis
         key = (a.pointer, tuple(sorted(g.form(a).items())))
         groups.setdefault(key, []).append(a.node)
     return [(ctx.kernel.param(key[0]).type_text, nodes) for key, nodes in groups.items()]
-
-
-def _subtree(node: Node) -> list[Node]:
-    out, stack = [], [node]
-    while stack:
-        n = stack.pop()
-        out.append(n)
-        stack.extend(n.children)
-    return out
 
 
 def _definition(plan: _Plan, tile: int, rows: int) -> str:
