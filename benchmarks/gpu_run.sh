@@ -3,11 +3,13 @@
 # measurements (resumable), the profiler's benchmark, the GPU tests and the editor's GPU flow,
 # each step's output under $OUT (at most a few files, for machines that return little).
 #
-#   OUT=/tmp/out benchmarks/gpu_run.sh [step ...]     steps: search profile tests editor llm
+#   OUT=/tmp/out benchmarks/gpu_run.sh [step ...]     steps: search profile tests catalog editor llm
 #
 # search: measures for SEARCH_SECONDS (default 200) into $OUT/search-table-h200.json, starting
 # from benchmarks/results/search-table-h200.json when it exists; `benchmarks/search.py compare`
 # (no GPU) turns the table into the comparison. profile: PROFILE_ONLY lists fixture files.
+# catalog: every transformation's proposals on every fixture, the wild ones included, checked for
+# correctness (a few hundred evaluations; CATALOG_TIMEOUT).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to a folder for the results}"
@@ -36,8 +38,13 @@ for step in "${steps[@]}"; do
         tests/test_gpu.py tests/search/test_gpu_catalog.py -k "not test_proposal_is_correct" \
         2>&1 | tee "$OUT/gpu-tests.txt" | tail -15
       ;;
+    catalog)
+      timeout "${CATALOG_TIMEOUT:-300}" python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 \
+        tests/search/test_gpu_catalog.py -k test_proposal_is_correct -rf \
+        2>&1 | tee "$OUT/gpu-catalog.txt" | tail -25
+      ;;
     editor)
-      timeout "${EDITOR_TIMEOUT:-90}" python3 -m pytest -m gpu -q -p no:cacheprovider tests/server \
+      timeout "${EDITOR_TIMEOUT:-240}" python3 -m pytest -m gpu -q -p no:cacheprovider tests/server \
         2>&1 | tee "$OUT/editor-gpu.txt" | tail -15
       ;;
     llm)
