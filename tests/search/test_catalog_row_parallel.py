@@ -244,6 +244,29 @@ REFUSED = {
     "atomic": """
     for (int j = 0; j < cols; ++j) atomicAdd(&y[row * cols + j], x[row * cols + j]);
 }""",
+    "max from 1 not seeded with element 0": """
+    float m = -1e30f;
+    for (int j = 1; j < cols; ++j) if (x[row * cols + j] > m) m = x[row * cols + j];
+    for (int j = 0; j < cols; ++j) y[row * cols + j] = m;
+}""",
+    "max from 1 seeded with element 1": """
+    float m = x[row * cols + 1];
+    for (int j = 1; j < cols; ++j) if (m < x[row * cols + j]) m = x[row * cols + j];
+    for (int j = 0; j < cols; ++j) y[row * cols + j] = m;
+}""",
+    "sum from 1 seeded with element 0": """
+    float s = x[row * cols];
+    for (int j = 1; j < cols; ++j) s += x[row * cols + j];
+    for (int j = 0; j < cols; ++j) y[row * cols + j] = s;
+}""",
+    "if-max with an else": """
+    float m = x[row * cols];
+    for (int j = 0; j < cols; ++j) {
+        if (x[row * cols + j] > m) m = x[row * cols + j];
+        else m = m - 1.0f;
+    }
+    for (int j = 0; j < cols; ++j) y[row * cols + j] = m;
+}""",
     "thread per column": """
     float s = 0.0f;
     for (int r = 0; r < cols; ++r) s += x[r * rows + row];

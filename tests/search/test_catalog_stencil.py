@@ -96,24 +96,25 @@ def test_jacobi_reads_every_neighbour_from_the_tile():
 
 
 @needs_nvcc
-def test_padded_nine_point_stencil():
-    ctx = context(PADDED_9POINT, "smooth9")
+@pytest.mark.parametrize(
+    "text,kernel,tile,reads",
+    [
+        # Offsets 0..2 from (x, y) in a (W + 2)-wide array (the padding's shift of one is part
+        # of the offset): a (8 + 2) x (32 + 2) tile, nine reads from it.
+        (PADDED_9POINT, "smooth9", "__shared__ float src_tile[10][34];", 9),
+        # Radius 2 along both axes, element type a template parameter: centre and four reads.
+        (TEMPLATED, "cross5", "__shared__ T a_tile[12][36];", 5),
+    ],
+    ids=["padded-9-point", "templated-radius-2"],
+)
+def test_stencils_written_other_ways(text, kernel, tile, reads):
+    ctx = context(text, kernel)
     proposals = propose(ctx)
     assert proposals
     out = compiled(ctx, proposals[0])
-    # Offsets 0..2 from (x, y) in a (W + 2)-wide array (the padding's shift of one is part of
-    # the offset): a (8 + 2) x (32 + 2) tile.
-    assert "__shared__ float src_tile[10][34];" in out.definition
-    assert out.definition.count("src_tile[threadIdx.y") == 9
-
-
-@needs_nvcc
-def test_templated_radius_two_cross():
-    ctx = context(TEMPLATED, "cross5")
-    proposals = propose(ctx)
-    assert proposals
-    out = compiled(ctx, proposals[0])
-    assert "__shared__ T a_tile[12][36];" in out.definition
+    assert tile in out.definition
+    name = tile.split()[-1].split("[")[0]
+    assert out.definition.count(f"{name}[threadIdx.y") == reads
 
 
 @pytest.mark.parametrize(

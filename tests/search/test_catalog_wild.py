@@ -14,7 +14,7 @@ import pytest
 from optiml.harness.build import build_kernel
 from optiml.search.catalog import CATALOG, Context
 from optiml.search.variant import Variant
-from tests.support import FIXTURES, WILD, fixture_ids
+from tests.support import FIXTURES, MANIFEST, WILD, fixture_ids
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 
@@ -31,8 +31,6 @@ def proposals(entry: dict) -> dict[str, list]:
 
 def test_the_wild_kernels_are_not_the_fixtures():
     """Same kinds of kernel, other texts: no wild kernel's name or file is a fixture's."""
-    from tests.support import MANIFEST
-
     assert len(WILD) >= 12
     assert not {e["kernel"] for e in WILD} & {e["kernel"] for e in MANIFEST}
     assert {e["category"] for e in WILD} >= {

@@ -20,6 +20,7 @@ from optiml.cuda.kernel_ast import (
     walk,
 )
 from optiml.cuda.types import lookup
+from optiml.search.catalog.base import STATIC_SMEM
 
 # Include-guarded, so that a file whose other kernel already has it stays valid.
 HELPERS = r"""#ifndef OPTIML_SGEMM_TILING
@@ -288,7 +289,6 @@ UNSAFE = frozenset(
     }
 )
 LANES_M, LANES_N = 4, 8  # a warp's lanes over a warp tile (Tiling::LANES_M, LANES_N)
-MAX_STATIC_SMEM = 48 * 1024
 
 
 @dataclass(frozen=True)
@@ -367,7 +367,7 @@ class Config:
                 return False
             if not op.k_contiguous and (t % extent or self.bk % (4 * t // extent)):
                 return False
-        return self.smem_bytes(g.a.k_contiguous, g.b.k_contiguous) <= MAX_STATIC_SMEM
+        return self.smem_bytes(g.a.k_contiguous, g.b.k_contiguous) <= STATIC_SMEM
 
 
 def match(ast: KernelAST) -> Gemm | None:

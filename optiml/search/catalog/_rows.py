@@ -400,7 +400,7 @@ def _row_loop(ast: KernelAST, loop: Node, scope: dict[str, Node]) -> RowLoop | N
 
 
 def _seeded(ast: KernelAST, loop: RowLoop, scope: dict[str, Node]) -> bool:
-    """A loop from 1 that only folds `p[base + j]` into min/max accumulators, each declared as
+    """A loop from 1 that only folds `p[base + j]` into one min/max accumulator declared as
     `p[base]` (element 0): folding element 0 in again changes nothing, so the loop may run from 0
     like the others."""
     if len(loop.reductions) != 1 or loop.reductions[0].op not in MINMAX or loop.has_continue:
@@ -417,14 +417,14 @@ def _seeded(ast: KernelAST, loop: RowLoop, scope: dict[str, Node]) -> bool:
             seed = unparen(d.child_by_field_name("value"))
     if seed is None or seed.type != "subscript_expression":
         return False
-    (first,) = ast.accesses(seed) or [None]
-    if first is None or first.node != seed:
+    found = ast.accesses(seed)
+    if len(found) != 1 or found[0].node != seed:
         return False
-    env = {loop.var: {}}
+    first = found[0]
     at_zero = (first.pointer, first.offset, _form(ast.affine(first.index)))
     for a in loop.accesses:
-        form = ast.affine(a.access.index, env)
-        if (a.access.pointer, a.access.offset, _form(form)) != at_zero or form is None:
+        form = ast.affine(a.access.index, {loop.var: {}})
+        if form is None or (a.access.pointer, a.access.offset, _form(form)) != at_zero:
             return False
     return True
 
@@ -552,25 +552,22 @@ def _if_update(ast: KernelAST, n: Node, name: str, type_text: str) -> tuple[str,
         unparen(cond.child_by_field_name("right")),
     )
     op = _op(cond)
+    if op not in ("<", "<=", ">", ">="):
+        return None
     if _is_name(ast, left, name):  # m < X: X is bigger
         other, bigger = right, op in ("<", "<=")
-        if op not in ("<", "<=", ">", ">="):
-            return None
     elif _is_name(ast, right, name):  # X > m
         other, bigger = left, op in (">", ">=")
-        if op not in ("<", "<=", ">", ">="):
-            return None
     else:
         return None
     if _squash(ast.text(other)) != _squash(ast.text(value)) or name in ast.identifiers(value):
         return None
-    fn = {"float": "fmax", "double": "fmax"}.get(type_text, "max" if bigger else "min")
-    if fn == "fmax":
-        fn = (
-            ("fmaxf" if bigger else "fminf")
-            if type_text == "float"
-            else ("fmax" if bigger else "fmin")
-        )
+    if type_text == "float":
+        fn = "fmaxf" if bigger else "fminf"
+    elif type_text == "double":
+        fn = "fmax" if bigger else "fmin"
+    else:
+        fn = "max" if bigger else "min"
     m = left if _is_name(ast, left, name) else right
     return fn, [unparen(n.child_by_field_name("left")), m]
 

@@ -22,6 +22,8 @@ from optiml.spec import Spec, parse_spec
 # can be used (and tested) with no profile at all.
 MEMORY = frozenset({"dram", "l2", "l1_shared", "uncoalesced"})
 LATENCY = frozenset({"latency", "occupancy", "small_grid"})
+# Static shared memory a block may declare (more needs a dynamic allocation and an opt-in).
+STATIC_SMEM = 48 * 1024
 
 
 @dataclass

@@ -28,14 +28,13 @@ from optiml.search.catalog._reduce import (
     uniform_lines,
     vector_reads,
 )
-from optiml.search.catalog.base import Context, Proposal, Transformation
+from optiml.search.catalog.base import STATIC_SMEM, Context, Proposal, Transformation
 
 MAX_BINS = 12 * 1024
 BIN_TYPES = frozenset({"f32", "i32", "u32"})  # 4-byte counters: shared atomics, one bank each
 SMEM_PER_SM = 228 * 1024
 SMEM_PER_BLOCK = 227 * 1024
 SMEM_RESERVED = 1024  # the runtime's share of each block's shared memory
-STATIC_SMEM = 48 * 1024
 
 # (layout, copies, block, unroll, blocks per SM), best guess first. "lanes": bin b of lane l's copy
 # at b * copies + l % copies, so that the lanes of a warp never share a bank for copies = 32 (and a

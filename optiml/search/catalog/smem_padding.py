@@ -18,11 +18,10 @@ from optiml.search.catalog._two_d import (
     element_bytes,
     paren,
 )
-from optiml.search.catalog.base import Context, Proposal, Transformation
+from optiml.search.catalog.base import STATIC_SMEM, Context, Proposal, Transformation
 
 WARP = 32
 BANKS = 32
-STATIC_SMEM = 48 * 1024
 LANES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 
 

@@ -30,14 +30,13 @@ from optiml.search.catalog._two_d import (
     thread_independent,
     with_body,
 )
-from optiml.search.catalog.base import Context, Proposal, Transformation
+from optiml.search.catalog.base import STATIC_SMEM, Context, Proposal, Transformation
 
 # (block.x, block.y, weight): 32 x 8 keeps a warp on one tile row; 32 x 16 halves the halo per
 # element; 64 x 4 moves 256 B per tile row.
 SHAPES = ((32, 8, 1.0), (32, 16, 0.8), (64, 4, 0.6))
 MAX_RADIUS = 4
 MAX_TILES = 2
-STATIC_SMEM = 48 * 1024
 
 
 @dataclass

@@ -26,13 +26,12 @@ from optiml.search.catalog._two_d import (
     thread_independent,
     with_body,
 )
-from optiml.search.catalog.base import Context, Proposal, Transformation
+from optiml.search.catalog.base import STATIC_SMEM, Context, Proposal, Transformation
 
 # (TILE, block.y, weight): 32 x 8 is the classic shape (4 elements per thread, 4 KB of tile);
 # 64 x 8 moves 256 B per row per block; 32 x 16 trades elements per thread for more warps.
 SHAPES = ((32, 8, 1.0), (64, 8, 0.8), (32, 16, 0.6))
 MAX_TILES = 2
-STATIC_SMEM = 48 * 1024
 # A lane stride of at least this many elements gives each lane its own sectors.
 STRIDED = 16
 
