@@ -16,6 +16,11 @@ cd "$(dirname "$0")/.."
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 steps=("$@")
+# What every step's output starts with: where and with what it ran.
+header() {
+  echo "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+  echo "# $(nvcc --version 2>/dev/null | grep -o 'V[0-9.]*' | head -1) ncu $(ncu --version 2>/dev/null | grep -o '[0-9]\{4\}\.[0-9.]*' | head -1) $(nvim --version 2>/dev/null | head -1) python $(python3 -c 'import platform; print(platform.python_version())')"
+}
 [ ${#steps[@]} -eq 0 ] && steps=(search profile tests editor)
 for step in "${steps[@]}"; do
   echo "== $step $(date -u +%FT%TZ)"
@@ -34,18 +39,18 @@ for step in "${steps[@]}"; do
       tar czf "$OUT/profile.tgz" -C "$OUT" profile && rm -rf "$OUT/profile"
       ;;
     tests)
-      timeout "${TESTS_TIMEOUT:-150}" python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 \
-        tests/test_gpu.py tests/search/test_gpu_catalog.py -k "not test_proposal_is_correct" \
-        2>&1 | tee "$OUT/gpu-tests.txt" | tail -15
+      timeout -s INT -k 15 "${TESTS_TIMEOUT:-150}" python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 \
+        tests/test_gpu.py tests/search/test_gpu_catalog.py -k "not test_proposal_is_correct" -rfEsp \
+        2>&1 | (header; cat) | tee "$OUT/gpu-tests.txt" | tail -15
       ;;
     catalog)
-      timeout "${CATALOG_TIMEOUT:-300}" python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 \
-        tests/search/test_gpu_catalog.py -k test_proposal_is_correct -rf \
-        2>&1 | tee "$OUT/gpu-catalog.txt" | tail -25
+      timeout -s INT -k 15 "${CATALOG_TIMEOUT:-300}" python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 \
+        tests/search/test_gpu_catalog.py -k test_proposal_is_correct -rfEsp \
+        2>&1 | (header; cat) | tee "$OUT/gpu-catalog.txt" | tail -25
       ;;
     editor)
-      timeout "${EDITOR_TIMEOUT:-240}" python3 -m pytest -m gpu -q -p no:cacheprovider tests/server \
-        2>&1 | tee "$OUT/editor-gpu.txt" | tail -15
+      timeout -s INT -k 15 "${EDITOR_TIMEOUT:-240}" python3 -m pytest -m gpu -q -p no:cacheprovider tests/server -rfEsp \
+        2>&1 | (header; cat) | tee "$OUT/editor-gpu.txt" | tail -15
       ;;
     llm)
       python3 benchmarks/llm_e2e.py --out "$OUT/llm" 2>&1 | tee "$OUT/llm-e2e.log" | tail -20
