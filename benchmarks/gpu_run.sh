@@ -5,7 +5,7 @@
 #
 #   OUT=/tmp/out benchmarks/gpu_run.sh [step ...]     steps: search profile tests catalog editor llm
 #
-# search: measures for SEARCH_SECONDS (default 200) into $OUT/search-table-h200.json, starting
+# search: measures for SEARCH_SECONDS (default 200; SEARCH_FIXTURES: only these fixture files) into $OUT/search-table-h200.json, starting
 # from benchmarks/results/search-table-h200.json when it exists; `benchmarks/search.py compare`
 # (no GPU) turns the table into the comparison. profile: PROFILE_ONLY lists fixture files.
 # catalog: every transformation's proposals on every fixture, the wild ones included, checked for
@@ -29,6 +29,7 @@ for step in "${steps[@]}"; do
       table="$OUT/search-table-h200.json"
       [ -f benchmarks/results/search-table-h200.json ] && cp benchmarks/results/search-table-h200.json "$table"
       python3 benchmarks/search.py measure --table "$table" --seconds "${SEARCH_SECONDS:-200}" \
+        ${SEARCH_FIXTURES:+--fixtures $SEARCH_FIXTURES} \
         2>&1 | tee "$OUT/search-measure.log" | tail -20
       ;;
     profile)

@@ -26,7 +26,7 @@ from optiml.cuda.source import SourceFile  # noqa: E402
 from optiml.harness.build import build_kernel, runner_binary  # noqa: E402
 from optiml.harness.evaluate import EvalOptions, write_plan  # noqa: E402
 from optiml.harness.gpu import default_arch  # noqa: E402
-from optiml.profile.ncu import SEARCH_SECTIONS  # noqa: E402
+from optiml.profile.ncu import collection_args  # noqa: E402
 from optiml.spec import parse_spec  # noqa: E402
 
 
@@ -73,11 +73,7 @@ def main() -> None:
             write_plan(spec, [spec.case(spec.sizes[0])], (1,), EvalOptions(arch=arch, time=False))
         )
         rep = work / "profile"
-        sections = (
-            ["--set", "full"]
-            if args.section_set == "full"
-            else [a for s in SEARCH_SECTIONS for a in ("--section", s)]
-        )
+        sections = ["--set", "full"] if args.section_set == "full" else collection_args(False)
         cmd = [
             ncu, "--target-processes", "all", "--kernel-name-base", "mangled",
             "--kernel-name", f"regex:^{build.resources.mangled}$", "--launch-count", "1",

@@ -115,3 +115,67 @@ def test_numpy_reference_end_to_end(tmp_path):
     )
     v = evaluate(source, kernel, spec, SourceFile.read(wrong), opts(time=False))
     assert v.status == "wrong_result"
+
+
+PROBE = """
+/* @optiml
+ *   args:   x: in float[n] in [-1, 1), k: in int[n] in [-100, 100), d: inout double[n] in [-1, 1),
+ *           y: out float[n]
+ *   launch: grid = 1, block = 1
+ *   sizes:  n = 3000017
+ */
+__global__ void probe(int n, const float* x, const int* k, double* d, float* y)
+{
+    const int at[4] = {0, 1, 77777, 3000016};
+    const unsigned xs[4] = {%s};
+    const int ks[4] = {%s};
+    const unsigned long long ds[4] = {%s};
+    for (int j = 0; j < 4; ++j) {
+        const int i = at[j];
+        if (__float_as_uint(x[i]) != xs[j] || k[i] != ks[j] ||
+            (unsigned long long)__double_as_longlong(d[i]) != ds[j] ||
+            __float_as_uint(y[i]) != 0x7FA5DEADu)
+            __trap();
+    }
+}
+"""
+
+
+def test_a_profilers_inputs_are_the_checks_inputs(tmp_path):
+    """The runner makes a profiler's inputs on the device; they are, bit for bit, the inputs the
+    checks use (inputs.py's), and its outputs are poisoned alike: the probe traps otherwise."""
+    import subprocess
+
+    import numpy as np
+
+    from optiml.harness import inputs
+    from optiml.harness.build import build_kernel, runner_binary
+    from optiml.harness.evaluate import write_plan
+
+    at, seed, n = [0, 1, 77777, 3000016], 1, 3000017
+    x = inputs.generate("f32", 0, n, seed, -1.0, 1.0)[at].view(np.uint32)
+    k = inputs.generate("i32", 1, n, seed, -100, 100)[at]
+    d = inputs.generate("f64", 2, n, seed, -1.0, 1.0)[at].view(np.uint64)
+    text = PROBE % (
+        ", ".join(f"{v}u" for v in x),
+        ", ".join(str(v) for v in k),
+        ", ".join(f"{v}ull" for v in d),
+    )
+    path = tmp_path / "probe.cu"
+    path.write_text(text)
+    source = SourceFile.read(path)
+    kernel = source.kernel("probe")
+    spec = parse_spec(source, kernel)
+    build = build_kernel(source, kernel, instantiation=spec.instantiation, arch=default_arch())
+    assert build.ok, build.messages
+    plan = tmp_path / "plan.txt"
+    plan.write_text(
+        write_plan(spec, [spec.case(spec.sizes[0])], (seed,), opts(time=False), profile_only=True)
+    )
+    runner = [str(runner_binary()), str(plan), str(tmp_path / "r.json"), str(build.path)]
+    ok = subprocess.run([*runner, str(build.path)], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    # The probe can fail: with other seeds' inputs it traps.
+    plan.write_text(plan.read_text().replace(f"seeds {seed}", "seeds 2"))
+    bad = subprocess.run([*runner, str(build.path)], capture_output=True, text=True)
+    assert bad.returncode != 0

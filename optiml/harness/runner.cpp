@@ -123,13 +123,13 @@ static DType dtype_of(const std::string& c) {
 }
 
 template <typename T>
-static inline void put(void* dst, T v) { memcpy(dst, &v, sizeof(T)); }
+OPTIML_HD static inline void put(void* dst, T v) { memcpy(dst, &v, sizeof(T)); }
 template <typename T>
 static inline T get(const void* src) { T v; memcpy(&v, src, sizeof(T)); return v; }
 
 // Stores one element: `v` for floating-point types, `iv` for integer types.
-static inline void store(const DType& d, void* dst, double v, int64_t iv) {
-  switch (d.code) {
+OPTIML_HD static inline void store(Code code, void* dst, double v, int64_t iv) {
+  switch (code) {
     case F64: put<double>(dst, v); break;
     case F32: put<float>(dst, (float)v); break;
     case F16: put<uint16_t>(dst, float_to_half_bits((float)v)); break;
@@ -329,13 +329,31 @@ struct ScalarStorage {
 static ScalarStorage scalar_value(const DType& d, const std::string& text) {
   ScalarStorage s{};
   if (d.is_float) {
-    store(d, s.bytes, strtod(text.c_str(), nullptr), 0);
+    store(d.code, s.bytes, strtod(text.c_str(), nullptr), 0);
   } else if (d.is_signed) {
-    store(d, s.bytes, 0, strtoll(text.c_str(), nullptr, 10));
+    store(d.code, s.bytes, 0, strtoll(text.c_str(), nullptr, 10));
   } else {
-    store(d, s.bytes, 0, (int64_t)strtoull(text.c_str(), nullptr, 10));
+    store(d.code, s.bytes, 0, (int64_t)strtoull(text.c_str(), nullptr, 10));
   }
   return s;
+}
+
+// Element i of an input: uniform in [lo, lo + span) (integers: floor of it), as inputs.py makes it.
+// The same rounding on host and device: no fused multiply-add on either.
+OPTIML_HD static inline void fill_value(Code code, bool is_float, size_t size, unsigned char* base,
+                                        size_t i, double lo, double span, uint64_t seed,
+                                        uint64_t buffer_index) {
+  double u = uniform01(seed, buffer_index, i);
+#ifdef __CUDA_ARCH__
+  double scaled = __dmul_rn(u, span), value = __dadd_rn(lo, scaled);
+#else
+  double scaled = u * span, value = lo + scaled;
+#endif
+  if (is_float) {
+    store(code, base + i * size, value, 0);
+  } else {
+    store(code, base + i * size, 0, (int64_t)lo + (int64_t)floor(scaled));
+  }
 }
 
 static void fill_inputs(const Buffer& b, size_t buffer_index, size_t n, double lo, double hi,
@@ -345,15 +363,23 @@ static void fill_inputs(const Buffer& b, size_t buffer_index, size_t n, double l
   const double span = hi - lo;
   unsigned char* base = host.data();
   parallel_chunks(n, worker_count(n), [&](size_t begin, size_t end, size_t) {
-    for (size_t i = begin; i < end; ++i) {
-      double u = uniform01(seed, buffer_index, i);
-      if (d.is_float) {
-        store(d, base + i * d.size, lo + u * span, 0);
-      } else {
-        store(d, base + i * d.size, 0, (int64_t)lo + (int64_t)std::floor(u * span));
-      }
-    }
+    for (size_t i = begin; i < end; ++i)
+      fill_value(d.code, d.is_float, d.size, base, i, lo, span, seed, buffer_index);
   });
+}
+
+__global__ void optiml_fill_input(unsigned char* base, Code code, bool is_float, size_t size,
+                                  size_t n, double lo, double span, uint64_t seed,
+                                  uint64_t buffer_index) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    fill_value(code, is_float, size, base, i, lo, span, seed, buffer_index);
+}
+
+__global__ void optiml_fill_pattern(unsigned char* base, size_t n, uint64_t pattern, size_t size) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    memcpy(base + i * size, &pattern, size);
 }
 
 struct Mismatch {
@@ -602,11 +628,11 @@ int main(int argc, char** argv) {
       }
     }
 
-    // Poisoned images of the `out` buffers, made once per case.
+    // Poisoned images of the `out` buffers, made once per case (a profiler's run makes its own).
     std::vector<std::vector<unsigned char>> poisoned(nb);
     for (size_t b = 0; b < nb; ++b) {
       const Buffer& buf = plan.buffers[b];
-      if (buf.role != "out") continue;
+      if (buf.role != "out" || plan.profile_only) continue;
       std::vector<unsigned char> pattern;
       poison_bytes(buf.dtype, pattern);
       poisoned[b].resize(c.lengths[b] * buf.dtype.size);
@@ -645,13 +671,31 @@ int main(int argc, char** argv) {
     };
 
     if (plan.profile_only) {
-      // For a profiler: the candidate's one launch is all it watches; inputs as the checks make them.
-      std::vector<std::vector<unsigned char>> inputs(nb);
+      // For a profiler: the candidate's one launch is all it watches. Its inputs are those the
+      // checks make (the same function of seed, buffer and index) and its outputs are poisoned
+      // alike, but both are made on the device: making and uploading hundreds of megabytes on the
+      // host would be most of a profile's cost.
       for (size_t b = 0; b < nb; ++b) {
-        if (plan.buffers[b].role != "out")
-          fill_inputs(plan.buffers[b], b, c.lengths[b], c.lo[b], c.hi[b], plan.seeds[0], inputs[b]);
+        const Buffer& buf = plan.buffers[b];
+        const DType& d = buf.dtype;
+        const size_t n = c.lengths[b];
+        if (n == 0) continue;
+        const unsigned blocks =
+            (unsigned)std::min<size_t>((n + 255) / 256, (size_t)prop.multiProcessorCount * 16);
+        unsigned char* base = static_cast<unsigned char*>(dev_bufs[b]);
+        if (buf.role == "out") {
+          std::vector<unsigned char> pattern;
+          poison_bytes(d, pattern);
+          uint64_t bits = 0;
+          memcpy(&bits, pattern.data(), pattern.size());
+          optiml_fill_pattern<<<blocks, 256, 0, stream>>>(base, n, bits, d.size);
+        } else {
+          optiml_fill_input<<<blocks, 256, 0, stream>>>(base, d.code, d.is_float, d.size, n,
+                                                        c.lo[b], c.hi[b] - c.lo[b], plan.seeds[0], b);
+        }
+        check(cudaGetLastError(), "harness", "filling an input on the device");
       }
-      upload(inputs);
+      check(cudaStreamSynchronize(stream), "harness", "filling the inputs on the device");
       phase("case=%zu seed=%" PRIu64 " kernel=%s", ci, plan.seeds[0], candidate.who.c_str());
       run(candidate, candidate.who.c_str());
       for (size_t b = 0; b < nb; ++b) {

@@ -1,22 +1,29 @@
 // Value generation and half/bfloat16 conversions shared by the runner and its tests; reproduced
-// bit for bit in NumPy by optiml/harness/inputs.py. Plain C++, no CUDA.
+// bit for bit in NumPy by optiml/harness/inputs.py. Plain C++; under nvcc the same functions also
+// run on the device (the runner fills a profiler's inputs there).
 #pragma once
 #include <cstdint>
 #include <cstring>
 
-static inline uint64_t splitmix64(uint64_t z) {
+#ifdef __CUDACC__
+#define OPTIML_HD __host__ __device__
+#else
+#define OPTIML_HD
+#endif
+
+OPTIML_HD static inline uint64_t splitmix64(uint64_t z) {
   z += 0x9E3779B97F4A7C15ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
 
-static inline double uniform01(uint64_t seed, uint64_t buffer, uint64_t i) {
+OPTIML_HD static inline double uniform01(uint64_t seed, uint64_t buffer, uint64_t i) {
   uint64_t z = splitmix64(seed * 0x9E3779B97F4A7C15ull + (buffer + 1) * 0xD1B54A32D192ED03ull + i);
   return (double)(z >> 11) * (1.0 / 9007199254740992.0);
 }
 
-static inline uint16_t float_to_half_bits(float f) {
+OPTIML_HD static inline uint16_t float_to_half_bits(float f) {
   uint32_t x;
   memcpy(&x, &f, 4);
   uint32_t sign = (x >> 16) & 0x8000u;
@@ -41,7 +48,7 @@ static inline uint16_t float_to_half_bits(float f) {
   return (uint16_t)half;
 }
 
-static inline float half_bits_to_float(uint16_t h) {
+OPTIML_HD static inline float half_bits_to_float(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1F;
   uint32_t mant = h & 0x3FFu;
@@ -67,14 +74,14 @@ static inline float half_bits_to_float(uint16_t h) {
   return f;
 }
 
-static inline uint16_t float_to_bf16_bits(float f) {
+OPTIML_HD static inline uint16_t float_to_bf16_bits(float f) {
   uint32_t x;
   memcpy(&x, &f, 4);
   if ((x & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((x >> 16) | 0x40);
   return (uint16_t)((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
 }
 
-static inline float bf16_bits_to_float(uint16_t b) {
+OPTIML_HD static inline float bf16_bits_to_float(uint16_t b) {
   uint32_t x = (uint32_t)b << 16;
   float f;
   memcpy(&f, &x, 4);

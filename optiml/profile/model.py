@@ -137,6 +137,7 @@ class Profile(BaseModel):
     wall_s: float | None = None  # the profile's own wall time
     ncu_s: float | None = None  # of which ncu ran
     read_s: float | None = None  # and reading its report back took
+    passes: int | None = None  # replay passes ncu made of the kernel
 
     def markdown(self) -> str:
         """The hover text: the diagnosis first, then the numbers behind it."""

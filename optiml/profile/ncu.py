@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from pydantic import BaseModel, Field
 
 from optiml.errors import ExitCode, NcuMissing, OptimlError
 
+# The sections whose figures the diagnosis reads; the full set collects them whole, with their rules.
 SEARCH_SECTIONS = (
     "SpeedOfLight",
     "MemoryWorkloadAnalysis",
@@ -53,6 +55,42 @@ DIAGNOSIS_METRICS = tuple(
     ]
     + ["dram__bytes_read.sum", "dram__bytes_write.sum"]
 )
+# The search set: of those sections, only the metrics the diagnosis reads, named one by one, and no
+# rules evaluated. Measured on an H200 (benchmarks/results/profile-h200.json): 16 replay passes
+# where the sections take 19, at ~75 ms of ncu's own time per pass. What it lacks against the full
+# set: ncu's rule results, per-line hotspots, the pipe breakdown of compute.
+SEARCH_METRICS = (
+    "gpu__time_duration.sum",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+    "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+    "l1tex__throughput.avg.pct_of_peak_sustained_active",
+    "lts__throughput.avg.pct_of_peak_sustained_elapsed",
+    "sm__cycles_elapsed.avg",
+    "sm__cycles_elapsed.avg.per_second",
+    "smsp__cycles_elapsed.avg",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "sm__maximum_warps_per_active_cycle_pct",
+    "launch__occupancy_limit_blocks",
+    "launch__occupancy_limit_registers",
+    "launch__occupancy_limit_shared_mem",
+    "launch__occupancy_limit_warps",
+    "launch__registers_per_thread",
+    "launch__block_size",
+    "launch__grid_size",
+    "device__attribute_multiprocessor_count",
+    r"regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio",
+)
+
+
+def collection_args(full: bool) -> list[str]:
+    """What ncu collects: the full set's sections (with their rules) or the search set's metrics."""
+    if full:
+        sections = [a for s in (*SEARCH_SECTIONS, *FULL_EXTRA) for a in ("--section", s)]
+        return [*sections, "--metrics", ",".join(DIAGNOSIS_METRICS)]
+    return ["--metrics", ",".join((*SEARCH_METRICS, *DIAGNOSIS_METRICS))]
+
+
 # Per-instruction counters read for hotspots (from SourceCounters and warp-state sampling).
 PER_PC_METRICS = (
     "inst_executed",
@@ -218,6 +256,12 @@ class NcuRun:
     command: list[str]
     log: str
 
+    @property
+    def passes(self) -> int | None:
+        """The replay passes ncu reports for the kernel (`==PROF== Profiling "k": ... - 16 passes`)."""
+        m = re.search(r"- (\d+) pass(?:es)?\b", self.log)
+        return int(m[1]) if m else None
+
 
 def run_ncu(
     tool: NcuTool,
@@ -231,7 +275,6 @@ def run_ncu(
     env: dict[str, str] | None = None,
 ) -> NcuRun:
     """Profile the first launch of the kernel whose mangled name is `mangled` in `program`."""
-    sections = [*SEARCH_SECTIONS, *(FULL_EXTRA if full else ())]
     cmd = [
         str(tool.path),
         "--target-processes", "all",
@@ -240,8 +283,7 @@ def run_ncu(
         "--launch-count", "1",
         "--clock-control", clock_control,
         "--import-source", "yes",
-        *[a for s in sections for a in ("--section", s)],
-        "--metrics", ",".join(DIAGNOSIS_METRICS),
+        *collection_args(full),
         "-f", "-o", str(out),
         *program,
     ]  # fmt: skip

@@ -78,6 +78,7 @@ def profile_kernel(
         ncu_version=tool.version,
     )
     profile.ncu_s = run.seconds
+    profile.passes = run.passes
     profile.read_s = read_s
     profile.wall_s = time.perf_counter() - start
     return profile
