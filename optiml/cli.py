@@ -299,8 +299,10 @@ def _print_verdict(v) -> None:
     type=click.Choice(["search", "full"]),
     default="full",
     show_default=True,
-    help="full: everything, per-line hotspots included; search: the sections the search reads "
-    "for each candidate (speed of light, memory, occupancy, launch, warp states, scheduler), faster.",
+    help="full: the speed-of-light, memory, occupancy, launch, warp-state, scheduler, source, "
+    "compute and instruction sections with ncu's rules, per-line hotspots included; search: only the "
+    "metrics the diagnosis reads (what the search collects for each candidate): no rules, no "
+    "hotspots, fewer replay passes.",
 )
 @click.option(
     "--clock-control",
