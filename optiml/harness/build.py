@@ -260,7 +260,16 @@ def runner_binary() -> Path:
         name: resources.files("optiml.harness").joinpath(name).read_text()
         for name in ("runner.cpp", "values.h")
     }
-    key = hashlib.sha256(("".join(files.values()) + tk.version).encode()).hexdigest()[:16]
+    # Its own kernels (a profiler's inputs): Hopper code, and PTX for any other GPU.
+    codegen = [
+        "-gencode",
+        "arch=compute_90,code=sm_90",
+        "-gencode",
+        "arch=compute_75,code=compute_75",
+    ]
+    key = hashlib.sha256(
+        ("".join(files.values()) + tk.version + " ".join(codegen)).encode()
+    ).hexdigest()[:16]
     target = cache_dir() / f"runner-{key}"
     if target.exists():
         return target
@@ -273,6 +282,7 @@ def runner_binary() -> Path:
             str(tk.nvcc),
             "-O2",
             "-std=c++17",
+            *codegen,
             "-cudart",
             "shared",
             "-Xlinker",

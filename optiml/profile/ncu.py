@@ -282,7 +282,7 @@ def run_ncu(
         "--kernel-name", f"regex:^{mangled}$",
         "--launch-count", "1",
         "--clock-control", clock_control,
-        "--import-source", "yes",
+        *(["--import-source", "yes"] if full else []),  # for source counters, of the full set
         *collection_args(full),
         "-f", "-o", str(out),
         *program,
