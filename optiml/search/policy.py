@@ -1,6 +1,8 @@
 """Policies propose edits of a variant, each with a prior. The offline policy (the default, no LLM)
-asks every transformation of the catalog and ranks what they make by the profile's diagnosis: an
-edit known to address the variant's bottleneck first. A policy never runs code."""
+asks every transformation of the catalog and ranks what they make by the profile's diagnosis (an
+edit known to address the variant's bottleneck first), by what the transformation can do (a
+rewrite before a light touch) and by the transformation's own ranking of its parameters. A policy
+never runs code."""
 
 from __future__ import annotations
 
@@ -99,6 +101,6 @@ class OfflinePolicy:
                 if p.variant.key == request.variant.key:
                     continue  # an edit that changes nothing
                 edit = Edit(transform=name, params=p.params, summary=p.summary)
-                out.append(Candidate(edit, relevance * p.weight, p.variant))
+                out.append(Candidate(edit, relevance * t.gain * p.weight, p.variant))
         out.sort(key=lambda c: (-c.prior, c.edit.key))
         return out

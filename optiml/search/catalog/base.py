@@ -119,6 +119,11 @@ class Transformation(ABC):
     description: ClassVar[str]
     # Applied at most once on a path (adding `__restrict__` twice changes nothing).
     once: ClassVar[bool] = True
+    # What a CUDA developer expects of it where it applies, as a factor of the prior: 1 for a
+    # rewrite of how the kernel moves its data or shares its work (tiling, vectorizing, one warp
+    # per row, privatizing, ...), 0.5 for a light touch that rarely moves a kernel far on its own
+    # (qualifiers, launch bounds, unrolling, block size, fast math, a grid-stride loop).
+    gain: ClassVar[float] = 1.0
 
     @abstractmethod
     def propose(self, ctx: Context) -> list[Proposal]:

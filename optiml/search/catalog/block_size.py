@@ -18,6 +18,7 @@ SHAPES_2D = ((32, 4), (32, 8), (32, 16), (64, 4), (128, 2), (16, 16), (32, 32), 
 class BlockSize(Transformation):
     name = "block_size"
     addresses = LATENCY | frozenset({"dram", "occupancy"})
+    gain = 0.5
     description = "block size and shape (the grid follows)"
     once = False
 

@@ -33,6 +33,7 @@ MATH_CALLS = frozenset(
 class FastMath(Transformation):
     name = "fast_math"
     addresses = frozenset({"compute", "latency"})
+    gain = 0.5
     description = "approximate division/sqrt, or -use_fast_math, within the spec's tolerance"
 
     def propose(self, ctx: Context) -> list[Proposal]:

@@ -11,6 +11,7 @@ from optiml.search.catalog.base import LATENCY, MEMORY, Context, Proposal, Trans
 class GridStride(Transformation):
     name = "grid_stride"
     addresses = MEMORY | LATENCY | frozenset({"dram"})
+    gain = 0.5
     description = "grid-stride loop, each thread several elements (thread coarsening)"
 
     def propose(self, ctx: Context) -> list[Proposal]:

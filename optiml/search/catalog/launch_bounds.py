@@ -10,6 +10,7 @@ from optiml.search.catalog.base import Context, Proposal, Transformation
 class LaunchBounds(Transformation):
     name = "launch_bounds"
     addresses = frozenset({"occupancy", "latency", "spilling"})
+    gain = 0.5
     description = "__launch_bounds__ with the launch's block size"
 
     def propose(self, ctx: Context) -> list[Proposal]:

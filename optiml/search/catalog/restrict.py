@@ -12,6 +12,7 @@ from optiml.search.catalog.base import MEMORY, Context, Proposal, Transformation
 class RestrictConst(Transformation):
     name = "restrict_const"
     addresses = MEMORY | frozenset({"latency"})
+    gain = 0.5
     description = "__restrict__ on pointer parameters, const on read-only ones"
 
     def propose(self, ctx: Context) -> list[Proposal]:

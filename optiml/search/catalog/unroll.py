@@ -10,6 +10,7 @@ from optiml.search.catalog.base import Context, Proposal, Transformation
 class Unroll(Transformation):
     name = "unroll"
     addresses = frozenset({"latency", "l1_shared", "l2", "compute"})
+    gain = 0.5
     description = "#pragma unroll on innermost loops"
 
     def propose(self, ctx: Context) -> list[Proposal]:
