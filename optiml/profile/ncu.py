@@ -56,9 +56,10 @@ DIAGNOSIS_METRICS = tuple(
     + ["dram__bytes_read.sum", "dram__bytes_write.sum"]
 )
 # The search set: of those sections, only the metrics the diagnosis reads, named one by one, and no
-# rules evaluated. Measured on an H200 (benchmarks/results/profile-h200.json): 16 replay passes
-# where the sections take 19, at ~75 ms of ncu's own time per pass. What it lacks against the full
-# set: ncu's rule results, per-line hotspots, the pipe breakdown of compute.
+# rules evaluated: on an H200, 16 replay passes where the sections take 19, and 0.4 to 0.8 s less
+# per profile (benchmarks/ncu_collection.py -> benchmarks/results/ncu-collection-h200.json), with
+# the same bottleneck named. What it lacks against the full set: ncu's rule results, per-line
+# hotspots, the pipe breakdown of compute.
 SEARCH_METRICS = (
     "gpu__time_duration.sum",
     "sm__throughput.avg.pct_of_peak_sustained_elapsed",

@@ -1,0 +1,122 @@
+"""What ncu's collection costs (on a GPU machine): for a few fixtures, the profile-only runner alone,
+under ncu profiling nothing, and under ncu with each way of collecting what the diagnosis reads —
+the six sections (with their rules, once more at the end), the sections without rules, without
+SchedulerStats, the metrics named one by one (the search set), with the pipe breakdown, without the
+stall reasons — each as wall seconds and ncu's replay passes; and the bottleneck each named.
+
+    python3 benchmarks/ncu_collection.py --out FILE.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from optiml.harness.build import build_kernel, runner_binary  # noqa: E402
+from optiml.harness.evaluate import EvalOptions, write_plan  # noqa: E402
+from optiml.harness.gpu import default_arch, local_gpus  # noqa: E402
+from optiml.profile.model import build_profile  # noqa: E402
+from optiml.profile.ncu import (  # noqa: E402
+    DIAGNOSIS_METRICS,
+    SEARCH_METRICS,
+    SEARCH_SECTIONS,
+    find_ncu,
+    read_report,
+)
+from optiml.spec import load  # noqa: E402
+
+FIXTURES = [("saxpy.cu", "saxpy"), ("sgemm.cu", "sgemm_naive"), ("spill.cu", "batched_matmul8")]
+STALLS = SEARCH_METRICS[-1]
+PIPES = r"regex:sm__inst_executed_pipe_.*\.avg\.pct_of_peak_sustained_active"
+
+
+def sections(names) -> list[str]:
+    return [a for s in names for a in ("--section", s)]
+
+
+def metrics(*names) -> list[str]:
+    return ["--metrics", ",".join(names)]
+
+
+WAYS = {
+    "sections": sections(SEARCH_SECTIONS) + metrics(*DIAGNOSIS_METRICS),
+    "sections_no_rules": ["--apply-rules", "no"]
+    + sections(SEARCH_SECTIONS)
+    + metrics(*DIAGNOSIS_METRICS),
+    "sections_no_scheduler": sections(SEARCH_SECTIONS[:5]) + metrics(*DIAGNOSIS_METRICS),
+    "metrics (the search set)": metrics(*SEARCH_METRICS, *DIAGNOSIS_METRICS),
+    "metrics_and_pipes": metrics(*SEARCH_METRICS, PIPES, *DIAGNOSIS_METRICS),
+    "metrics_no_stalls": metrics(*SEARCH_METRICS[:-1], *DIAGNOSIS_METRICS),
+    "sections_again": sections(SEARCH_SECTIONS) + metrics(*DIAGNOSIS_METRICS),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    tool, arch, runner = find_ncu(), default_arch(), runner_binary()
+    rows = {}
+    for file, name in FIXTURES:
+        source, kernel, spec = load(ROOT / "fixtures" / file, name)
+        build = build_kernel(source, kernel, instantiation=spec.instantiation, arch=arch)
+        tmp = Path(tempfile.mkdtemp())
+        plan = tmp / "plan.txt"
+        plan.write_text(
+            write_plan(
+                spec,
+                [spec.case(spec.sizes[0])],
+                (1,),
+                EvalOptions(arch=arch, time=False),
+                profile_only=True,
+            )
+        )
+        program = [str(runner), str(plan), str(tmp / "r.json"), str(build.path), str(build.path)]
+        base = [
+            str(tool.path), "--target-processes", "all", "--kernel-name-base", "mangled",
+            "--kernel-name", f"regex:^{build.resources.mangled}$", "--launch-count", "1",
+            "--clock-control", "none",
+        ]  # fmt: skip
+        row = {}
+        timed(program)  # warm
+        row["runner_alone"] = timed(program)
+        row["ncu_profiling_nothing"] = timed(
+            [str(tool.path), "--kernel-name", "regex:^no_such_kernel$", *program]
+        )
+        for i, (way, collect) in enumerate(WAYS.items()):
+            report = tmp / f"r{i}"
+            row[way] = timed([*base, *collect, "-f", "-o", str(report), *program])
+            data = read_report(tool, Path(f"{report}.ncu-rep"))
+            p = build_profile(data, user_file=source.path, section_set="search")
+            row[way] |= {"bottleneck": p.bottleneck.kind, "rules": len(data.rules)}
+        rows[file] = row
+        print(file, json.dumps(row), flush=True)
+    gpus = local_gpus()
+    out = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "device": gpus[0][0] if gpus else None,
+        "ncu": tool.version,
+        "fixtures": rows,
+    }
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+
+
+def timed(cmd: list[str]) -> dict:
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    m = re.search(r"- (\d+) pass(?:es)?\b", p.stdout + p.stderr)
+    return {"wall_s": round(time.perf_counter() - t0, 2), "passes": int(m[1]) if m else None}
+
+
+if __name__ == "__main__":
+    main()
