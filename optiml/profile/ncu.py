@@ -56,7 +56,7 @@ DIAGNOSIS_METRICS = tuple(
     + ["dram__bytes_read.sum", "dram__bytes_write.sum"]
 )
 # The search set: of those sections, only the metrics the diagnosis reads, named one by one, and no
-# rules evaluated: on an H200, 16 replay passes where the sections take 19, and 0.4 to 0.8 s less
+# rules evaluated: on an H200, 16 replay passes where the sections take 19, and 0.3 to 0.9 s less
 # per profile (benchmarks/ncu_collection.py -> benchmarks/results/ncu-collection-h200.json), with
 # the same bottleneck named. What it lacks against the full set: ncu's rule results, per-line
 # hotspots, the pipe breakdown of compute.
