@@ -5,9 +5,10 @@
 #
 #   OUT=/tmp/out benchmarks/gpu_run.sh [step ...]     steps: search profile tests catalog editor llm
 #
-# search: measures for SEARCH_SECONDS (default 200; SEARCH_FIXTURES: only these fixture files) into $OUT/search-table-h200.json, starting
-# from benchmarks/results/search-table-h200.json when it exists; `benchmarks/search.py compare`
-# (no GPU) turns the table into the comparison. profile: PROFILE_ONLY lists fixture files.
+# search: measures for SEARCH_SECONDS (default 200; SEARCH_FIXTURES: only these fixture files)
+# into $OUT/search-table-h200.json, starting from benchmarks/results/search-table-h200.json when it
+# exists; `benchmarks/search.py compare` (no GPU) turns the table into the comparison.
+# profile: PROFILE_ONLY lists fixture files (PROFILE_TIMEOUT; results written after each one).
 # catalog: every transformation's proposals on every fixture, the wild ones included, checked for
 # correctness (a few hundred evaluations; CATALOG_TIMEOUT).
 set -uo pipefail
