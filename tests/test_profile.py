@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from optiml.profile.model import build_profile
 from optiml.profile.ncu import (
     PcCounters,
     ReportData,
+    collection_args,
     parse_details_csv,
     parse_number,
     parse_raw_csv,
@@ -58,6 +60,44 @@ def test_search_set_reports_get_their_bottleneck(path):
         pytest.skip(f"no agreed bottleneck for {path.stem} (diagnosed: {p.bottleneck.kind})")
     assert GROUPS.get(p.bottleneck.kind, p.bottleneck.kind) == expected, p.bottleneck.explanation
     assert p.duration_ms > 0 and p.sol_memory_pct is not None and p.occupancy.limiter
+
+
+def collected_by_the_search_set(name: str) -> bool:
+    args = collection_args(False)
+    assert "--section" not in args  # named metrics only: no sections, so no rules
+    wanted = args[args.index("--metrics") + 1].split(",")
+    return any(
+        re.fullmatch(w.removeprefix("regex:"), name) if w.startswith("regex:") else w == name
+        for w in wanted
+    )
+
+
+@pytest.mark.parametrize("path", SEARCH, ids=[p.stem for p in SEARCH])
+def test_the_search_sets_metrics_are_all_the_diagnosis_reads(path):
+    """Reports recorded with whole sections, cut down to the metrics the search set names: the
+    same profile figures and the same bottleneck, so no metric the diagnosis reads is left out —
+    but the share of excess sectors, which comes from source counters (the full set's)."""
+    data = ReportData.model_validate_json(path.read_text())
+    whole = build_profile(data, device="NVIDIA H200")
+    cut = data.model_copy(
+        update={
+            "metrics": {k: v for k, v in data.metrics.items() if collected_by_the_search_set(k)},
+            "rules": [],
+        }
+    )
+    assert len(cut.metrics) < len(data.metrics)
+    named = build_profile(cut, device="NVIDIA H200")
+    assert (named.bottleneck.kind, named.bottleneck.detail) == (
+        whole.bottleneck.kind,
+        whole.bottleneck.detail,
+    )
+    for figure in ("duration_ms", "sol_compute_pct", "sol_memory_pct", "dram_tbps", "flops"):
+        assert getattr(named, figure) == getattr(whole, figure), figure
+    assert named.occupancy == whole.occupancy and named.stalls == whole.stalls
+    assert named.coalescing.model_dump(exclude={"excessive_sector_fraction"}) == (
+        whole.coalescing.model_dump(exclude={"excessive_sector_fraction"})
+    )
+    assert named.coalescing.excessive_sector_fraction is None and named.rules == []
 
 
 @pytest.mark.parametrize("path", FULL, ids=[p.name.split(".")[0] for p in FULL])
