@@ -2,7 +2,8 @@
 under ncu profiling nothing, and under ncu with each way of collecting what the diagnosis reads —
 the six sections (with their rules, once more at the end), the sections without rules, without
 SchedulerStats, the metrics named one by one (the search set), with the pipe breakdown, without the
-stall reasons — each as wall seconds and ncu's replay passes; and the bottleneck each named.
+stall reasons, without FLOP counts, with no cache flush between passes, with no child processes
+followed — each as wall seconds and ncu's replay passes; and the bottleneck each named.
 
     python3 benchmarks/ncu_collection.py --out FILE.json
 """
@@ -57,6 +58,15 @@ WAYS = {
     "metrics (the search set)": metrics(*SEARCH_METRICS, *DIAGNOSIS_METRICS),
     "metrics_and_pipes": metrics(*SEARCH_METRICS, PIPES, *DIAGNOSIS_METRICS),
     "metrics_no_stalls": metrics(*SEARCH_METRICS[:-1], *DIAGNOSIS_METRICS),
+    # Candidates for a cheaper search set, not yet measured: no FLOP counts (SASS-patched
+    # counters; the roofline needs them), no cache flush between passes, no child processes.
+    "metrics_no_flops": metrics(
+        *SEARCH_METRICS, *(m for m in DIAGNOSIS_METRICS if "_op_" not in m or "pipe_lsu" in m)
+    ),
+    "metrics_cache_none": ["--cache-control", "none"]
+    + metrics(*SEARCH_METRICS, *DIAGNOSIS_METRICS),
+    "metrics_application_only": ["--target-processes", "application-only"]
+    + metrics(*SEARCH_METRICS, *DIAGNOSIS_METRICS),
     "sections_again": sections(SEARCH_SECTIONS) + metrics(*DIAGNOSIS_METRICS),
 }
 
@@ -83,7 +93,7 @@ def main() -> None:
         )
         program = [str(runner), str(plan), str(tmp / "r.json"), str(build.path), str(build.path)]
         base = [
-            str(tool.path), "--target-processes", "all", "--kernel-name-base", "mangled",
+            str(tool.path), "--kernel-name-base", "mangled",
             "--kernel-name", f"regex:^{build.resources.mangled}$", "--launch-count", "1",
             "--clock-control", "none",
         ]  # fmt: skip
@@ -95,7 +105,8 @@ def main() -> None:
         )
         for i, (way, collect) in enumerate(WAYS.items()):
             report = tmp / f"r{i}"
-            row[way] = timed([*base, *collect, "-f", "-o", str(report), *program])
+            processes = [] if "--target-processes" in collect else ["--target-processes", "all"]
+            row[way] = timed([*base, *processes, *collect, "-f", "-o", str(report), *program])
             data = read_report(tool, Path(f"{report}.ncu-rep"))
             p = build_profile(data, user_file=source.path, section_set="search")
             row[way] |= {"bottleneck": p.bottleneck.kind, "rules": len(data.rules)}
