@@ -116,7 +116,8 @@ async def optimize(
     emit(Event("baseline", budget=opts.budget, last="measuring the input"))
     root = Variant(source.text)
     base_job = Job(source, kernel, spec, candidate=SourceFile(source.text, source.path))
-    baseline = await measure(executor, base_job, problem_opts)
+    # The input once with the full set: its rules and hotspots reach the prompt and the report.
+    baseline = await measure(executor, base_job, problem_opts, full_profile=True)
     if baseline.status != "ok":
         raise BaselineFailed(f"the input itself does not pass its checks: {baseline.message}")
     if baseline.speedup is None:

@@ -116,14 +116,17 @@ class KernelProblem:
         return Evaluation(reward=r, info={"measurement": m.model_dump(), "terms": terms})
 
 
-async def measure(executor: Executor, job: Job, options: ProblemOptions) -> Measurement:
-    """Evaluate a candidate, and profile it if it is correct (a profile that fails is noted)."""
+async def measure(
+    executor: Executor, job: Job, options: ProblemOptions, *, full_profile: bool = False
+) -> Measurement:
+    """Evaluate a candidate, and profile it if it is correct (a profile that fails is noted): with
+    the search set, or with the full one (ncu's rules, hotspots) for the input, profiled once."""
     verdict = await executor.evaluate(job, options.eval)
     m = Measurement.of(verdict)
     if m.status == "ok" and options.profile:
         start = time.perf_counter()
         try:
-            m.profile = ProfileSummary.of(await executor.profile(job))
+            m.profile = ProfileSummary.of(await executor.profile(job, full=full_profile))
         except OptimlError as e:
             m.message += f"; not profiled: {e}"
         m.profile_s = time.perf_counter() - start

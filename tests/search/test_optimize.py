@@ -120,7 +120,7 @@ class StandInExecutor(Executor):
         )
 
     async def profile(self, job: Job, *, full: bool = False) -> Profile:
-        self.calls.append("profile")
+        self.calls.append("profile (full)" if full else "profile")
         source, _, _ = job.target
         return Profile(
             kernel=job.kernel.name,
@@ -205,6 +205,10 @@ def test_finds_confirms_and_judges_the_vectorized_saxpy():
     assert [e.phase for e in events][0] == "baseline" and events[-1].phase == "done"
     assert t.evaluations == 12 and len(t.progress) >= 11
     assert t.baseline.profile.bottleneck == "dram"
+    # the input profiled once with the full set, every candidate with the search set
+    profiles = [c for c in ex.calls if c.startswith("profile")]
+    assert profiles[0] == "profile (full)" and "profile (full)" not in profiles[1:]
+    assert len(profiles) > 1
     html = render(t)
     assert "Diff of the kernel" in html and "optiml_pack" in html and "<script" not in html
     json.loads(t.model_dump_json())  # the trajectory is plain JSON
