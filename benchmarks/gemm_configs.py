@@ -65,7 +65,7 @@ def main() -> None:
             m = await measure(executor, job, opts)
             return {
                 "config": p.params,
-                "in_catalog": not any(p.params == _params(c) for c in EXTRA),
+                "in_catalog": not any(p.params == c.params for c in EXTRA),
                 "status": m.status,
                 "candidate_ms": m.candidate_ms,
                 "input_ms": m.reference_ms,
@@ -91,18 +91,6 @@ def main() -> None:
         print(
             json.dumps(r["config"]), r["status"], r["candidate_ms"] and round(r["candidate_ms"], 3)
         )
-
-
-def _params(c: Config) -> dict:
-    return {
-        "bm": c.bm,
-        "bn": c.bn,
-        "bk": c.bk,
-        "tm": c.tm,
-        "tn": c.tn,
-        "threads": c.threads,
-        "stages": c.stages,
-    }
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import re
 import subprocess
 import sys
 import tempfile
@@ -24,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from optiml.harness.build import build_kernel, runner_binary  # noqa: E402
-from optiml.harness.evaluate import EvalOptions, write_plan  # noqa: E402
+from optiml.harness.evaluate import launch_once  # noqa: E402
 from optiml.harness.gpu import default_arch, local_gpus  # noqa: E402
 from optiml.profile.model import build_profile  # noqa: E402
 from optiml.profile.ncu import (  # noqa: E402
@@ -33,6 +32,7 @@ from optiml.profile.ncu import (  # noqa: E402
     SEARCH_SECTIONS,
     find_ncu,
     read_report,
+    replay_passes,
 )
 from optiml.spec import load  # noqa: E402
 
@@ -75,41 +75,33 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    tool, arch, runner = find_ncu(), default_arch(), runner_binary()
+    tool, arch = find_ncu(), default_arch()
+    runner_binary()  # built once, before anything is timed
     rows = {}
     for file, name in FIXTURES:
         source, kernel, spec = load(ROOT / "fixtures" / file, name)
         build = build_kernel(source, kernel, instantiation=spec.instantiation, arch=arch)
-        tmp = Path(tempfile.mkdtemp())
-        plan = tmp / "plan.txt"
-        plan.write_text(
-            write_plan(
-                spec,
-                [spec.case(spec.sizes[0])],
-                (1,),
-                EvalOptions(arch=arch, time=False),
-                profile_only=True,
+        with tempfile.TemporaryDirectory(prefix="optiml-ncu-collection-") as work:
+            tmp = Path(work)
+            program = launch_once(spec, spec.case(spec.sizes[0]), arch, build.path, tmp)
+            base = [
+                str(tool.path), "--kernel-name-base", "mangled",
+                "--kernel-name", f"regex:^{build.resources.mangled}$", "--launch-count", "1",
+                "--clock-control", "none",
+            ]  # fmt: skip
+            row = {}
+            timed(program)  # warm
+            row["runner_alone"] = timed(program)
+            row["ncu_profiling_nothing"] = timed(
+                [str(tool.path), "--kernel-name", "regex:^no_such_kernel$", *program]
             )
-        )
-        program = [str(runner), str(plan), str(tmp / "r.json"), str(build.path), str(build.path)]
-        base = [
-            str(tool.path), "--kernel-name-base", "mangled",
-            "--kernel-name", f"regex:^{build.resources.mangled}$", "--launch-count", "1",
-            "--clock-control", "none",
-        ]  # fmt: skip
-        row = {}
-        timed(program)  # warm
-        row["runner_alone"] = timed(program)
-        row["ncu_profiling_nothing"] = timed(
-            [str(tool.path), "--kernel-name", "regex:^no_such_kernel$", *program]
-        )
-        for i, (way, collect) in enumerate(WAYS.items()):
-            report = tmp / f"r{i}"
-            processes = [] if "--target-processes" in collect else ["--target-processes", "all"]
-            row[way] = timed([*base, *processes, *collect, "-f", "-o", str(report), *program])
-            data = read_report(tool, Path(f"{report}.ncu-rep"))
-            p = build_profile(data, user_file=source.path, section_set="search")
-            row[way] |= {"bottleneck": p.bottleneck.kind, "rules": len(data.rules)}
+            for i, (way, collect) in enumerate(WAYS.items()):
+                report = tmp / f"r{i}"
+                processes = [] if "--target-processes" in collect else ["--target-processes", "all"]
+                row[way] = timed([*base, *processes, *collect, "-f", "-o", str(report), *program])
+                data = read_report(tool, Path(f"{report}.ncu-rep"))
+                p = build_profile(data, user_file=source.path, section_set="search")
+                row[way] |= {"bottleneck": p.bottleneck.kind, "rules": len(data.rules)}
         rows[file] = row
         print(file, json.dumps(row), flush=True)
     gpus = local_gpus()
@@ -125,8 +117,10 @@ def main() -> None:
 def timed(cmd: list[str]) -> dict:
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True)
-    m = re.search(r"- (\d+) pass(?:es)?\b", p.stdout + p.stderr)
-    return {"wall_s": round(time.perf_counter() - t0, 2), "passes": int(m[1]) if m else None}
+    return {
+        "wall_s": round(time.perf_counter() - t0, 2),
+        "passes": replay_passes(p.stdout + p.stderr),
+    }
 
 
 if __name__ == "__main__":

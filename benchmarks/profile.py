@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from optiml.harness.build import build_kernel, runner_binary  # noqa: E402
-from optiml.harness.evaluate import EvalOptions, write_plan  # noqa: E402
+from optiml.harness.evaluate import launch_once  # noqa: E402
 from optiml.harness.gpu import default_arch, local_gpus  # noqa: E402
 from optiml.profile.ncu import find_ncu  # noqa: E402
 from optiml.profile.run import profile_kernel  # noqa: E402
@@ -118,23 +118,7 @@ def fixed_cost(tool) -> tuple[float, float]:
     arch = default_arch()
     build = build_kernel(source, kernel, instantiation="", arch=arch)
     with tempfile.TemporaryDirectory() as tmp:
-        plan = Path(tmp) / "plan.txt"
-        plan.write_text(
-            write_plan(
-                spec,
-                [spec.case(spec.sizes[0])],
-                (1,),
-                EvalOptions(arch=arch, time=False),
-                profile_only=True,
-            )
-        )
-        program = [
-            str(runner_binary()),
-            str(plan),
-            str(Path(tmp) / "r.json"),
-            str(build.path),
-            str(build.path),
-        ]
+        program = launch_once(spec, spec.case(spec.sizes[0]), arch, build.path, Path(tmp))
         subprocess.run(program, capture_output=True)  # warm: driver, files, caches
         t0 = time.perf_counter()
         subprocess.run(program, capture_output=True)

@@ -149,8 +149,8 @@ def test_a_profilers_inputs_are_the_checks_inputs(tmp_path):
     import numpy as np
 
     from optiml.harness import inputs
-    from optiml.harness.build import build_kernel, runner_binary
-    from optiml.harness.evaluate import write_plan
+    from optiml.harness.build import build_kernel
+    from optiml.harness.evaluate import launch_once
 
     at, seed, n = [0, 1, 77777, 3000016], 1, 3000017
     x = inputs.generate("f32", 0, n, seed, -1.0, 1.0)[at].view(np.uint32)
@@ -168,14 +168,15 @@ def test_a_profilers_inputs_are_the_checks_inputs(tmp_path):
     spec = parse_spec(source, kernel)
     build = build_kernel(source, kernel, instantiation=spec.instantiation, arch=default_arch())
     assert build.ok, build.messages
-    plan = tmp_path / "plan.txt"
-    plan.write_text(
-        write_plan(spec, [spec.case(spec.sizes[0])], (seed,), opts(time=False), profile_only=True)
+    case, arch = spec.case(spec.sizes[0]), default_arch()
+    ok = subprocess.run(
+        launch_once(spec, case, arch, build.path, tmp_path, seed=seed),
+        capture_output=True,
+        text=True,
     )
-    runner = [str(runner_binary()), str(plan), str(tmp_path / "r.json"), str(build.path)]
-    ok = subprocess.run([*runner, str(build.path)], capture_output=True, text=True)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     # The probe can fail: with other seeds' inputs it traps.
-    plan.write_text(plan.read_text().replace(f"seeds {seed}", "seeds 2"))
-    bad = subprocess.run([*runner, str(build.path)], capture_output=True, text=True)
+    bad = subprocess.run(
+        launch_once(spec, case, arch, build.path, tmp_path, seed=2), capture_output=True, text=True
+    )
     assert bad.returncode != 0

@@ -295,6 +295,19 @@ def write_plan(
     return "\n".join(lines) + "\n"
 
 
+def launch_once(
+    spec: Spec, case: Case, arch: str, kernel: Path, work: Path, *, seed: int = 1
+) -> list[str]:
+    """The runner's command that launches `kernel` (a built shared object) once at `case` on
+    `seed`'s inputs and checks nothing: what a profiler or a sanitizer watches. The plan is
+    written into `work`, and the runner saves its result there."""
+    plan = work / "plan.txt"
+    plan.write_text(
+        write_plan(spec, [case], (seed,), EvalOptions(arch=arch, time=False), profile_only=True)
+    )
+    return [str(runner_binary()), str(plan), str(work / "result.json"), str(kernel), str(kernel)]
+
+
 def _numpy_expected(
     spec: Spec, cases: list[Case], seeds: tuple[int, ...], work: Path
 ) -> dict[tuple[int, int, str], Path]:

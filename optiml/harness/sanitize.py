@@ -16,8 +16,8 @@ from pydantic import BaseModel
 
 from optiml.cuda.source import Kernel, SourceFile
 from optiml.errors import ExitCode, OptimlError
-from optiml.harness.build import DEFAULT_FLAGS, build_kernel, runner_binary
-from optiml.harness.evaluate import EvalOptions, write_plan
+from optiml.harness.build import DEFAULT_FLAGS, build_kernel
+from optiml.harness.evaluate import launch_once
 from optiml.harness.gpu import default_arch
 from optiml.spec import Spec
 
@@ -76,10 +76,6 @@ def sanitize(
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="optiml-sanitize-") as tmp:
         work = Path(tmp)
-        plan = work / "plan.txt"
-        plan.write_text(
-            write_plan(spec, [case], (1,), EvalOptions(arch=arch, time=False), profile_only=True)
-        )
         cmd = [
             str(exe),
             "--tool",
@@ -88,11 +84,7 @@ def sanitize(
             "99",
             "--leak-check",
             "no",
-            str(runner_binary()),
-            str(plan),
-            str(work / "result.json"),
-            str(build.path),
-            str(build.path),
+            *launch_once(spec, case, arch, build.path, work),
         ]
         try:
             p = subprocess.run(

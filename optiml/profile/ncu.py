@@ -259,9 +259,13 @@ class NcuRun:
 
     @property
     def passes(self) -> int | None:
-        """The replay passes ncu reports for the kernel (`==PROF== Profiling "k": ... - 16 passes`)."""
-        m = re.search(r"- (\d+) pass(?:es)?\b", self.log)
-        return int(m[1]) if m else None
+        return replay_passes(self.log)
+
+
+def replay_passes(log: str) -> int | None:
+    """The replay passes ncu reports for the kernel (`==PROF== Profiling "k": ... - 16 passes`)."""
+    m = re.search(r"- (\d+) pass(?:es)?\b", log)
+    return int(m[1]) if m else None
 
 
 def run_ncu(

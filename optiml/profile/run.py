@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 from optiml.cuda.source import Kernel, SourceFile
-from optiml.harness.build import DEFAULT_FLAGS, build_kernel, runner_binary
-from optiml.harness.evaluate import EvalOptions, write_plan
+from optiml.harness.build import DEFAULT_FLAGS, build_kernel
+from optiml.harness.evaluate import launch_once
 from optiml.harness.gpu import default_arch, local_gpus, require_gpu
 from optiml.profile.model import Profile, build_profile
 from optiml.profile.ncu import NcuError, find_ncu, read_report, run_ncu
@@ -39,21 +39,10 @@ def profile_kernel(
     if not build.ok:
         first = next((m for m in build.messages if m.severity == "error"), None)
         raise NcuError(f"the kernel does not compile: {first or 'nvcc failed'}")
-    runner = runner_binary()
     case = spec.case(sizes or spec.sizes[0])
     with tempfile.TemporaryDirectory(prefix="optiml-profile-") as tmp:
         work = Path(tmp)
-        plan = work / "plan.txt"
-        plan.write_text(
-            write_plan(spec, [case], (1,), EvalOptions(arch=arch, time=False), profile_only=True)
-        )
-        program = [
-            str(runner),
-            str(plan),
-            str(work / "result.json"),
-            str(build.path),
-            str(build.path),
-        ]
+        program = launch_once(spec, case, arch, build.path, work)
         run = run_ncu(
             tool,
             program,

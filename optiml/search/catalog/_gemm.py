@@ -346,6 +346,19 @@ class Config:
         return 4 * self.rn
 
     @property
+    def params(self) -> dict[str, int]:
+        """What a proposal of this config records (min_blocks is not among them)."""
+        return {
+            "bm": self.bm,
+            "bn": self.bn,
+            "bk": self.bk,
+            "tm": self.tm,
+            "tn": self.tn,
+            "threads": self.threads,
+            "stages": self.stages,
+        }
+
+    @property
     def threads(self) -> int:
         return 32 * (self.bm // (LANES_M * self.tm)) * (self.bn // (LANES_N * self.tn))
 

@@ -32,10 +32,10 @@ def map_kernel(ctx: Context) -> MapKernel | None:
     case = ctx.case
     if case.grid[1] != 1 or case.grid[2] != 1 or case.block[1] != 1 or case.block[2] != 1:
         return None
-    indices = [t for t in ast.thread_indices().values() if t.dim == "x"]
-    if not ast.thread_indices():
+    indices = list(ast.thread_indices().values())
+    if not indices:
         return _grid_stride_loop(ast)
-    if len(indices) != 1 or len(ast.thread_indices()) != 1:
+    if len(indices) != 1 or indices[0].dim != "x":
         return None
     index = indices[0]
     guard = ast.guard(after=index.decl)

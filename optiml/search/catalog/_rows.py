@@ -293,8 +293,8 @@ def _stable_names(ast: KernelAST, body: list[Node], first: Node, assigned: set[s
 # ---- row loops --------------------------------------------------------------------------------------
 
 
-def _header(ast: KernelAST, loop: Node) -> tuple[str, str, Node] | None:
-    """(j, its type, bound) for `for (T j = 0; j < bound; ++j)` (also `bound > j`, `j++`,
+def _header(ast: KernelAST, loop: Node) -> tuple[str, str, Node, int] | None:
+    """(j, its type, bound, start) for `for (T j = 0; j < bound; ++j)` (also `bound > j`, `j++`,
     `j += 1`, `j = j + 1`), or the same from 1 (see `_seeded`)."""
     init = loop.child_by_field_name("initializer")
     cond = loop.child_by_field_name("condition")
@@ -308,7 +308,8 @@ def _header(ast: KernelAST, loop: Node) -> tuple[str, str, Node] | None:
     value = decls[0].child_by_field_name("value")
     if target is None or target.type != "identifier" or value is None:
         return None
-    if value.type != "number_literal" or _number(ast.text(value)) not in (0, 1):
+    start = _number(ast.text(value)) if value.type == "number_literal" else None
+    if start not in (0, 1):
         return None
     var = ast.text(target)
     var_type = ast.text(init.child_by_field_name("type"))
@@ -327,7 +328,7 @@ def _header(ast: KernelAST, loop: Node) -> tuple[str, str, Node] | None:
         return None
     if var in ast.identifiers(bound) or not _unit_step(ast, unparen(update), var):
         return None
-    return var, var_type, bound
+    return var, var_type, bound, int(start)
 
 
 def _unit_step(ast: KernelAST, update: Node, var: str) -> bool:
@@ -351,7 +352,7 @@ def _unit_step(ast: KernelAST, update: Node, var: str) -> bool:
 
 
 def _row_loop(ast: KernelAST, loop: Node, scope: dict[str, Node]) -> RowLoop | None:
-    var, var_type, bound = _header(ast, loop)  # type: ignore[misc]
+    var, var_type, bound, start = _header(ast, loop)  # type: ignore[misc]
     body = loop.child_by_field_name("body")
     if body is None:
         return None
@@ -391,10 +392,7 @@ def _row_loop(ast: KernelAST, loop: Node, scope: dict[str, Node]) -> RowLoop | N
         for a in ast.accesses(body)
     ]
     row_loop = RowLoop(loop, var, var_type, bound, body, reductions, accesses, has_continue)
-    start = loop.child_by_field_name("initializer").children_by_field_name("declarator")[0]
-    if _number(ast.text(start.child_by_field_name("value"))) != 0 and not _seeded(
-        ast, row_loop, scope
-    ):
+    if start != 0 and not _seeded(ast, row_loop, scope):
         return None
     return row_loop
 

@@ -226,6 +226,27 @@ def spec_expr(ctx: Context, text: str) -> str | None:
     return None
 
 
+def on_blocks(
+    ctx: Context, g: Grid2D, definition: str, block: tuple[int, int], covers: tuple[int, int]
+) -> Variant | None:
+    """`definition` in place of the kernel, launched on blocks of `block` threads that each cover
+    `covers` (columns, rows) of the guarded rectangle; None where the kernel's `__launch_bounds__`
+    forbid such a block or the launch does not evaluate on every size."""
+    gx, gy = spec_expr(ctx, g.x.bound), spec_expr(ctx, g.y.bound)
+    if gx is None or gy is None or not launch_bounds_fit(g.ast, block[0] * block[1]):
+        return None
+    _, _, smem = ctx.launch
+    variant = ctx.rewrite(
+        definition,
+        launch=(
+            [f"cdiv({gx}, {covers[0]})", f"cdiv({gy}, {covers[1]})"],
+            [str(block[0]), str(block[1])],
+            smem,
+        ),
+    )
+    return variant if launch_ok(ctx, variant) else None
+
+
 def launch_ok(ctx: Context, variant: Variant) -> bool:
     """Whether the variant's spec still parses and its launch evaluates on every size."""
     try:

@@ -13,11 +13,9 @@ from optiml.search.catalog._two_d import (
     fresh,
     grid_2d,
     indent_unit,
-    launch_bounds_fit,
-    launch_ok,
+    on_blocks,
     paren,
     restrict_params,
-    spec_expr,
     thread_independent,
     with_body,
 )
@@ -49,23 +47,10 @@ class CoarsenRows(Transformation):
         returns = _returns(g)
         if returns is None:
             return []
-        gx, gy = spec_expr(ctx, g.x.bound), spec_expr(ctx, g.y.bound)
-        if gx is None or gy is None:
-            return []
-        _, _, smem = ctx.launch
         out = []
         for rows, (bx, by), weight in CHOICES:
-            if not launch_bounds_fit(g.ast, bx * by):
-                continue
-            variant = ctx.rewrite(
-                _definition(g, rows, returns),
-                launch=(
-                    [f"cdiv({gx}, {bx})", f"cdiv({gy}, {by * rows})"],
-                    [str(bx), str(by)],
-                    smem,
-                ),
-            )
-            if not launch_ok(ctx, variant):
+            variant = on_blocks(ctx, g, _definition(g, rows, returns), (bx, by), (bx, by * rows))
+            if variant is None:
                 continue
             out.append(
                 Proposal(

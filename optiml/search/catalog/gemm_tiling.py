@@ -53,15 +53,7 @@ class GemmTiling(Transformation):
             )
             out.append(
                 Proposal(
-                    params={
-                        "bm": config.bm,
-                        "bn": config.bn,
-                        "bk": config.bk,
-                        "tm": config.tm,
-                        "tn": config.tn,
-                        "threads": config.threads,
-                        "stages": config.stages,
-                    },
+                    params=config.params,
                     summary=(
                         f"{config.bm}x{config.bn}x{config.bk} smem tiles, {config.tm}x{config.tn} "
                         f"FFMA per thread ({config.threads} threads), {config.stages}-stage "

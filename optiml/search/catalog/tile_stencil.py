@@ -22,11 +22,9 @@ from optiml.search.catalog._two_d import (
     grid_2d,
     indent_unit,
     is_constant,
-    launch_bounds_fit,
-    launch_ok,
     live,
+    on_blocks,
     paren,
-    spec_expr,
     thread_independent,
     with_body,
 )
@@ -66,23 +64,16 @@ class TileStencil(Transformation):
         inputs = _inputs(ctx, g)
         if not inputs or len(inputs) > MAX_TILES:
             return []
-        gx, gy = spec_expr(ctx, g.x.bound), spec_expr(ctx, g.y.bound)
         sizes = [element_bytes(ctx, i.elem) for i in inputs]
-        if gx is None or gy is None or None in sizes:
+        if None in sizes:
             return []
-        _, _, smem = ctx.launch
         out = []
         for bx, by, weight in SHAPES:
             cells = [_extent(i, bx, by) for i in inputs]
             if sum(w * h * b for (w, h), b in zip(cells, sizes, strict=True)) > STATIC_SMEM:
                 continue
-            if not launch_bounds_fit(g.ast, bx * by):
-                continue
-            variant = ctx.rewrite(
-                _definition(g, inputs, bx, by),
-                launch=([f"cdiv({gx}, {bx})", f"cdiv({gy}, {by})"], [str(bx), str(by)], smem),
-            )
-            if not launch_ok(ctx, variant):
+            variant = on_blocks(ctx, g, _definition(g, inputs, bx, by), (bx, by), (bx, by))
+            if variant is None:
                 continue
             names = ", ".join(i.pointer for i in inputs)
             halo = max(max(-lo, hi) for i in inputs for lo, hi in (i.span(0), i.span(1)))

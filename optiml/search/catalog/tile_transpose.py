@@ -19,10 +19,8 @@ from optiml.search.catalog._two_d import (
     indent_unit,
     is_constant,
     is_one,
-    launch_bounds_fit,
-    launch_ok,
     live,
-    spec_expr,
+    on_blocks,
     thread_independent,
     with_body,
 )
@@ -61,26 +59,15 @@ class TileTranspose(Transformation):
         if plan is None:
             return []
         g = plan.grid
-        gx, gy = spec_expr(ctx, g.x.bound), spec_expr(ctx, g.y.bound)
         sizes = [element_bytes(ctx, t) for t, _ in plan.tiles]
-        if gx is None or gy is None or None in sizes:
+        if None in sizes:
             return []
-        _, _, smem = ctx.launch
         out = []
         for tile, rows, weight in SHAPES:
             if sum(tile * (tile + 1) * b for b in sizes) > STATIC_SMEM:
                 continue
-            if not launch_bounds_fit(g.ast, tile * rows):
-                continue
-            variant = ctx.rewrite(
-                _definition(plan, tile, rows),
-                launch=(
-                    [f"cdiv({gx}, {tile})", f"cdiv({gy}, {tile})"],
-                    [str(tile), str(rows)],
-                    smem,
-                ),
-            )
-            if not launch_ok(ctx, variant):
+            variant = on_blocks(ctx, g, _definition(plan, tile, rows), (tile, rows), (tile, tile))
+            if variant is None:
                 continue
             side = "write" if plan.turn_write else "read"
             out.append(
