@@ -302,7 +302,7 @@ def _print_verdict(v) -> None:
     help="full: the speed-of-light, memory, occupancy, launch, warp-state, scheduler, source, "
     "compute and instruction sections with ncu's rules, per-line hotspots included; search: only the "
     "metrics the diagnosis reads (what the search collects for each candidate): no rules, no "
-    "hotspots, fewer replay passes.",
+    "hotspots, no FLOP counts (so no roofline intensity), fewer replay passes.",
 )
 @click.option(
     "--clock-control",

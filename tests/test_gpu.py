@@ -41,6 +41,13 @@ def test_good_fixture_is_ok(entry):
         assert predicted.blocks_per_sm == attrs.blocks_per_sm  # our formula vs the CUDA runtime's
 
 
+# A hung kernel's process killed at the time limit, or a faulting one, can disturb kernels of other
+# processes on the same GPU (the search runs one at a time); run in parallel (pytest-xdist), these
+# stay on one worker: `-n N --dist loadgroup`.
+FAULTS = pytest.mark.xdist_group("faults")
+
+
+@FAULTS
 @pytest.mark.parametrize("entry", BROKEN, ids=fixture_ids(BROKEN))
 def test_broken_fixture_gets_its_verdict(entry):
     v = run_fixture(entry, time=False, timeout_s=10)
@@ -64,12 +71,15 @@ def test_unwritten_elements_are_named():
     assert tail.unwritten == 3 and all(m.unwritten and m.got == "(unwritten)" for m in tail.first)
 
 
+@FAULTS
 def test_a_good_kernel_still_passes_after_faulting_ones():
     faulting = [e for e in BROKEN if e["verdict"] in ("runtime_error", "timeout")]
     saxpy = next(e for e in GOOD if e["file"] == "saxpy.cu")
     for entry in faulting:
-        assert run_fixture(entry, time=False, timeout_s=10).status == entry["verdict"]
-        assert run_fixture(saxpy, time=False).status == "ok"
+        v = run_fixture(entry, time=False, timeout_s=10)
+        assert v.status == entry["verdict"], v.message
+        v = run_fixture(saxpy, time=False)
+        assert v.status == "ok", v.message
 
 
 def test_a_faster_candidate_is_correct_and_timed():

@@ -91,8 +91,11 @@ def test_the_search_sets_metrics_are_all_the_diagnosis_reads(path):
         whole.bottleneck.kind,
         whole.bottleneck.detail,
     )
-    for figure in ("duration_ms", "sol_compute_pct", "sol_memory_pct", "dram_tbps", "flops"):
+    for figure in ("duration_ms", "sol_compute_pct", "sol_memory_pct", "dram_tbps"):
         assert getattr(named, figure) == getattr(whole, figure), figure
+    # FLOP counts are the full set's (a replay pass of their own): no roofline intensity here.
+    assert whole.flops is not None and named.flops is None
+    assert named.roofline.arithmetic_intensity is None
     assert named.occupancy == whole.occupancy and named.stalls == whole.stalls
     assert named.coalescing.model_dump(exclude={"excessive_sector_fraction"}) == (
         whole.coalescing.model_dump(exclude={"excessive_sector_fraction"})
@@ -235,3 +238,28 @@ def test_search_set_without_source_counters_still_sees_uncoalesced_access(stem):
     assert p.coalescing.excessive_sector_fraction is None
     assert p.bottleneck.kind == "uncoalesced", p.bottleneck.explanation
     assert "sectors per request" in p.bottleneck.explanation
+
+
+FULL_H200 = sorted((DATA / "full-h200").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", FULL_H200, ids=[p.stem for p in FULL_H200])
+def test_the_search_set_names_what_the_full_set_names(path):
+    """Full-set reports of every fixture, cut down to what the search set collects (no sections,
+    no FLOP counts, no pipes): the same bottleneck. Recorded on the H200 after the search set had
+    named the 2-D scale latency-bound for want of the roofline's FLOP counts."""
+    data = ReportData.model_validate_json(path.read_text())
+    whole = build_profile(data, device="NVIDIA H200")
+    expected = expected_for(path.stem)
+    assert expected in (None, GROUPS.get(whole.bottleneck.kind, whole.bottleneck.kind))
+    cut = data.model_copy(
+        update={
+            "metrics": {k: v for k, v in data.metrics.items() if collected_by_the_search_set(k)},
+            "rules": [],
+        }
+    )
+    named = build_profile(cut, device="NVIDIA H200")
+    assert named.bottleneck.kind == whole.bottleneck.kind, named.bottleneck.explanation
+    if whole.bottleneck.kind != "compute":  # the busiest pipe is the full set's
+        assert named.bottleneck.detail == whole.bottleneck.detail
+    assert named.flops is None and whole.flops is not None

@@ -558,10 +558,17 @@ def diagnose(p: Profile) -> Bottleneck:
             detail=o.limiter,
             explanation=f"theoretical occupancy is {o.theoretical_pct:.0f} %, limited by {(o.limiter or '?').replace('_', ' ')}, and warps wait on {top_stall.replace('_', ' ')}: too few warps to hide the latency",
         )
-    if p.roofline.bound == "memory" and busiest == "dram" and (p.dram_pct or 0) >= 40:
+    # Memory-bound by the roofline where FLOPs were counted (the full set). The search set counts
+    # none: there DRAM, the busiest memory unit at 40 % or more with neither SOL high, says it (the
+    # SM's SOL counts address arithmetic too, so compute's share above memory's does not say
+    # otherwise: an elementwise 2-D scale has 48 % against 46 %).
+    ai = p.roofline.arithmetic_intensity
+    memory_bound = p.roofline.bound in ("memory", None)
+    if memory_bound and busiest == "dram" and (p.dram_pct or 0) >= 40:
+        intensity = f" (intensity {ai:.2f} FLOP/B)" if ai is not None else ""
         return Bottleneck(
             kind="dram",
-            explanation=f"a memory-bound kernel (intensity {p.roofline.arithmetic_intensity:.2f} FLOP/B) reaching {p.dram_pct:.0f} % of DRAM peak: too few bytes in flight; wider loads or more work per thread",
+            explanation=f"a memory-bound kernel{intensity} reaching {p.dram_pct:.0f} % of DRAM peak: too few bytes in flight; wider loads or more work per thread",
         )
     return Bottleneck(
         kind="latency",

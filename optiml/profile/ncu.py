@@ -8,13 +8,17 @@ Compute (it has the per-PC source correlation that per-line hotspots need), and 
 
 from __future__ import annotations
 
+import atexit
 import csv
 import io
+import json
 import os
 import re
+import select
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -49,11 +53,14 @@ DIAGNOSIS_METRICS = tuple(
     + [f"l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{op}.sum" for op in ("ld", "st")]
     + [f"l1tex__data_pipe_lsu_wavefronts_mem_shared_op_{op}.sum" for op in ("ld", "st")]
     + [f"l1tex__t_sectors_pipe_lsu_mem_local_op_{op}.sum" for op in ("ld", "st")]
-    + [
-        f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum"
-        for op in ("fadd", "fmul", "ffma", "dadd", "dmul", "dfma")
-    ]
     + ["dram__bytes_read.sum", "dram__bytes_write.sum"]
+)
+# FLOP counts (the roofline's intensity and achieved FLOP rate): SASS-patched instruction counters,
+# a replay pass of their own in which the kernel runs instrumented (0.1 to 0.4 s on an H200), so
+# only the full set collects them; the search's reward and diagnosis do without.
+FLOP_METRICS = tuple(
+    f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum"
+    for op in ("fadd", "fmul", "ffma", "dadd", "dmul", "dfma")
 )
 # The search set: of those sections, only the metrics the diagnosis reads, named one by one, and no
 # rules evaluated: on an H200, 16 replay passes where the sections take 19, and 0.3 to 0.9 s less
@@ -88,7 +95,7 @@ def collection_args(full: bool) -> list[str]:
     """What ncu collects: the full set's sections (with their rules) or the search set's metrics."""
     if full:
         sections = [a for s in (*SEARCH_SECTIONS, *FULL_EXTRA) for a in ("--section", s)]
-        return [*sections, "--metrics", ",".join(DIAGNOSIS_METRICS)]
+        return [*sections, "--metrics", ",".join((*DIAGNOSIS_METRICS, *FLOP_METRICS))]
     return ["--metrics", ",".join((*SEARCH_METRICS, *DIAGNOSIS_METRICS))]
 
 
@@ -282,7 +289,8 @@ def run_ncu(
     """Profile the first launch of the kernel whose mangled name is `mangled` in `program`."""
     cmd = [
         str(tool.path),
-        "--target-processes", "all",
+        # The runner launches the kernel itself: no child process to follow.
+        "--target-processes", "application-only",
         "--kernel-name-base", "mangled",
         "--kernel-name", f"regex:^{mangled}$",
         "--launch-count", "1",
@@ -326,19 +334,10 @@ def read_report(tool: NcuTool, report: Path, *, source_lines: bool = False) -> R
             if source_lines
             else None
         )
-        data = None
-        if tool.python_dir is not None:
-            path = f"{tool.python_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
-            proc = subprocess.run(
-                [sys.executable, "-c", _READER, str(report)],
-                capture_output=True,
-                text=True,
-                env={**os.environ, "PYTHONPATH": path},
-            )
-            if proc.returncode == 0:
-                data = ReportData.model_validate_json(proc.stdout)
-                if "rules-unavailable" in proc.stderr:
-                    data.rules = parse_details_csv(_page(tool, report, "details"))[1]
+        read = _READER_PROCESS.read(tool.python_dir, report) if tool.python_dir else None
+        data = read[0] if read else None
+        if read and not read[1]:
+            data.rules = parse_details_csv(_page(tool, report, "details"))[1]
         if data is None:
             raw = pool.submit(_page, tool, report, "raw")
             details = pool.submit(_page, tool, report, "details")
@@ -419,41 +418,107 @@ def _page(tool: NcuTool, report: Path, page: str, *extra: str) -> str:
 _READER = r"""
 import json, sys
 import ncu_report
-ctx = ncu_report.load_report(sys.argv[1])
-action = ctx.range_by_idx(0).action_by_idx(0)
-metrics, per_pc = {}, {}
-wanted = set(%r)
-for name in action.metric_names():
-    m = action.metric_by_name(name)
-    if m is None:
-        continue
+
+def read(path):
+    ctx = ncu_report.load_report(path)
+    action = ctx.range_by_idx(0).action_by_idx(0)
+    metrics, per_pc = {}, {}
+    wanted = set(%r)
+    for name in action.metric_names():
+        m = action.metric_by_name(name)
+        if m is None:
+            continue
+        try:
+            instances = m.num_instances() if m.has_correlation_ids() else 0
+        except Exception:
+            instances = 0
+        if instances and (name in wanted or name.startswith(%r)):
+            ids = m.correlation_ids()
+            for i in range(instances):
+                v = m.as_double(i)
+                if v:
+                    per_pc.setdefault(ids.as_uint64(i), {})[name] = v
+        v = m.value()
+        metrics[name] = {"value": v if isinstance(v, (int, float, str)) or v is None else str(v), "unit": m.unit() or ""}
+    pcs = []
+    for pc, counters in sorted(per_pc.items()):
+        info = action.source_info(pc)
+        pcs.append({"pc": pc, "file": info.file_name() if info else None, "line": info.line() if info else None, "counters": counters})
+    rules = []
     try:
-        instances = m.num_instances() if m.has_correlation_ids() else 0
-    except Exception:
-        instances = 0
-    if instances and (name in wanted or name.startswith(%r)):
-        ids = m.correlation_ids()
-        for i in range(instances):
-            v = m.as_double(i)
-            if v:
-                per_pc.setdefault(ids.as_uint64(i), {})[name] = v
-    v = m.value()
-    metrics[name] = {"value": v if isinstance(v, (int, float, str)) or v is None else str(v), "unit": m.unit() or ""}
-pcs = []
-for pc, counters in sorted(per_pc.items()):
-    info = action.source_info(pc)
-    pcs.append({"pc": pc, "file": info.file_name() if info else None, "line": info.line() if info else None, "counters": counters})
-rules = []
-try:
-  for r in action.rule_results_as_dicts():
-    for msg in r.get("rule_messages", []) or [{}]:
-        speed = r.get("speedup_estimation") or {}
-        rules.append({"section": str(r.get("section_identifier", "")), "name": str(r.get("rule_identifier", r.get("name", ""))),
-                      "type": str(msg.get("type", "")).replace("MsgType.", "").replace("MSG_", "")[:3],
-                      "message": str(msg.get("message", "")), "speedup_type": str(speed.get("type")) if speed else None,
-                      "estimated_speedup_pct": float(speed["speedup"]) if speed.get("speedup") is not None else None})
-except Exception as e:  # the dict layout is not documented as stable: fall back to the CSV page
-  rules = None
-  print("rules-unavailable:", e, file=sys.stderr)
-print(json.dumps({"kernel": action.name(), "metrics": metrics, "rules": rules or [], "per_pc": pcs}))
+        for r in action.rule_results_as_dicts():
+            for msg in r.get("rule_messages", []) or [{}]:
+                speed = r.get("speedup_estimation") or {}
+                rules.append({"section": str(r.get("section_identifier", "")), "name": str(r.get("rule_identifier", r.get("name", ""))),
+                              "type": str(msg.get("type", "")).replace("MsgType.", "").replace("MSG_", "")[:3],
+                              "message": str(msg.get("message", "")), "speedup_type": str(speed.get("type")) if speed else None,
+                              "estimated_speedup_pct": float(speed["speedup"]) if speed.get("speedup") is not None else None})
+    except Exception:  # the dict layout is not documented as stable: the CSV page has them
+        rules = None
+    return {"kernel": action.name(), "metrics": metrics, "rules": rules, "per_pc": pcs}
+
+# One report path per line in, one JSON line out (the report, or why it could not be read).
+for line in sys.stdin:
+    try:
+        out = read(line.rstrip("\n"))
+    except Exception as e:
+        out = {"error": f"{type(e).__name__}: {e}"}
+    sys.stdout.write(json.dumps(out) + "\n")
+    sys.stdout.flush()
 """ % (PER_PC_METRICS, STALL_PREFIX)  # noqa: UP031 (the program's own braces stay as they are)
+
+
+class _ReaderProcess:
+    """`_READER` kept running between reports: Python's start and the module's import are paid
+    once, not per report (what a search pays per candidate). A report it cannot read, or a worker
+    that dies or hangs, gives None (the caller falls back on the CSV pages) and the next read
+    starts a fresh worker."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._dir: Path | None = None
+        atexit.register(self.close)
+
+    def read(
+        self, python_dir: Path, report: Path, timeout_s: float = 120
+    ) -> tuple[ReportData, bool] | None:
+        """The report, and whether its rule results could be read; None if it could not."""
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None or self._dir != python_dir:
+                self.close()
+                path = f"{python_dir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-c", _READER],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    text=True,
+                    env={**os.environ, "PYTHONPATH": path},
+                )
+                self._dir = python_dir
+            proc = self._proc
+            try:
+                proc.stdin.write(f"{report}\n")
+                proc.stdin.flush()
+                ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+                line = proc.stdout.readline() if ready else ""
+            except OSError:
+                line = ""
+            if not line:  # it died or hung: the next read starts another
+                self.close()
+                return None
+        out = json.loads(line)
+        if "error" in out:
+            return None
+        rules = out.pop("rules")  # None: unreadable here (the caller reads the CSV page's)
+        return ReportData.model_validate(out | {"rules": rules or []}), rules is not None
+
+    def close(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            self._proc = None
+
+
+_READER_PROCESS = _ReaderProcess()
