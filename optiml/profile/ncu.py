@@ -56,17 +56,18 @@ DIAGNOSIS_METRICS = tuple(
     + ["dram__bytes_read.sum", "dram__bytes_write.sum"]
 )
 # FLOP counts (the roofline's intensity and achieved FLOP rate): SASS-patched instruction counters,
-# a replay pass of their own in which the kernel runs instrumented (0.1 to 0.4 s on an H200), so
-# only the full set collects them; the search's reward and diagnosis do without.
+# a replay pass of their own in which the kernel runs instrumented, so only the full set collects
+# them; the search's reward and diagnosis do without.
 FLOP_METRICS = tuple(
     f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum"
     for op in ("fadd", "fmul", "ffma", "dadd", "dmul", "dfma")
 )
-# The search set: of those sections, only the metrics the diagnosis reads, named one by one, and no
-# rules evaluated: on an H200, 16 replay passes where the sections take 19, and 0.3 to 0.9 s less
-# per profile (benchmarks/ncu_collection.py -> benchmarks/results/ncu-collection-h200.json), with
-# the same bottleneck named. What it lacks against the full set: ncu's rule results, per-line
-# hotspots, the pipe breakdown of compute.
+# The search set: of those sections, only the metrics the diagnosis reads, named one by one, no
+# rules evaluated and no FLOP counts: on an H200, 15 replay passes where the sections take 19, and
+# 2.3 to 2.9 s per profile of a compiled candidate (benchmarks/profile.py ->
+# benchmarks/results/profile-h200.json; each way's cost: benchmarks/ncu_collection.py), with the
+# same bottleneck named as the full set on every fixture. What it lacks against the full set: ncu's
+# rule results, per-line hotspots, the pipe breakdown of compute, the roofline's FLOP counts.
 SEARCH_METRICS = (
     "gpu__time_duration.sum",
     "sm__throughput.avg.pct_of_peak_sustained_elapsed",
