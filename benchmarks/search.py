@@ -13,6 +13,11 @@ exhaustive best is known. Priors of MCTS come from the offline policy with the i
 
     python3 benchmarks/search.py measure --table T.json [--fixtures ...] [--seconds S]
     python3 benchmarks/search.py compare --table T.json --out DIR [--seeds 5] [--budgets 8,16,24]
+    python3 benchmarks/search.py at-size --table T.json --fixture F::K --size n=268435456 --out F.json
+
+`at-size` (on the GPU) re-measures a fixture's confirmed best, as `optiml optimize` confirms a
+winner, at another problem size than the fixture's first: e.g. one whose buffers dwarf the L2 and
+whose time dwarfs a launch, to tell a kernel's bandwidth from the fixed costs of a small size.
 """
 
 from __future__ import annotations
@@ -483,16 +488,79 @@ def bar(table: dict, baselines_path: Path) -> list[dict]:
     return out
 
 
-def bytes_moved(file: str, kernel: str) -> int:
-    """The fewest bytes the kernel must move at its first size: inputs read once, outputs written
-    once (an inout buffer both)."""
+def bytes_moved(file: str, kernel: str, size: dict[str, int] | None = None) -> int:
+    """The fewest bytes the kernel must move at its first size (or `size`): inputs read once,
+    outputs written once (an inout buffer both)."""
     _, _, spec = load(ROOT / "fixtures" / file, kernel)
-    case = spec.case(spec.sizes[0])
+    case = spec.case(size or spec.sizes[0])
     total = 0
     for b in spec.buffers:
         size = case.lengths[b.name] * DTYPES[b.dtype].size
         total += size * (2 if b.role == "inout" else 1)
     return total
+
+
+# ---- at another size ----------------------------------------------------------------------------
+
+
+def parse_size(items: list[str]) -> dict[str, int]:
+    """`n=268435456 cols=4096` -> {"n": 268435456, "cols": 4096}."""
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value.strip().isdigit():
+            raise SystemExit(f"error: --size takes NAME=INTEGER, got {item!r}")
+        out[name.strip()] = int(value)
+    return out
+
+
+def at_size(args: argparse.Namespace) -> None:
+    import dataclasses
+
+    from optiml.cuda.source import SourceFile
+    from optiml.errors import OptimlError
+    from optiml.executors import LocalExecutor
+    from optiml.executors.base import Job
+    from optiml.search.optimize import OptimizeOptions
+
+    table = _load(args.table)
+    best = table.get(args.fixture, {}).get("best_confirmed")
+    if not best:
+        raise SystemExit(f"error: {args.table} has no confirmed best for {args.fixture}")
+    file, kernel = args.fixture.split("::")
+    size = parse_size(args.size)
+    source, k, spec = load(ROOT / "fixtures" / file, kernel)
+    spec.case(size)  # a size the spec cannot evaluate fails here, with the spec's own message
+    opts = dataclasses.replace(OptimizeOptions().confirm_eval, sizes=[size])
+    job = Job(
+        source,
+        k,
+        spec,
+        candidate=SourceFile(best["kernel"], source.path),
+        flags=tuple(best["flags"]),
+    )
+    try:
+        m = Measurement.of(asyncio.run(LocalExecutor().evaluate(job, opts)))
+    except OptimlError as e:  # no GPU, no nvcc: one line, not a traceback
+        raise SystemExit(f"error: {e}") from None
+    nbytes = bytes_moved(file, kernel, size)
+    tbps = nbytes / m.candidate_ms / 1e9 if m.status == "ok" and m.candidate_ms else None
+    out = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "device": _device(),
+        "fixture": args.fixture,
+        "size": size,
+        "path": best["path"],
+        "status": m.status,
+        "message": m.message,
+        "best_ms": m.candidate_ms,
+        "input_ms": m.reference_ms,
+        "bytes": nbytes,
+        "tbps": tbps,
+        "of_4_3_tbps": tbps / 4.3 if tbps else None,
+    }
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    print(json.dumps(out))
 
 
 def main() -> None:
@@ -517,8 +585,13 @@ def main() -> None:
         default=ROOT / "benchmarks" / "results" / "torch-baselines-h200.json",
         help="PyTorch and cuBLAS times (benchmarks/torch_baselines.py)",
     )
+    a = sub.add_parser("at-size")
+    a.add_argument("--table", type=Path, required=True)
+    a.add_argument("--fixture", required=True, help="FILE::KERNEL, as the table names it")
+    a.add_argument("--size", nargs="+", required=True, help="NAME=INTEGER for each size variable")
+    a.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    measure(args) if args.cmd == "measure" else compare(args)
+    {"measure": measure, "compare": compare, "at-size": at_size}[args.cmd](args)
 
 
 if __name__ == "__main__":
