@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from optiml.cuda.kernel_ast import KernelAST
 from optiml.cuda.source import Kernel, SourceFile
 from optiml.errors import ExitCode, OptimlError, SpecError
 from optiml.harness.build import DEFAULT_FLAGS, Build, build_device_code, kernel_resources
@@ -14,6 +15,7 @@ from optiml.harness.gpu import default_arch, require_gpu
 from optiml.harness.nvcc import CompilerMessage, find_toolkit
 from optiml.harness.verdict import Verdict
 from optiml.profile.model import Profile
+from optiml.profile.numerics import rounding_notes
 from optiml.profile.run import profile_kernel
 from optiml.profile.static import StaticReport, static_report
 from optiml.spec import Spec, load, parse_spec
@@ -119,6 +121,7 @@ def check_source(
             case.block if case else None,
             case.smem if case else None,
         )
+        c.report.notes += rounding_notes(KernelAST(source, c.kernel), c.spec)
     return CheckResult(source, arch, checks)
 
 

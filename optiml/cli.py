@@ -88,7 +88,8 @@ def main() -> None:
 @handles_errors
 def check(file: Path, kernel: str | None, arch: str | None, as_json: bool) -> None:
     """Parse FILE, check its specs, compile its kernels and report registers, spills and
-    theoretical occupancy. Needs nvcc, not a GPU."""
+    theoretical occupancy, with notes where a kernel's own rounding can fail a correct rewrite.
+    Needs nvcc, not a GPU."""
     from optiml.api import check_file
 
     result = check_file(file, kernel, arch)

@@ -80,45 +80,50 @@ def report(tmp_path: Path, name: str, **data) -> Path:
     return p
 
 
-def test_one_worker_reads_many_reports(tmp_path, module_dir):
+@pytest.fixture
+def read(module_dir):
+    """Read reports with one worker, closed after the test."""
     reader = _ReaderProcess()
-    try:
-        first, rules_read = reader.read(module_dir, report(tmp_path, "saxpy"))
-        second, _ = reader.read(module_dir, report(tmp_path, "axpby"))
-    finally:
-        reader.close()
+    yield lambda path: reader.read(module_dir, path)
+    reader.close()
+
+
+def test_one_worker_reads_many_reports(tmp_path, read):
+    first, rules_read = read(report(tmp_path, "saxpy"))
+    second, _ = read(report(tmp_path, "axpby"))
     assert (first.kernel, second.kernel) == ("saxpy", "axpby") and rules_read
     assert first.number("gpu__time_duration.sum") == 1.5
     assert first.metrics["gpu__time_duration.sum"].unit == "ns"
     assert first.number("worker.pid") == second.number("worker.pid")
 
 
-def test_a_report_it_cannot_read_costs_that_report_only(tmp_path, module_dir):
-    reader = _ReaderProcess()
-    try:
-        before, _ = reader.read(module_dir, report(tmp_path, "a"))
-        assert reader.read(module_dir, tmp_path / "missing.ncu-rep") is None
-        after, _ = reader.read(module_dir, report(tmp_path, "b"))
-    finally:
-        reader.close()
+def test_a_report_it_cannot_read_costs_that_report_only(tmp_path, read):
+    before, _ = read(report(tmp_path, "a"))
+    assert read(tmp_path / "missing.ncu-rep") is None
+    after, _ = read(report(tmp_path, "b"))
     assert before.number("worker.pid") == after.number("worker.pid")
 
 
-def test_a_worker_that_dies_is_replaced(tmp_path, module_dir):
-    reader = _ReaderProcess()
-    try:
-        before, _ = reader.read(module_dir, report(tmp_path, "a"))
-        assert reader.read(module_dir, report(tmp_path, "fatal", exit=True)) is None
-        after, _ = reader.read(module_dir, report(tmp_path, "b"))
-    finally:
-        reader.close()
+def test_a_worker_that_dies_is_replaced(tmp_path, read):
+    before, _ = read(report(tmp_path, "a"))
+    assert read(report(tmp_path, "fatal", exit=True)) is None
+    after, _ = read(report(tmp_path, "b"))
     assert after.kernel == "b" and before.number("worker.pid") != after.number("worker.pid")
 
 
-def test_unreadable_rules_are_said_so(tmp_path, module_dir):
-    reader = _ReaderProcess()
-    try:
-        data, rules_read = reader.read(module_dir, report(tmp_path, "k", rules="broken"))
-    finally:
-        reader.close()
+def test_unreadable_rules_are_said_so(tmp_path, read):
+    data, rules_read = read(report(tmp_path, "k", rules="broken"))
     assert data.kernel == "k" and data.rules == [] and not rules_read
+
+
+def test_what_the_module_prints_does_not_break_a_reply(tmp_path, module_dir, read):
+    (module_dir / "ncu_report.py").write_text(
+        "print('ncu_report loaded')\n"
+        + MODULE.replace(
+            "def load_report(path):", "def load_report(path):\n    print('loading', path)"
+        )
+    )
+    first, _ = read(report(tmp_path, "a"))
+    second, _ = read(report(tmp_path, "b"))
+    assert (first.kernel, second.kernel) == ("a", "b")
+    assert first.number("worker.pid") == second.number("worker.pid")

@@ -173,7 +173,8 @@ def evaluate(
             work,
         )
         run_s = time.perf_counter() - run_start
-        verdict = _verdict_of(outcome, result_path, cases, base, opts)
+        tolerances = {b.name: spec.tolerance(DTYPES[b.dtype]) for b in spec.buffers}
+        verdict = _verdict_of(outcome, result_path, cases, base, opts, tolerances)
     verdict.messages = cand_build.messages
     verdict.compile_s = compile_s
     verdict.run_s = run_s
@@ -401,7 +402,12 @@ def _tail(path: Path, limit: int = 4000) -> str:
 
 
 def _verdict_of(
-    outcome: _Outcome, result_path: Path, cases: list[Case], base: dict, opts: EvalOptions
+    outcome: _Outcome,
+    result_path: Path,
+    cases: list[Case],
+    base: dict,
+    opts: EvalOptions,
+    tolerances: dict[str, tuple[float, float]] | None = None,
 ) -> Verdict:
     phases = [line[6:] for line in outcome.stderr.splitlines() if line.startswith("phase ")]
     where = _describe_phase(phases[-1], cases) if phases else "before the first kernel ran"
@@ -461,6 +467,10 @@ def _verdict_of(
         what = "was not written" if m.unwritten else f"is {m.got}, expected {m.expected}"
         unwritten = f" ({b.unwritten} unwritten)" if b.unwritten else ""
         message = f"{b.name}[{m.index}] {what} at {c.label}, seed {s.seed}: {b.mismatches} of the elements differ{unwritten}"
+        rtol, atol = (tolerances or {}).get(b.name, (0.0, 0.0))
+        if isinstance(b.max_abs_error, float) and b.mismatches > b.unwritten and (rtol or atol):
+            # How far off, against what was allowed: rounding (a reordered sum) or a bug.
+            message += f"; the largest difference is {b.max_abs_error:.3g}, allowed {atol:g} + {rtol:g}·|expected|"
         return Verdict(
             status="wrong_result",
             message=message,

@@ -418,6 +418,8 @@ def _page(tool: NcuTool, report: Path, page: str, *extra: str) -> str:
 # for the Python it ships with; a crash there must not take the caller down).
 _READER = r"""
 import json, sys
+# Replies go to stdout, one JSON line each; what the module itself prints goes to stderr.
+replies, sys.stdout = sys.stdout, sys.stderr
 import ncu_report
 
 def read(path):
@@ -464,8 +466,8 @@ for line in sys.stdin:
         out = read(line.rstrip("\n"))
     except Exception as e:
         out = {"error": f"{type(e).__name__}: {e}"}
-    sys.stdout.write(json.dumps(out) + "\n")
-    sys.stdout.flush()
+    replies.write(json.dumps(out) + "\n")
+    replies.flush()
 """ % (PER_PC_METRICS, STALL_PREFIX)  # noqa: UP031 (the program's own braces stay as they are)
 
 
@@ -506,10 +508,13 @@ class _ReaderProcess:
                 line = proc.stdout.readline() if ready else ""
             except OSError:
                 line = ""
-            if not line:  # it died or hung: the next read starts another
+            try:
+                out = json.loads(line) if line else None
+            except json.JSONDecodeError:
+                out = None
+            if out is None:  # it died, hung or answered out of turn: the next read starts another
                 self.close()
                 return None
-        out = json.loads(line)
         if "error" in out:
             return None
         rules = out.pop("rules")  # None: unreadable here (the caller reads the CSV page's)
