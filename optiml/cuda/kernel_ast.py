@@ -49,6 +49,14 @@ def walk(node: Node) -> Iterator[Node]:
         stack.extend(reversed(n.children))
 
 
+def for_header(loop: Node) -> tuple[Node, Node, Node, Node] | None:
+    """A `for` statement's initializer, condition, update and body; None if one is missing."""
+    parts = tuple(
+        loop.child_by_field_name(f) for f in ("initializer", "condition", "update", "body")
+    )
+    return None if None in parts else parts
+
+
 def unparen(node: Node) -> Node:
     while node.type == "parenthesized_expression" and node.named_child_count == 1:
         node = node.named_children[0]

@@ -16,6 +16,7 @@ import pytest
 from optiml.harness.build import build_kernel
 from optiml.search.catalog import Context, by_name
 from optiml.search.variant import Variant
+from tests.host_cuda import mismatches
 from tests.support import FIXTURES, GOOD
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
@@ -358,72 +359,7 @@ def test_ptx_is_an_ffma_kernel_fed_by_cp_async_and_128_bit_shared_loads():
 
 # ---- what it computes: the original and the variant on the CPU --------------------------------
 
-# CUDA as host C++: a std::thread per CUDA thread, one block at a time, barriers for
-# __syncthreads and __syncwarp, `__shared__` as a function-static array, cp.async as a plain copy.
-HOST_CUDA = r"""
-#include <algorithm>
-#include <barrier>
-#include <cmath>
-#include <cstdio>
-#include <memory>
-#include <thread>
-#include <vector>
-using std::fmaf;
-struct dim3 { unsigned x = 1, y = 1, z = 1; };
-thread_local dim3 threadIdx, blockIdx;
-dim3 blockDim, gridDim;
-std::barrier<>* block_barrier;
-std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __restrict__
-#define __shared__ static
-#define __launch_bounds__(...)
-inline void __syncthreads() { block_barrier->arrive_and_wait(); }
-inline void __syncwarp() { warp_barriers[threadIdx.x / 32]->arrive_and_wait(); }
-struct alignas(16) float4 { float x, y, z, w; };
-inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
-
-template <class F>
-void launch(dim3 grid, dim3 block, F kernel) {
-    blockDim = block;
-    gridDim = grid;
-    const unsigned threads = block.x * block.y * block.z;
-    for (unsigned bz = 0; bz < grid.z; ++bz)
-        for (unsigned by = 0; by < grid.y; ++by)
-            for (unsigned bx = 0; bx < grid.x; ++bx) {
-                std::barrier<> bar(threads);
-                block_barrier = &bar;
-                warp_barriers.clear();
-                for (unsigned w = 0; w < (threads + 31) / 32; ++w)
-                    warp_barriers.emplace_back(new std::barrier<>(std::min(32u, threads - w * 32)));
-                std::vector<std::thread> pool;
-                for (unsigned t = 0; t < threads; ++t)
-                    pool.emplace_back([&, t] {
-                        threadIdx = {t % block.x, t / block.x % block.y, t / (block.x * block.y)};
-                        blockIdx = {bx, by, bz};
-                        kernel();
-                    });
-                for (auto& t : pool) t.join();
-            }
-}
-
-static unsigned state = 12345;
-void fill(std::vector<float>& v) {
-    for (auto& x : v) {
-        state = state * 1664525u + 1013904223u;
-        x = (state >> 8) / float(1 << 24) * 2 - 1;
-    }
-}
-
-int bad = 0;
-void compare(const std::vector<float>& want, const std::vector<float>& got) {
-    for (size_t i = 0; i < want.size(); ++i)
-        if (!(std::fabs(want[i] - got[i]) <= 1e-5f + 1e-5f * std::fabs(want[i]))) ++bad;
-}
-"""
-
+# CUDA as host C++ (tests/host_cuda.py), with cp.async as a plain copy.
 # The bodies of the template's cp.async wrappers on the host: the copy itself, at once.
 HOST_CP_ASYNC = {
     "copy4": "*dst = valid ? *src : 0.f;",
@@ -445,62 +381,8 @@ def _host(text: str) -> str:
     return text
 
 
-def _launch(ctx: Context, namespace: str, sizes: dict[str, int], buffers: dict[str, str]) -> str:
-    case = ctx.spec.case(sizes)
-    args = []
-    for p in ctx.kernel.params:
-        value = case.sizes.get(p.name, case.scalars.get(p.name))
-        if p.is_pointer:
-            args.append(f"{buffers[p.name]}.data()")
-        elif isinstance(value, float):
-            args.append(f"{value!r}f")
-        else:
-            args.append(str(value))
-    g, b = case.grid, case.block
-    return (
-        f"launch({{{g[0]}, {g[1]}, {g[2]}}}, {{{b[0]}, {b[1]}, {b[2]}}}, [&] {{ "
-        f"{namespace}::{ctx.kernel.name}({', '.join(args)}); }});"
-    )
-
-
-def _mismatches(original: Context, candidate: Context, sizes: list[dict[str, int]], tmp: Path):
-    """Elements of the outputs where the candidate differs from the original, at each size."""
-    body = []
-    for s in sizes:
-        case = original.spec.case(s)
-        body.append("{")
-        for buf in original.spec.buffers:
-            body.append(
-                f"std::vector<float> {buf.name}({case.lengths[buf.name]}); fill({buf.name});"
-            )
-            if buf.role != "in":
-                body.append(f"std::vector<float> {buf.name}_want = {buf.name};")
-        want = {b.name: b.name + ("_want" if b.role != "in" else "") for b in original.spec.buffers}
-        body.append(_launch(original, "original", s, want))
-        body.append(_launch(candidate, "candidate", s, {b: b for b in want}))
-        body += [f"compare({b}_want, {b});" for b, w in want.items() if w != b]
-        body.append("}")
-    program = "\n".join(
-        [
-            HOST_CUDA,
-            "namespace original {",
-            original.source.text,
-            "}",
-            "namespace candidate {",
-            _host(candidate.source.text),
-            "}",
-            "int main() {",
-            *body,
-            'std::printf("%d\\n", bad);',
-            "}",
-        ]
-    )
-    source, exe = tmp / "emulate.cpp", tmp / "emulate"
-    source.write_text(program)
-    subprocess.run(
-        ["g++", "-std=c++20", "-O0", "-pthread", "-w", "-o", str(exe), str(source)], check=True
-    )
-    return int(subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout)
+def _mismatches(original: Context, candidate: Context, sizes, tmp: Path) -> int:
+    return mismatches(original, candidate, sizes, tmp, prepare=_host)
 
 
 # Partial tiles in M, N and K, a single block, several blocks each way, and sizes where the

@@ -16,6 +16,7 @@ from optiml.cuda.kernel_ast import (
     Guard,
     KernelAST,
     ThreadIndex,
+    for_header,
     unparen,
     walk,
 )
@@ -482,12 +483,10 @@ def _accumulation(ast: KernelAST, loop: Node) -> tuple[str, str, Node, list[Node
     """`for (int k = 0; k < K; ++k) acc += a * b;` (or `acc = acc + a * b`, `acc = fmaf(a, b,
     acc)`, the factors loaded into locals first): the accumulator, k, the bound and the two
     factors' subscripts."""
-    init = loop.child_by_field_name("initializer")
-    cond = loop.child_by_field_name("condition")
-    update = loop.child_by_field_name("update")
-    body = loop.child_by_field_name("body")
-    if init is None or cond is None or update is None or body is None:
+    header = for_header(loop)
+    if header is None:
         return None
+    init, cond, update, body = header
     if init.type != "declaration" or not _integer_type(_type_text(ast, init)):
         return None
     declarators = init.children_by_field_name("declarator")

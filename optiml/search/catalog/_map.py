@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from optiml.cuda.kernel_ast import BARRIERS, KernelAST, ThreadIndex, _op, unparen, walk
+from optiml.cuda.kernel_ast import BARRIERS, KernelAST, ThreadIndex, _op, for_header, unparen, walk
 from optiml.search.catalog.base import Context
 
 BUILTINS = ("threadIdx", "blockIdx", "blockDim", "gridDim")
@@ -72,12 +72,10 @@ def _grid_stride_loop(ast: KernelAST) -> MapKernel | None:
     if not stmts or stmts[-1].type != "for_statement":
         return None
     loop, before = stmts[-1], stmts[:-1]
-    init = loop.child_by_field_name("initializer")
-    cond = loop.child_by_field_name("condition")
-    update = loop.child_by_field_name("update")
-    body = loop.child_by_field_name("body")
-    if init is None or init.type != "declaration" or None in (cond, update, body):
+    header = for_header(loop)
+    if header is None or header[0].type != "declaration":
         return None
+    init, cond, update, body = header
     decls = init.children_by_field_name("declarator")
     if len(decls) != 1 or decls[0].type != "init_declarator":
         return None

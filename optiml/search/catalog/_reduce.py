@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from optiml.cuda.kernel_ast import KernelAST, unparen, walk, words
+from optiml.cuda.kernel_ast import KernelAST, for_header, unparen, walk, words
 from optiml.cuda.types import DTYPES, DType
 from optiml.expr import Expr, ExprError
 from optiml.search.catalog.base import Context
@@ -317,11 +317,10 @@ def _grid_stride(ast: KernelAST, stmts: list[Node]) -> _Shape | None:
             form = ast.affine(found[1], env)
             if form is not None:
                 env[found[0]] = form
-    init = loop.child_by_field_name("initializer")
-    cond = loop.child_by_field_name("condition")
-    update = loop.child_by_field_name("update")
-    if init is None or cond is None or update is None or init.type != "declaration":
+    header = for_header(loop)
+    if header is None or header[0].type != "declaration":
         return None
+    init, cond, update, _ = header
     found = _single_init(ast, init)
     if found is None:
         return None

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from tree_sitter import Node
 
-from optiml.cuda.kernel_ast import Access, KernelAST, ThreadIndex, _op, unparen, walk
+from optiml.cuda.kernel_ast import Access, KernelAST, ThreadIndex, _op, for_header, unparen, walk
 
 # Accumulator types `__shfl_xor_sync` takes.
 SHUFFLE_TYPES = frozenset(
@@ -296,11 +296,10 @@ def _stable_names(ast: KernelAST, body: list[Node], first: Node, assigned: set[s
 def _header(ast: KernelAST, loop: Node) -> tuple[str, str, Node, int] | None:
     """(j, its type, bound, start) for `for (T j = 0; j < bound; ++j)` (also `bound > j`, `j++`,
     `j += 1`, `j = j + 1`), or the same from 1 (see `_seeded`)."""
-    init = loop.child_by_field_name("initializer")
-    cond = loop.child_by_field_name("condition")
-    update = loop.child_by_field_name("update")
-    if init is None or cond is None or update is None or init.type != "declaration":
+    header = for_header(loop)
+    if header is None or header[0].type != "declaration":
         return None
+    init, cond, update, _ = header
     decls = init.children_by_field_name("declarator")
     if len(decls) != 1 or decls[0].type != "init_declarator":
         return None
