@@ -1,14 +1,17 @@
 """CUDA kernels run as host C++, for checking a rewrite against its original without a GPU: a
 std::thread per CUDA thread, one block at a time, barriers for __syncthreads and __syncwarp, warp
-shuffles through a per-warp exchange, atomicAdd as an atomic_ref, `__shared__` as a function-static array. Small sizes only;
-the GPU's checks stay the authority."""
+shuffles through a per-warp exchange, atomics as atomic_ref, `__shared__` as a function-static
+array, cp.async as a plain copy. Small sizes only; the GPU's checks stay the authority."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from optiml.cuda.source import SourceFile
+from optiml.cuda.types import DTYPES
 from optiml.search.catalog import Context
 
 HOST_CUDA = r"""
@@ -37,7 +40,7 @@ unsigned block_threads;
 inline unsigned linear_tid() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
 inline void __syncthreads() { block_barrier->arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { warp_barriers[linear_tid() / 32]->arrive_and_wait(); }
-template <class T> T atomicAdd(T* p, T v) { return std::atomic_ref<T>(*p).fetch_add(v); }
+template <class T, class V> T atomicAdd(T* p, V v) { return std::atomic_ref<T>(*p).fetch_add(T(v)); }
 // Warp shuffles: every lane of the warp publishes its value, then reads its source lane's; a source
 // outside the warp gives the lane its own value, as on the GPU.
 unsigned long long exchange[1024];
@@ -59,6 +62,56 @@ template <class T> T __shfl_xor_sync(unsigned, T v, int m, int = 32) { return sh
 template <class T> T __shfl_sync(unsigned, T v, int lane, int = 32) { return shuffle(v, long(linear_tid() / 32 * 32 + unsigned(lane))); }
 struct alignas(16) float4 { float x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+struct alignas(8) float2 { float x, y; };
+inline float2 make_float2(float a, float b) { return {a, b}; }
+struct alignas(16) int4 { int x, y, z, w; };
+inline int4 make_int4(int a, int b, int c, int d) { return {a, b, c, d}; }
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
+struct alignas(8) int2 { int x, y; };
+struct alignas(16) double2 { double x, y; };
+#define __host__
+#define __noinline__
+#define __constant__ static
+#define __align__(n) alignas(n)
+template <class T> T __ldg(const T* p) { return *p; }
+template <class A, class B> auto min(A a, B b) { return a < b ? a : b; }
+template <class A, class B> auto max(A a, B b) { return a < b ? b : a; }
+inline float __expf(float x) { return std::exp(x); }
+inline float __logf(float x) { return std::log(x); }
+inline float __sinf(float x) { return std::sin(x); }
+inline float __cosf(float x) { return std::cos(x); }
+inline float __powf(float x, float y) { return std::pow(x, y); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float __frcp_rn(float x) { return 1.0f / x; }
+inline float __fsqrt_rn(float x) { return std::sqrt(x); }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
+inline float __saturatef(float x) { return x < 0.f ? 0.f : x > 1.f ? 1.f : x; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline float sinpif(float x) { return std::sin(float(M_PI) * x); }
+inline float cospif(float x) { return std::cos(float(M_PI) * x); }
+inline void sincosf(float x, float* s, float* c) { *s = std::sin(x); *c = std::cos(x); }
+inline void __sincosf(float x, float* s, float* c) { sincosf(x, s, c); }
+template <class T, class V> T atomicSub(T* p, V v) { return std::atomic_ref<T>(*p).fetch_sub(T(v)); }
+template <class T, class V> T atomicAnd(T* p, V v) { return std::atomic_ref<T>(*p).fetch_and(T(v)); }
+template <class T, class V> T atomicOr(T* p, V v) { return std::atomic_ref<T>(*p).fetch_or(T(v)); }
+template <class T, class V> T atomicXor(T* p, V v) { return std::atomic_ref<T>(*p).fetch_xor(T(v)); }
+template <class T, class V> T atomicExch(T* p, V v) { return std::atomic_ref<T>(*p).exchange(T(v)); }
+template <class T, class F> T atomic_update(T* p, F f) {
+    std::atomic_ref<T> a(*p);
+    T old = a.load();
+    while (!a.compare_exchange_weak(old, f(old))) {}
+    return old;
+}
+template <class T, class V> T atomicMax(T* p, V v) { return atomic_update(p, [w = T(v)](T o) { return o < w ? w : o; }); }
+template <class T, class V> T atomicMin(T* p, V v) { return atomic_update(p, [w = T(v)](T o) { return w < o ? w : o; }); }
+// `extern __shared__` arrays (dynamic shared memory) point here; blocks run one at a time.
+alignas(16) unsigned char dynamic_smem[1 << 20];
 
 template <class F>
 void launch(dim3 grid, dim3 block, F kernel) {
@@ -89,19 +142,81 @@ void launch(dim3 grid, dim3 block, F kernel) {
 }
 
 static unsigned state = 12345;
-void fill(std::vector<float>& v) {
+template <class T>
+void fill(std::vector<T>& v, double lo, double hi) {
     for (auto& x : v) {
         state = state * 1664525u + 1013904223u;
-        x = (state >> 8) / float(1 << 24) * 2 - 1;
+        x = T(lo + (state >> 8) / double(1 << 24) * (hi - lo));
     }
 }
 
-int bad = 0;
-void compare(const std::vector<float>& want, const std::vector<float>& got) {
-    for (size_t i = 0; i < want.size(); ++i)
-        if (!(std::fabs(want[i] - got[i]) <= 1e-5f + 1e-5f * std::fabs(want[i]))) ++bad;
+template <class T>
+int compare(const std::vector<T>& want, const std::vector<T>& got, double rtol, double atol) {
+    int bad = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+        const double w = double(want[i]), g = double(got[i]);
+        if (std::isnan(w) ? !std::isnan(g) : !(std::fabs(w - g) <= atol + rtol * std::fabs(w))) ++bad;
+    }
+    return bad;
 }
 """
+
+
+# Element type codes the host programs handle, as C types.
+CTYPES = {
+    "f32": "float",
+    "f64": "double",
+    "i32": "int",
+    "u32": "unsigned",
+    "i64": "long long",
+    "u64": "unsigned long long",
+    "u8": "unsigned char",
+    "i8": "signed char",
+}
+EXTERN_SHARED = re.compile(
+    r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?([A-Za-z_][\w\s]*?)\s+(\w+)\s*\[\s*\]\s*;"
+)
+
+
+GUARD = re.compile(r"^#define\s+(\w+)\s*$", re.M)
+
+
+RUNTIME_INCLUDE = re.compile(r"^\s*#\s*include\s*<cuda(_runtime)?\.h>.*$", re.M)
+
+
+def device_part(text: str) -> str:
+    """A file's device code as host C++ can take it: up to the end of its last kernel (the host
+    code after it, which calls the CUDA runtime, left out), without the runtime's header."""
+    end = max(k.span.end for k in SourceFile(text, "kernel.cu").kernels)
+    return RUNTIME_INCLUDE.sub("", text[:end]) + "\n"
+
+
+# The bodies of the SGEMM template's cp.async wrappers on the host: the copy itself, at once.
+HOST_CP_ASYNC = {
+    "copy4": "*dst = valid ? *src : 0.f;",
+    "copy16": "for (int i = 0; i < 4; ++i) dst[i] = valid ? src[i] : 0.f;",
+    "commit": "",
+    "wait": "",
+}
+
+
+def _cp_async_on_host(text: str) -> str:
+    for name, body in HOST_CP_ASYNC.items():
+        text = re.sub(
+            rf"(void {name}\([^)]*\) \{{)\s*asm volatile\(.*?\);\s*\}}",
+            lambda m, body=body: f"{m.group(1)} {body} }}",
+            text,
+            flags=re.S,
+        )
+    return text
+
+
+def host_text(text: str) -> str:
+    """A kernel file as host C++: its device part, `extern __shared__` arrays pointing at the
+    dynamic shared memory, include guards lifted first (each file is one namespace of a program)."""
+    text = _cp_async_on_host(device_part(text))
+    lifted = "".join(f"#undef {g}\n" for g in GUARD.findall(text))
+    return lifted + EXTERN_SHARED.sub(r"\1* \2 = reinterpret_cast<\1*>(dynamic_smem);", text)
 
 
 def launch_text(
@@ -120,8 +235,74 @@ def launch_text(
     g, b = case.grid, case.block
     return (
         f"launch({{{g[0]}, {g[1]}, {g[2]}}}, {{{b[0]}, {b[1]}, {b[2]}}}, [&] {{ "
-        f"{namespace}::{ctx.kernel.name}({', '.join(args)}); }});"
+        f"{namespace}::{ctx.kernel.name}{ctx.spec.instantiation}({', '.join(args)}); }});"
     )
+
+
+def run_against(
+    original: Context,
+    candidates: list[Context],
+    sizes: list[dict[str, int]],
+    tmp: Path,
+    prepare: Callable[[str], str] = lambda text: text,
+) -> list[int]:
+    """For each candidate, the elements of the outputs where it differs from the original beyond
+    the spec's tolerance, over all `sizes`: one host program runs them all on the same inputs."""
+    body = []
+    for s in sizes:
+        case = original.spec.case(s)
+        body.append("{")
+        outputs = []
+        for buf in original.spec.buffers:
+            dtype = DTYPES[buf.dtype]
+            ctype = CTYPES[dtype.code]
+            lo, hi = case.ranges.get(buf.name, (dtype.low, dtype.high))
+            body.append(f"std::vector<{ctype}> {buf.name}_in({case.lengths[buf.name]});")
+            body.append(f"fill({buf.name}_in, {float(lo)!r}, {float(hi)!r});")
+            body.append(f"auto {buf.name} = {buf.name}_in;")
+            if buf.role != "in":
+                outputs.append((buf.name, *original.spec.tolerance(dtype)))
+        names = {b.name: b.name for b in original.spec.buffers}
+        body.append(launch_text(original, "original", s, names))
+        for name, _, _ in outputs:
+            body.append(f"const auto {name}_want = {name};")
+        for i, cand in enumerate(candidates):
+            body.append("{")
+            body += [f"auto {b} = {b}_in;" for b in names]
+            body.append(launch_text(cand, f"candidate{i}", s, names))
+            body += [
+                f"bad[{i}] += compare({n}_want, {n}, {rtol!r}, {atol!r});"
+                for n, rtol, atol in outputs
+            ]
+            body.append("}")
+        body.append("}")
+    program = "\n".join(
+        [
+            HOST_CUDA,
+            "namespace original {",
+            host_text(original.source.text),
+            "}",
+            *(
+                f"namespace candidate{i} {{\n{host_text(prepare(c.source.text))}\n}}"
+                for i, c in enumerate(candidates)
+            ),
+            "int main() {",
+            f"int bad[{len(candidates)}] = {{}};",
+            *body,
+            f'for (int i = 0; i < {len(candidates)}; ++i) std::printf("%d\\n", bad[i]);',
+            "}",
+        ]
+    )
+    source, exe = tmp / "emulate.cpp", tmp / "emulate"
+    source.write_text(program)
+    built = subprocess.run(
+        ["g++", "-std=c++20", "-O0", "-pthread", "-w", "-o", str(exe), str(source)],
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True, timeout=600)
+    return [int(x) for x in out.stdout.split()]
 
 
 def mismatches(
@@ -132,39 +313,4 @@ def mismatches(
     prepare: Callable[[str], str] = lambda text: text,
 ) -> int:
     """Elements of the outputs where the candidate differs from the original, at each size."""
-    body = []
-    for s in sizes:
-        case = original.spec.case(s)
-        body.append("{")
-        for buf in original.spec.buffers:
-            body.append(
-                f"std::vector<float> {buf.name}({case.lengths[buf.name]}); fill({buf.name});"
-            )
-            if buf.role != "in":
-                body.append(f"std::vector<float> {buf.name}_want = {buf.name};")
-        want = {b.name: b.name + ("_want" if b.role != "in" else "") for b in original.spec.buffers}
-        body.append(launch_text(original, "original", s, want))
-        body.append(launch_text(candidate, "candidate", s, {b: b for b in want}))
-        body += [f"compare({b}_want, {b});" for b, w in want.items() if w != b]
-        body.append("}")
-    program = "\n".join(
-        [
-            HOST_CUDA,
-            "namespace original {",
-            original.source.text,
-            "}",
-            "namespace candidate {",
-            prepare(candidate.source.text),
-            "}",
-            "int main() {",
-            *body,
-            'std::printf("%d\\n", bad);',
-            "}",
-        ]
-    )
-    source, exe = tmp / "emulate.cpp", tmp / "emulate"
-    source.write_text(program)
-    subprocess.run(
-        ["g++", "-std=c++20", "-O0", "-pthread", "-w", "-o", str(exe), str(source)], check=True
-    )
-    return int(subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout)
+    return run_against(original, [candidate], sizes, tmp, prepare)[0]
