@@ -1,7 +1,7 @@
 """The shape that 1-D "map" transformations (grid-stride loops, vectorized accesses) rewrite: one
-global thread index `i` over x, a bounds guard `i < n` (or a grid-stride loop over `i < n`), and a
-body that works on element `i` alone, without shared memory, barriers, other thread coordinates or
-early exits."""
+global thread index `i` over x, a bounds guard `i < n` (or a grid-stride loop over `i < n`, as a
+`for` or a `while`), and a body that works on element `i` alone, without shared memory, barriers,
+other thread coordinates or early exits."""
 
 from __future__ import annotations
 
@@ -38,6 +38,9 @@ def map_kernel(ctx: Context) -> MapKernel | None:
     if len(indices) != 1 or indices[0].dim != "x":
         return None
     index = indices[0]
+    looped = _while_grid_stride(ast, index)
+    if looped is not None:
+        return looped
     guard = ast.guard(after=index.decl)
     if guard is None or not guard.exact or set(guard.bounds) != {index.var}:
         return None
@@ -85,10 +88,54 @@ def _grid_stride_loop(ast: KernelAST) -> MapKernel | None:
     )
     if target is None or target.type != "identifier" or value is None:
         return None
-    var = ast.text(target)
     found = ast.global_index_of(value)
     if found is None or found[0] != "x" or found[1] != "blockDim.x":
         return None
+    index = ThreadIndex(ast.text(target), "x", "blockDim.x", loop)
+    inner = ast.statements(body) if body.type == "compound_statement" else [body]
+    return _strided_map(ast, index, init, cond, update, body, inner, before)
+
+
+def _while_grid_stride(ast: KernelAST, index: ThreadIndex) -> MapKernel | None:
+    """`T i = blockIdx.x * blockDim.x + threadIdx.x; while (i < n) { body; i += blockDim.x *
+    gridDim.x; }` as the kernel's last two statements: the grid-stride loop written as a while."""
+    stmts = ast.statements()
+    if len(stmts) < 2 or stmts[-2] != index.decl or stmts[-1].type != "while_statement":
+        return None
+    if index.dim != "x" or index.block != "blockDim.x":
+        return None
+    if len(index.decl.children_by_field_name("declarator")) != 1:
+        return None
+    loop = stmts[-1]
+    cond = loop.child_by_field_name("condition")
+    body = loop.child_by_field_name("body")
+    if cond is None or not cond.named_children or body is None:
+        return None
+    if body.type != "compound_statement":
+        return None
+    inner = ast.statements(body)
+    if not inner or inner[-1].type != "expression_statement" or not inner[-1].named_children:
+        return None
+    update = inner[-1].named_children[0]
+    return _strided_map(
+        ast, index, index.decl, cond.named_children[0], update, body, inner[:-1], stmts[:-2]
+    )
+
+
+def _strided_map(
+    ast: KernelAST,
+    index: ThreadIndex,
+    decl: Node,
+    cond: Node,
+    update: Node,
+    body: Node,
+    inner: list[Node],
+    before: list[Node],
+) -> MapKernel | None:
+    """What both spellings of the grid-stride loop must hold: `i < bound` with a bound the loop
+    leaves alone, a step of the whole grid, statements before it that do not use the thread, and a
+    body that works on element `i` alone."""
+    var = index.var
     cond = unparen(cond)
     if cond.type != "binary_expression" or _op(cond) != "<":
         return None
@@ -103,7 +150,6 @@ def _grid_stride_loop(ast: KernelAST) -> MapKernel | None:
         ("blockDim.x", "gridDim.x"): 1
     }:
         return None
-    inner = ast.statements(body) if body.type == "compound_statement" else [body]
     if any(ast.uses_builtin(st, b) for st in before for b in BUILTINS):
         return None
     if any(var in ast.identifiers(st) for st in before) or ast.identifiers(bound) & set(
@@ -113,9 +159,8 @@ def _grid_stride_loop(ast: KernelAST) -> MapKernel | None:
     for st in inner:
         if _unsafe(ast, st, var) or ({var} | ast.identifiers(bound)) & ast.assigned(st):
             return None
-    type_node = init.child_by_field_name("type")
+    type_node = decl.child_by_field_name("type")
     index_type = ast.text(type_node) if type_node is not None else "int"
-    index = ThreadIndex(var, "x", "blockDim.x", loop)
     return MapKernel(ast, index, index_type, ast.text(bound), list(before), [], inner)
 
 
