@@ -563,7 +563,7 @@ def diagnose(p: Profile) -> Bottleneck:
     # SM's SOL counts address arithmetic too, so compute's share above memory's does not say
     # otherwise: an elementwise 2-D scale has 48 % against 46 %).
     ai = p.roofline.arithmetic_intensity
-    memory_bound = p.roofline.bound in ("memory", None)
+    memory_bound = p.roofline.bound == "memory" or (p.roofline.bound is None and ai is None)
     if memory_bound and busiest == "dram" and (p.dram_pct or 0) >= 40:
         intensity = f" (intensity {ai:.2f} FLOP/B)" if ai is not None else ""
         return Bottleneck(
