@@ -95,8 +95,11 @@ def test_an_unreachable_or_silent_provider_exits_22(server, secret, closed_port,
     server.push(server.openai_chat())
     server.script[0].hang = True
     url = f"http://127.0.0.1:{closed_port}/v1" if how == "refused" else server.url + "/v1"
+    # A refused connection is refused at once; a limit short enough for the silent server could
+    # run out first on a loaded machine, so the refused case gets room.
+    limit = "5" if how == "refused" else "0.1"
     result, _, err = check(
-        "--provider", "openai", "--model", "gpt-4o", "--base-url", url, "--timeout", "0.1",
+        "--provider", "openai", "--model", "gpt-4o", "--base-url", url, "--timeout", limit,
         OPENAI_API_KEY=secret,
     )  # fmt: skip
     assert result.exit_code == 22
