@@ -57,6 +57,11 @@ def for_header(loop: Node) -> tuple[Node, Node, Node, Node] | None:
     return None if None in parts else parts
 
 
+def inside(node: Node, outer: Node) -> bool:
+    """Whether `node` lies within `outer` in the source."""
+    return outer.start_byte <= node.start_byte and node.end_byte <= outer.end_byte
+
+
 def unparen(node: Node) -> Node:
     while node.type == "parenthesized_expression" and node.named_child_count == 1:
         node = node.named_children[0]
@@ -522,6 +527,35 @@ class KernelAST:
                 if form is not None:
                     env[name] = form
         return env
+
+
+def address_of(ast: KernelAST, node: Node) -> tuple[str, Node | None] | None:
+    """(parameter, element index) of an atomic's address: `p`, `&p[b]`, `p + b`, `b + p`."""
+    node = unparen(node)
+    if node.type == "identifier":
+        found = ast.pointer_of(ast.text(node))
+        if found is None or found[1] not in (None, "0"):
+            return None
+        return found[0], None
+    if node.type == "pointer_expression" and _op(node) == "&":
+        sub = unparen(node.child_by_field_name("argument"))
+        if sub.type != "subscript_expression":
+            return None
+        arr = unparen(sub.child_by_field_name("argument"))
+        found = ast.pointer_of(ast.text(arr)) if arr.type == "identifier" else None
+        idx = sub.child_by_field_name("indices")
+        if found is None or found[1] not in (None, "0") or idx is None:
+            return None
+        return found[0], idx.named_children[0]
+    if node.type == "binary_expression" and _op(node) == "+":
+        left = unparen(node.child_by_field_name("left"))
+        right = unparen(node.child_by_field_name("right"))
+        for ptr, off in ((left, right), (right, left)):
+            if ptr.type == "identifier":
+                found = ast.pointer_of(ast.text(ptr))
+                if found is not None and found[1] in (None, "0"):
+                    return found[0], off
+    return None
 
 
 # ---- small helpers ------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from tree_sitter import Node
 
-from optiml.cuda.kernel_ast import KernelAST, unparen, walk
+from optiml.cuda.kernel_ast import KernelAST, address_of, inside, unparen, walk
 from optiml.cuda.types import DTYPES
 from optiml.spec import Spec
 
@@ -89,32 +89,11 @@ def _single_float_address(
     args = call.child_by_field_name("arguments")
     if args is None or len(args.named_children) != 2:
         return None
-    address = unparen(args.named_children[0])
-    pointer, index = None, None
-    if address.type == "identifier":
-        pointer = address
-    elif address.type == "pointer_expression" and ast.text(address).startswith("&"):
-        inner = unparen(address.child_by_field_name("argument"))
-        if inner.type == "subscript_expression":
-            pointer = unparen(inner.child_by_field_name("argument"))
-            index = inner.child_by_field_name("indices")
-    elif (
-        address.type == "binary_expression"
-        and ast.text(address.child_by_field_name("operator")) == "+"
-    ):
-        pointer = unparen(address.child_by_field_name("left"))
-        index = address.child_by_field_name("right")
-    if pointer is None or pointer.type != "identifier":
-        return None
-    found = ast.pointer_of(ast.text(pointer))
+    found = address_of(ast, args.named_children[0])
     if found is None:
         return None
-    param, offset = found
+    param, index = found
     if index is not None and ast.identifiers(index) & (BUILTINS | per_thread):
-        return None
-    if offset is not None and set(offset.replace("(", " ").replace(")", " ").split()) & (
-        BUILTINS | per_thread
-    ):
         return None
     buffer = spec.buffer(param) if spec is not None else None
     is_float = (
@@ -122,7 +101,7 @@ def _single_float_address(
         if buffer is not None
         else ast.params[param].type_text in FLOATS
     )
-    return ast.text(address) if is_float else None
+    return ast.text(unparen(args.named_children[0])) if is_float else None
 
 
 def _loop_accumulators(ast: KernelAST) -> list[str]:
@@ -150,11 +129,7 @@ def _loop_accumulators(ast: KernelAST) -> list[str]:
             left = n.child_by_field_name("left")
             name = ast.text(left) if left is not None and left.type == "identifier" else None
             decl = floats.get(name)
-            if decl is None or _inside(decl, loop) or name in out:
+            if decl is None or inside(decl, loop) or name in out:
                 continue
             out.append(name)
     return out
-
-
-def _inside(node: Node, outer: Node) -> bool:
-    return outer.start_byte <= node.start_byte and node.end_byte <= outer.end_byte

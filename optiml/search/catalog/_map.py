@@ -102,7 +102,7 @@ def _while_grid_stride(ast: KernelAST, index: ThreadIndex) -> MapKernel | None:
     stmts = ast.statements()
     if len(stmts) < 2 or stmts[-2] != index.decl or stmts[-1].type != "while_statement":
         return None
-    if index.dim != "x" or index.block != "blockDim.x":
+    if index.block != "blockDim.x":
         return None
     if len(index.decl.children_by_field_name("declarator")) != 1:
         return None

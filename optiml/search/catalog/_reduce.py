@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from optiml.cuda.kernel_ast import KernelAST, for_header, unparen, walk, words
+from optiml.cuda.kernel_ast import KernelAST, address_of, for_header, inside, unparen, walk, words
 from optiml.cuda.types import DTYPES, DType
 from optiml.expr import Expr, ExprError
 from optiml.search.catalog.base import Context
@@ -536,7 +536,7 @@ def _atomics(ast: KernelAST, roots: list[Node]) -> list[Atomic] | None:
             if not name.startswith("atomic"):
                 continue
             args = call.child_by_field_name("arguments").named_children
-            parsed = parse_address(ast, args[0]) if args else None
+            parsed = address_of(ast, args[0]) if args else None
             if parsed is None or not _statement_level(ast, call):
                 return None
             out.append(Atomic(call, name, args[0], args[1] if len(args) > 1 else None, *parsed))
@@ -581,10 +581,6 @@ def statement_call(node: Node) -> bool:
     return node.parent is not None and node.parent.type == "expression_statement"
 
 
-def inside(node: Node, outer: Node) -> bool:
-    return outer.start_byte <= node.start_byte and node.end_byte <= outer.end_byte
-
-
 def _statement_level(ast: KernelAST, call: Node) -> bool:
     """Whether a call is a statement of its own (its value unused): `f(...);`, `(void)f(...);`."""
     node = call.parent
@@ -595,35 +591,6 @@ def _statement_level(ast: KernelAST, call: Node) -> bool:
             return False
         node = node.parent
     return node is not None and node.type == "expression_statement"
-
-
-def parse_address(ast: KernelAST, node: Node) -> tuple[str, Node | None] | None:
-    """(parameter, element index) of an atomic's address: `p`, `&p[b]`, `p + b`, `b + p`."""
-    node = unparen(node)
-    if node.type == "identifier":
-        found = ast.pointer_of(ast.text(node))
-        if found is None or found[1] not in (None, "0"):
-            return None
-        return found[0], None
-    if node.type == "pointer_expression" and operator_of(node) == "&":
-        sub = unparen(node.child_by_field_name("argument"))
-        if sub.type != "subscript_expression":
-            return None
-        arr = unparen(sub.child_by_field_name("argument"))
-        found = ast.pointer_of(ast.text(arr)) if arr.type == "identifier" else None
-        idx = sub.child_by_field_name("indices")
-        if found is None or found[1] not in (None, "0") or idx is None:
-            return None
-        return found[0], idx.named_children[0]
-    if node.type == "binary_expression" and operator_of(node) == "+":
-        left = unparen(node.child_by_field_name("left"))
-        right = unparen(node.child_by_field_name("right"))
-        for ptr, off in ((left, right), (right, left)):
-            if ptr.type == "identifier":
-                found = ast.pointer_of(ast.text(ptr))
-                if found is not None and found[1] in (None, "0"):
-                    return found[0], off
-    return None
 
 
 def only_in_addresses(ek: ElementKernel, pointers: set[str]) -> bool:

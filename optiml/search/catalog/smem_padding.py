@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from optiml.cuda.kernel_ast import Affine, KernelAST, unparen, walk, words
+from optiml.cuda.kernel_ast import Affine, KernelAST, inside, unparen, walk, words
 from optiml.search.catalog._two_d import (
     affine_env,
     const_value,
@@ -111,7 +111,7 @@ def _arrays(ctx: Context, blocks: set[tuple[int, int, int]]) -> dict[str, _Array
             out[name] = _Array(name, decl, last, dims, size, [])
     for name, array in out.items():
         for n in walk(ast.body):
-            if n.type != "identifier" or ast.text(n) != name or _inside(n, array.decl):
+            if n.type != "identifier" or ast.text(n) != name or inside(n, array.decl):
                 continue
             subscripts = _subscripts(n)
             if len(subscripts) != len(array.dims) or _address_taken(n, len(subscripts)):
@@ -148,10 +148,6 @@ def _dims(
         last = last or size
         d = d.child_by_field_name("declarator")
     return dims, last
-
-
-def _inside(node: Node, outer: Node) -> bool:
-    return outer.start_byte <= node.start_byte and node.end_byte <= outer.end_byte
 
 
 def _subscripts(ident: Node) -> list[Node]:

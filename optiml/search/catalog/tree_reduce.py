@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from optiml.cuda.kernel_ast import KernelAST, for_header, unparen, walk
-from optiml.search.catalog._reduce import squash
+from optiml.search.catalog._reduce import PREFIX, squash
 from optiml.search.catalog.base import Context, Proposal, Transformation
 
-PREFIX = "opt_"
 SHUFFLED = {"float": "f32", "double": "f64", "int": "i32", "unsigned": "u32", "unsigned int": "u32"}
 IDENTITY = {
     ("add", "float"): "0.0f",
@@ -46,12 +45,12 @@ MAX_FUNCTIONS = {
 @dataclass
 class _Tree:
     array: str  # the shared array
-    ctype: str  # its element type
     op: str  # add | max | min
     combine: str  # how two values combine, as a format with {a} and {b}
     tid: str  # the name (or expression) that is threadIdx.x
     loop: Node  # the for statement replaced
     counter: str | None = None  # the loop's variable where it is declared before the loop
+    ctype: str = ""  # the array's element type, read off its declaration once the loop matched
 
 
 class TreeReduce(Transformation):
@@ -135,8 +134,10 @@ def _match(ctx: Context) -> _Tree | None:
         # No thread may leave before the tree: its barriers and shuffles need the whole block.
         if any(n.type == "return_statement" for before in stmts[:at] for n in walk(before)):
             return None
-        if not _shared_array_ok(ast, tree, block[0]):
+        ctype = _shared_array_type(ast, tree, block[0])
+        if ctype is None:
             return None
+        tree.ctype = ctype
         if not _only_result_read_after(ast, tree, stmts[at + 1 :]):
             return None
         return tree
@@ -244,7 +245,7 @@ def _tree_loop(ast: KernelAST, loop: Node, tids: set[str], block: int) -> _Tree 
             continue
         array, op, combine = found
         counter = s if init.type != "declaration" else None
-        return _Tree(array, "", op, combine, t, loop, counter)
+        return _Tree(array, op, combine, t, loop, counter)
     return None
 
 
@@ -318,8 +319,9 @@ def _combine(ast: KernelAST, step: Node, at: str, s: str) -> tuple[str, str, str
     return None
 
 
-def _shared_array_ok(ast: KernelAST, tree: _Tree, block: int) -> bool:
-    """The array is a 1-D `__shared__` array of a shuffled type with room for the block."""
+def _shared_array_type(ast: KernelAST, tree: _Tree, block: int) -> str | None:
+    """The element type of the array, if it is a 1-D `__shared__` array of a shuffled type with
+    room for the block."""
     for decl in ast.shared_declarations():
         for d in decl.children_by_field_name("declarator"):
             if d.type != "array_declarator":
@@ -331,16 +333,13 @@ def _shared_array_ok(ast: KernelAST, tree: _Tree, block: int) -> bool:
             ctype = " ".join(ast.text(kind).split()) if kind is not None else ""
             size = d.child_by_field_name("size")
             if ctype not in SHUFFLED or (tree.op, ctype) not in IDENTITY or size is None:
-                return False
+                return None
             try:
                 length = int(ast.text(size), 0)
             except ValueError:
                 length = None
-            if length is not None and length < block:
-                return False
-            tree.ctype = ctype
-            return True
-    return False
+            return None if length is not None and length < block else ctype
+    return None
 
 
 def _only_result_read_after(ast: KernelAST, tree: _Tree, after: list[Node]) -> bool:
