@@ -26,10 +26,10 @@ HOST_ONLY_NOT = (
     'extern "C"',
 )
 # Small sizes by the number of size variables: a multiple of 4 (the vector paths) and an odd one
-# (the tails), a few blocks each.
+# (the tails), a few blocks each; 2-D kernels also at multiples of 4 along both axes.
 SIZES = {
     1: [[1000], [77]],
-    2: [[37, 70], [16, 33]],
+    2: [[37, 70], [16, 33], [20, 36]],
     3: [[37, 70, 19], [8, 33, 5]],
 }
 # The gemm category is the SGEMM's (its own host test covers every configuration).

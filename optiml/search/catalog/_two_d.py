@@ -328,6 +328,63 @@ def _alias_name(ast: KernelAST, access: Access) -> str:
     return ast.text(arr)
 
 
+# ---- shifted grids -----------------------------------------------------------------------------
+
+# How far from (x, y) a stencil's reads may reach and still count as its neighbours.
+MAX_RADIUS = 4
+
+
+def grid_offsets(
+    g: Grid2D, accesses: list[Access]
+) -> tuple[Affine, Affine, list[tuple[Access, int, int]]] | None:
+    """(pitch, base, [(access, dx, dy)]) if every access is element (x + dx, y + dy) of one
+    `pitch`-wide grid starting at `base`, with unit stride along x and |dx|, |dy| <= MAX_RADIUS."""
+    pitch = base = None
+    reads = []
+    for a in accesses:
+        form = g.form(a)
+        parts = g.split(form) if form is not None else None
+        if parts is None:
+            return None
+        sx, sy, rest = parts
+        if sx != {(): 1} or not sy or (pitch is not None and sy != pitch):
+            return None
+        pitch = sy
+        found = shift(rest, sy)
+        if found is None:
+            return None
+        dx, dy, b = found
+        if base is not None and b != base:
+            return None
+        base = b
+        if max(abs(dx), abs(dy)) > MAX_RADIUS:
+            return None
+        reads.append((a, dx, dy))
+    return pitch, base, reads
+
+
+def shift(rest: Affine, pitch: Affine) -> tuple[int, int, Affine] | None:
+    """rest = dy * pitch + dx + base, with dx and dy small constants and base free of constants."""
+    if is_constant(pitch):
+        p = pitch.get((), 0)
+        if p <= 2 * MAX_RADIUS:
+            return None
+        c = rest.get((), 0)
+        dy = round(c / p)
+        base = {m: v for m, v in rest.items() if m != ()}
+        return c - dy * p, dy, base
+    monos = [m for m in pitch if m != ()]
+    first = monos[0]
+    if rest.get(first, 0) % pitch[first]:
+        return None
+    dy = rest.get(first, 0) // pitch[first]
+    left = add(rest, {m: -dy * v for m, v in pitch.items()})
+    if any(left.get(m, 0) for m in monos):
+        return None
+    dx = left.get((), 0)
+    return dx, dy, {m: v for m, v in left.items() if m != ()}
+
+
 # ---- safety checks ------------------------------------------------------------------------------
 
 

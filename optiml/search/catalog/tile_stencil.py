@@ -15,13 +15,12 @@ from optiml.cuda.kernel_ast import Access, Affine, walk
 from optiml.search.catalog._gemm import render
 from optiml.search.catalog._two_d import (
     Grid2D,
-    add,
     element_bytes,
     emit,
     fresh,
     grid_2d,
+    grid_offsets,
     indent_unit,
-    is_constant,
     live,
     on_blocks,
     paren,
@@ -33,7 +32,6 @@ from optiml.search.catalog.base import STATIC_SMEM, Context, Proposal, Transform
 # (block.x, block.y, weight): 32 x 8 keeps a warp on one tile row; 32 x 16 halves the halo per
 # element; 64 x 4 moves 256 B per tile row.
 SHAPES = ((32, 8, 1.0), (32, 16, 0.8), (64, 4, 0.6))
-MAX_RADIUS = 4
 MAX_TILES = 2
 
 
@@ -106,7 +104,7 @@ def _inputs(ctx: Context, g: Grid2D) -> list[_Input]:
             continue
         if any(a.write or a.atomic or a.node.id not in body for a in accesses):
             continue
-        found = _offsets(g, accesses)
+        found = grid_offsets(g, accesses)
         if found is None:
             continue
         pitch, base, reads = found
@@ -114,57 +112,6 @@ def _inputs(ctx: Context, g: Grid2D) -> list[_Input]:
             continue
         out.append(_Input(pointer, ctx.kernel.param(pointer).type_text, pitch, base, reads))
     return out
-
-
-def _offsets(
-    g: Grid2D, accesses: list[Access]
-) -> tuple[Affine, Affine, list[tuple[Access, int, int]]] | None:
-    """(pitch, base, [(access, dx, dy)]) if every access is element (x + dx, y + dy) of one
-    `pitch`-wide grid starting at `base`."""
-    pitch = base = None
-    reads = []
-    for a in accesses:
-        form = g.form(a)
-        parts = g.split(form) if form is not None else None
-        if parts is None:
-            return None
-        sx, sy, rest = parts
-        if sx != {(): 1} or not sy or (pitch is not None and sy != pitch):
-            return None
-        pitch = sy
-        found = _shift(rest, sy)
-        if found is None:
-            return None
-        dx, dy, b = found
-        if base is not None and b != base:
-            return None
-        base = b
-        if max(abs(dx), abs(dy)) > MAX_RADIUS:
-            return None
-        reads.append((a, dx, dy))
-    return pitch, base, reads
-
-
-def _shift(rest: Affine, pitch: Affine) -> tuple[int, int, Affine] | None:
-    """rest = dy * pitch + dx + base, with dx and dy small constants and base free of constants."""
-    if is_constant(pitch):
-        p = pitch.get((), 0)
-        if p <= 2 * MAX_RADIUS:
-            return None
-        c = rest.get((), 0)
-        dy = round(c / p)
-        base = {m: v for m, v in rest.items() if m != ()}
-        return c - dy * p, dy, base
-    monos = [m for m in pitch if m != ()]
-    first = monos[0]
-    if rest.get(first, 0) % pitch[first]:
-        return None
-    dy = rest.get(first, 0) // pitch[first]
-    left = add(rest, {m: -dy * v for m, v in pitch.items()})
-    if any(left.get(m, 0) for m in monos):
-        return None
-    dx = left.get((), 0)
-    return dx, dy, {m: v for m, v in left.items() if m != ()}
 
 
 def _extent(i: _Input, bx: int, by: int) -> tuple[int, int]:
