@@ -124,7 +124,7 @@ def cases():
         8 * r * k + 8 * k,
         lambda: F.layer_norm(s_in, (k,), gamma, beta_ln, 1e-5),
     )
-    nr = 1 << 24
+    nr = 1 << 26
     xr = rand(nr)
     yield "reduce_sum.cu", "reduce_sum", "x.sum()", 4 * nr + 4, lambda: xr.sum()
     data = torch.randint(0, 256, (n,), device="cuda", dtype=torch.int32)
