@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from optiml.harness.build import build_kernel
-from optiml.search.catalog import Context, by_name
+from optiml.search.catalog import Context, by_name, gemm_tiling
 from optiml.search.variant import Variant
-from tests.host_cuda import HOST_CP_ASYNC, mismatches
+from tests.host_cuda import HOST_CP_ASYNC, mismatches, run_against
 from tests.support import FIXTURES, GOOD
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
@@ -263,13 +263,13 @@ def _config(ctx: Context, bm: int, bn: int, bk: int, tm: int) -> Context:
 def test_layouts_and_extents_are_read_off_the_indices():
     nt = _config(context(GEMM_NT, "gemm_nt"), 128, 128, 8, 16)
     # A row-major and Bt (N x K) k-contiguous: both transposed into shared memory.
-    assert "Tiling<128, 128, 8, 4, 2, 3, true, true>" in nt.definition
+    assert "Tiling<128, 128, 8, 4, 2, 3, true, true, 8>" in nt.definition
     assert "run(smem, A, K, Bt, K, M, N, K," in nt.definition
     assert nt.spec.launch.grid == ["cdiv(N, 128)", "cdiv(M, 128)"]
     # C's unit stride is on r (x): the tiles' columns run along m, B[c * ldb + l] is the row
     # operand (k-contiguous) and A[l * lda + r] the column operand (m-contiguous).
     cm = _config(context(SGEMM_COLMAJOR, "sgemm_colmajor"), 128, 128, 8, 16)
-    assert "Tiling<128, 128, 8, 4, 2, 3, true, false>" in cm.definition
+    assert "Tiling<128, 128, 8, 4, 2, 3, true, false, 8>" in cm.definition
     assert "run(smem, B, ldb, A, lda, n, m, k," in cm.definition
     assert cm.spec.launch.grid == ["cdiv(m, 128)", "cdiv(n, 128)"]
     alias = _config(context(MATMUL_ALIAS, "matmul"), 128, 128, 8, 16)
@@ -344,14 +344,18 @@ def _ptx(ctx: Context) -> str:
 
 
 @needs_nvcc
-def test_ptx_is_an_ffma_kernel_fed_by_cp_async_and_128_bit_shared_loads():
+def test_ptx_is_an_ffma_kernel_fed_by_registers_cp_async_and_128_bit_shared_loads():
     ctx = fixture("sgemm.cu", "sgemm_naive")
     ptx = _ptx(variant(ctx, propose(ctx)[0]))
-    assert "cp.async.ca.shared.global" in ptx  # A (row-major) transposed word by word
+    # A (row-major): 128-bit loads along k into registers, then stored transposed (vector path);
+    # word by word cp.async (the out-of-line fallback)
+    assert re.search(r"ld\.global(\.\w+)*\.v4\.f32", ptx)
+    assert re.search(r"\.func .*fallback", ptx)
+    assert "cp.async.ca.shared.global" in ptx
     assert "cp.async.cg.shared.global" in ptx and ", 16, " in ptx  # B rows, 16 bytes at a time
     assert "cp.async.wait_group" in ptx
     assert "ld.shared.v4.f32" in ptx
-    # 16 x 8 FFMA per k of a K tile of 8, in the main loops with 16-byte copies and with word copies
+    # 8 x 8 FFMA per k of a K tile of 16, in the main loops of the vector path and of the fallback
     assert len(re.findall(r"\bfma\.rn\.f32\b", ptx)) >= 2 * 16 * 8 * 8
     # fp32 contract: no tensor cores, no TF32
     assert not re.search(r"\b(mma|wmma|wgmma)\b|tf32", ptx)
@@ -398,3 +402,60 @@ def test_other_kernels_compute_what_the_original_does(text, kernel, sizes, tmp_p
     ctx = context(text, kernel)
     for proposal in propose(ctx)[:2]:
         assert _mismatches(ctx, variant(ctx, proposal), sizes, tmp_path) == 0, proposal.params
+
+
+# The four operand layouts: A row-major (k contiguous) or column-major, B column-major (k
+# contiguous) or row-major. A k-contiguous operand goes through registers on the vector path (where
+# the config's REG_VECS allows), by word cp.async in the fallback; the other one by 16-byte or word
+# cp.async.
+def _layout_kernel(a_k_contiguous: bool, b_k_contiguous: bool) -> str:
+    a = "A[row * K + k]" if a_k_contiguous else "A[k * M + row]"
+    b = "B[col * K + k]" if b_k_contiguous else "B[k * N + col]"
+    return f"""
+/* @optiml
+ *   args:   alpha = 1.5, beta = -0.5,
+ *           A: in float[M * K], B: in float[K * N], C: inout float[M * N]
+ *   launch: grid = (cdiv(N, 16), cdiv(M, 16)), block = (16, 16)
+ *   sizes:  M, N, K = (4096, 4096, 4096), (1000, 777, 513)
+ *   tol:    rtol = 1e-4, atol = 2e-3
+ */
+__global__ void gemm_layout(int M, int N, int K, float alpha, const float* A, const float* B,
+                            float beta, float* C)
+{{
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    const int row = blockIdx.y * blockDim.y + threadIdx.y;
+    if (row < M && col < N) {{
+        float acc = 0.0f;
+        for (int k = 0; k < K; ++k)
+            acc += {a} * {b};
+        C[row * N + col] = alpha * acc + beta * C[row * N + col];
+    }}
+}}
+"""
+
+
+# The vector path (M, N and K multiples of 4): partial tiles in M and N, K of 5, 2.5 and 1 tiles of
+# 8 (2.5, 1.25, 0.5 of 16), so that the ring of stages turns and stops at each place in it; then
+# the fallback (K, and N or M, not multiples of 4).
+LAYOUT_SIZES = [
+    {"M": 132, "N": 136, "K": 40},
+    {"M": 68, "N": 72, "K": 20},
+    {"M": 36, "N": 132, "K": 8},
+    {"M": 70, "N": 45, "K": 37},
+    {"M": 130, "N": 68, "K": 13},
+]
+
+
+@needs_gxx
+@pytest.mark.parametrize("b_k", [True, False], ids=["B-k-contiguous", "B-n-contiguous"])
+@pytest.mark.parametrize("a_k", [True, False], ids=["A-k-contiguous", "A-m-contiguous"])
+def test_every_config_computes_what_the_original_does_in_every_layout(a_k, b_k, tmp_path):
+    ctx = context(_layout_kernel(a_k, b_k), "gemm_layout")
+    proposals = propose(ctx)
+    assert len(proposals) == len(gemm_tiling.LARGE) + len(gemm_tiling.SMALL)
+    # the register path is among them wherever the layout has a k-contiguous operand
+    configs = {tuple(c.params.items()): c for c, _ in gemm_tiling.LARGE + gemm_tiling.SMALL}
+    staged = [configs[tuple(p.params.items())].staged(a_k, b_k) for p in proposals]
+    assert any(a or b for a, b in staged) == (a_k or b_k)
+    bad = run_against(ctx, [variant(ctx, p) for p in proposals], LAYOUT_SIZES, tmp_path)
+    assert bad == [0] * len(proposals), [p.params for p in proposals]

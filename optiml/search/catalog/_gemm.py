@@ -1,7 +1,8 @@
 """The naive GEMM that `gemm_tiling` rewrites, read off the kernel's tree, and the tiled SGEMM it
-becomes: `HELPERS` (a register-blocked, shared-memory tiled SGEMM template, FFMA only), `match` (the
-analysis) and `definition` (the new kernel: the template's main loop, the user's epilogue per
-output element)."""
+becomes: `HELPERS` (a register-blocked, shared-memory tiled SGEMM template, FFMA only: k-contiguous
+operands staged through registers with 128-bit loads, the others copied by 16-byte cp.async, word
+cp.asyncs in an out-of-line fallback where vectors do not apply), `match` (the analysis) and
+`definition` (the new kernel: the template's main loop, the user's epilogue per output element)."""
 
 from __future__ import annotations
 
@@ -29,8 +30,12 @@ HELPERS = r"""#ifndef OPTIML_SGEMM_TILING
 
 // Register-blocked, shared-memory tiled SGEMM on the FP32 pipes: FFMA only, no tensor cores, each
 // output an fp32 sum over k in increasing order, one fused multiply-add per term. A block computes a
-// BM x BN tile of C from K tiles of BK, copied by cp.async into a ring of STAGES shared-memory
-// stages; each thread owns TM x TN outputs in registers.
+// BM x BN tile of C from K tiles of BK held in a ring of STAGES shared-memory stages; each thread
+// owns TM x TN outputs in registers. On the vector path an operand whose k is contiguous in global
+// memory goes through registers (128-bit loads along k, stored transposed into the stage a tile
+// later) and the other one by 16-byte cp.async; where vectors do not apply (K, a leading dimension
+// or an extent not a multiple of 4, a base not 16-byte aligned) both go by 4-byte cp.async, in a copy
+// of the main loop kept out of line.
 extern "C++" {  // templates, also where the kernel is inside extern "C"
 namespace optiml_sgemm {
 
@@ -54,76 +59,137 @@ __device__ __forceinline__ void wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
 }
 
+// 4 words from global memory into registers, zeros out of bounds (the vector is wholly inside or
+// outside the matrix).
+__device__ __forceinline__ float4 load4(const float* src, bool valid) {
+    return valid ? *reinterpret_cast<const float4*>(src) : make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
 // One operand as a block stages it: BX rows of the matrix (M for A, N for B) by a K tile of BK,
 // stored k-major in shared memory ([BK][BX + PAD]) so that a thread reads its fragment for one k
 // with 128-bit loads.
-// K_CONTIGUOUS: k is the unit-stride index in global memory (A row-major, B column-major); the copy
-// transposes word by word, a warp taking 8 consecutive k of 4 rows (whole 32-byte sectors) per
-// instruction, and PAD = 4 puts those 32 words in 32 different banks.
-// Otherwise: 16-byte copies along the rows where every one is aligned and wholly inside or outside
-// the matrix (VEC), else word copies; no transposition, no padding.
-template <int BX, int BK, int THREADS, bool K_CONTIGUOUS>
+// K_CONTIGUOUS: k is the unit-stride index in global memory (A row-major, B column-major), and the
+// tile is transposed on its way in. On the vector path it goes through registers: a lane pair loads
+// a row's 8 consecutive k (a whole 32-byte sector) as two 128-bit loads, THREADS / 2 rows at a time,
+// and later stores them word by word down the k rows of the stage; PAD = 4 (LD = 4 mod 8) puts the
+// two k-quads of a lane pair 16 banks apart, so that a warp's stores (16 rows by 2 k-quads) hit 32
+// different banks. Otherwise word cp.asyncs, a warp taking 8 consecutive k of 4 rows per
+// instruction (whole sectors again), into the same layout.
+// Otherwise: cp.async along the rows, 16 bytes at a time on the vector path, else word by word; no
+// transposition, no padding.
+template <int BX, int BK, int THREADS, bool K_CONTIGUOUS, bool STAGED>
 struct Operand {
     static constexpr int PAD = K_CONTIGUOUS ? 4 : 0;
     static constexpr int LD = BX + PAD;
     static constexpr int STAGE = BK * LD;
     static constexpr int WORDS = BX * BK / THREADS;  // words per thread and tile
-    // A K_CONTIGUOUS tile is copied as runs of 8 k, THREADS / 8 rows at a time; any other as rows
-    // of BX, 4 * THREADS / BX (THREADS / BX for word copies) at a time.
-    static constexpr int ROWS = THREADS / 8, ROWS4 = 4 * THREADS / BX, ROWS1 = THREADS / BX;
-    static_assert(BK % 8 == 0 && WORDS % 4 == 0 &&
-                      (K_CONTIGUOUS ? BX % ROWS == 0 : THREADS % BX == 0 && BK % ROWS4 == 0),
+    static constexpr int VECS = WORDS / 4;            // 128-bit vectors per thread and tile
+    // A K_CONTIGUOUS tile is copied as runs of 4 k, PAIRS rows at a time (vectors), or as runs of
+    // 8 k, ROWS rows at a time (words); any other as rows of BX, ROWS4 (ROWS1 for words) at a time.
+    static constexpr int PAIRS = THREADS / 2, ROWS = THREADS / 8;
+    static constexpr int ROWS4 = 4 * THREADS / BX, ROWS1 = THREADS / BX;
+    static_assert(BK % 8 == 0 && BX % 8 == 0 && WORDS % 4 == 0 &&
+                      (K_CONTIGUOUS ? BX % ROWS == 0 && (!STAGED || BX % PAIRS == 0)
+                                    : THREADS % BX == 0 && BK % ROWS4 == 0),
                   "the tile is not shared evenly by the threads");
 
-    const float* base;
-    int ld, extent, K;
-
-    __device__ static bool vectorizable(const float* base, int ld, int extent) {
-        return K_CONTIGUOUS || (ld % 4 == 0 && extent % 4 == 0 &&
-                                reinterpret_cast<unsigned long long>(base) % 16 == 0);
+    // Whether every 4 words along the unit stride are one aligned 16-byte vector, wholly inside or
+    // outside the matrix: the vector path.
+    __device__ static bool vectorizable(const float* base, int ld, int extent, int K) {
+        return ld % 4 == 0 && (K_CONTIGUOUS ? K : extent) % 4 == 0 &&
+               reinterpret_cast<unsigned long long>(base) % 16 == 0;
     }
 
-    // Issue the copies of the tile at (x0, k0) into `stage`.
+    // One thread's part of the operand's tiles, taken in order: each copy or load moves on by BK.
     template <bool VEC>
-    __device__ __forceinline__ void copy(float* stage, int tid, int x0, int k0) const {
-        if (K_CONTIGUOUS) {
-            // Word i: row x + i % (BX / ROWS) * ROWS, k + i / (BX / ROWS) * 8.
-            const int x = x0 + tid / 8, k = k0 + tid % 8;
-            const float* src = base + (long long)x * ld + k;
-            float* dst = stage + (tid % 8) * LD + tid / 8;
+    struct Stream {
+        static constexpr bool REGS = K_CONTIGUOUS && STAGED && VEC;  // through registers
+        const float* src;  // the thread's first word of the next tile
+        int x, k;          // its row and k
+        int dst;           // its first word's offset in a stage
+        int ld, extent, K;
+
+        __device__ __forceinline__ Stream(const float* base, int ld_, int extent_, int K_, int x0,
+                                          int tid)
+            : ld(ld_), extent(extent_), K(K_) {
+            const int dx = REGS            ? tid / 2
+                           : K_CONTIGUOUS ? tid / 8
+                           : VEC          ? tid % (BX / 4) * 4
+                                          : tid % BX;
+            k = REGS ? tid % 2 * 4 : K_CONTIGUOUS ? tid % 8 : VEC ? tid / (BX / 4) : tid / BX;
+            x = x0 + dx;
+            dst = k * LD + dx;
+            src = base + (K_CONTIGUOUS ? (long long)x * ld + k : (long long)k * ld + x);
+        }
+
+        __device__ __forceinline__ void advance() {
+            src += K_CONTIGUOUS ? (long long)BK : (long long)BK * ld;
+            k += BK;
+        }
+
+        // The next tile's cp.asyncs into `stage` (not REGS).
+        __device__ __forceinline__ void copy(float* stage) {
+            float* d = stage + dst;
+            if (REGS) {
+                return;
+            } else if (K_CONTIGUOUS) {
+                // Word i: row x + i % (BX / ROWS) * ROWS, k + i / (BX / ROWS) * 8.
 #pragma unroll
-            for (int i = 0; i < WORDS; ++i) {
-                const int dx = i % (BX / ROWS) * ROWS, dk = i / (BX / ROWS) * 8;
-                copy4(dst + dk * LD + dx, src + (long long)dx * ld + dk,
-                      x + dx < extent && k + dk < K);
+                for (int i = 0; i < WORDS; ++i) {
+                    const int dx = i % (BX / ROWS) * ROWS, dk = i / (BX / ROWS) * 8;
+                    copy4(d + dk * LD + dx, src + (long long)dx * ld + dk,
+                          x + dx < extent && k + dk < K);
+                }
+            } else if (VEC) {
+#pragma unroll
+                for (int i = 0; i < VECS; ++i) {
+                    const int dk = i * ROWS4;
+                    copy16(d + dk * LD, src + (long long)dk * ld, x < extent && k + dk < K);
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < WORDS; ++i) {
+                    const int dk = i * ROWS1;
+                    copy4(d + dk * LD, src + (long long)dk * ld, x < extent && k + dk < K);
+                }
             }
-        } else if (VEC) {
-            const int x = x0 + tid % (BX / 4) * 4, k = k0 + tid / (BX / 4);
-            const float* src = base + (long long)k * ld + x;
-            float* dst = stage + tid / (BX / 4) * LD + tid % (BX / 4) * 4;
+            advance();
+        }
+
+        // The next tile into registers (REGS): vector p is row x + p % (BX / PAIRS) * PAIRS,
+        // k + p / (BX / PAIRS) * 8 to + 3.
+        __device__ __forceinline__ void load(float4 (&r)[VECS]) {
+            if (REGS) {
 #pragma unroll
-            for (int i = 0; i < WORDS / 4; ++i) {
-                const int dk = i * ROWS4;
-                copy16(dst + dk * LD, src + (long long)dk * ld, x < extent && k + dk < K);
-            }
-        } else {
-            const int x = x0 + tid % BX, k = k0 + tid / BX;
-            const float* src = base + (long long)k * ld + x;
-            float* dst = stage + tid / BX * LD + tid % BX;
-#pragma unroll
-            for (int i = 0; i < WORDS; ++i) {
-                const int dk = i * ROWS1;
-                copy4(dst + dk * LD, src + (long long)dk * ld, x < extent && k + dk < K);
+                for (int p = 0; p < VECS; ++p) {
+                    const int dx = p % (BX / PAIRS) * PAIRS, dk = p / (BX / PAIRS) * 8;
+                    r[p] = load4(src + (long long)dx * ld + dk, x + dx < extent && k + dk < K);
+                }
+                advance();
             }
         }
-    }
+
+        // The registers of `load` into `stage`, transposed (REGS).
+        __device__ __forceinline__ void store(float* stage, const float4 (&r)[VECS]) const {
+            if (REGS) {
+#pragma unroll
+                for (int p = 0; p < VECS; ++p) {
+                    float* d = stage + dst + p / (BX / PAIRS) * 8 * LD + p % (BX / PAIRS) * PAIRS;
+                    d[0] = r[p].x;
+                    d[LD] = r[p].y;
+                    d[2 * LD] = r[p].z;
+                    d[3 * LD] = r[p].w;
+                }
+            }
+        }
+    };
 };
 
 // The block's threads as warps of WM x WN, each lane holding RM x RN groups of 4 x 4 outputs: a
 // lane's groups are 16 rows (32 columns) apart, so that the lanes reading one k row of a stage read
 // 4 (8) consecutive 16-byte vectors, served as broadcasts without bank conflicts.
 template <int BM, int BN, int BK, int RM, int RN, int STAGES, bool A_K_CONTIGUOUS,
-          bool B_K_CONTIGUOUS>
+          bool B_K_CONTIGUOUS, int REG_VECS>
 struct Tiling {
     static constexpr int LANES_M = 4, LANES_N = 8;
     static constexpr int TM = 4 * RM, TN = 4 * RN;
@@ -132,8 +198,17 @@ struct Tiling {
     static constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN;
     static constexpr int THREADS = 32 * WARPS_M * WARPS_N;
     static_assert(BM % WM == 0 && BN % WN == 0, "the block tile is not made of warp tiles");
-    using A = Operand<BM, BK, THREADS, A_K_CONTIGUOUS>;
-    using B = Operand<BN, BK, THREADS, B_K_CONTIGUOUS>;
+    static_assert(STAGES >= 2, "a tile is copied while another is multiplied");
+    // Staged through registers on the vector path: the K_CONTIGUOUS operands, where their 128-bit
+    // vectors per thread and tile add up to at most REG_VECS (both or neither where both are: one
+    // staged beside the other's word copies costs the staging registers without its gain).
+    static constexpr int A_VECS = BM * BK / THREADS / 4, B_VECS = BN * BK / THREADS / 4;
+    static constexpr int STAGED_VECS =
+        (A_K_CONTIGUOUS ? A_VECS : 0) + (B_K_CONTIGUOUS ? B_VECS : 0);
+    static constexpr bool A_STAGED = A_K_CONTIGUOUS && STAGED_VECS <= REG_VECS;
+    static constexpr bool B_STAGED = B_K_CONTIGUOUS && STAGED_VECS <= REG_VECS;
+    using A = Operand<BM, BK, THREADS, A_K_CONTIGUOUS, A_STAGED>;
+    using B = Operand<BN, BK, THREADS, B_K_CONTIGUOUS, B_STAGED>;
     static constexpr int STAGE = A::STAGE + B::STAGE;
     // After the main loop each warp reuses LANES_M x WN floats of the stages to regroup its outputs
     // by rows, so that the epilogue's loads and stores of C are coalesced.
@@ -147,12 +222,19 @@ struct Tiling {
                                                const float* b, int ldb, int M, int N, int K,
                                                Epilogue epilogue) {
         float* smem = reinterpret_cast<float*>(smem4);
-        // Two copies of the main loop, so that the fast one has no word copies where 16-byte ones
-        // can do.
-        if (A::vectorizable(a, lda, M) && B::vectorizable(b, ldb, N))
-            tile<true>(smem, {a, lda, M, K}, {b, ldb, N, K}, M, N, K, epilogue);
+        if (A::vectorizable(a, lda, M, K) && B::vectorizable(b, ldb, N, K))
+            tile<true>(smem, a, lda, b, ldb, M, N, K, epilogue);
         else
-            tile<false>(smem, {a, lda, M, K}, {b, ldb, N, K}, M, N, K, epilogue);
+            fallback(smem, a, lda, b, ldb, M, N, K, epilogue);
+    }
+
+    // The main loop with word copies, as a call: its registers are allocated apart from the vector
+    // path's (inlined together, the two can spill at the register cap of the blocks per SM asked).
+    template <class Epilogue>
+    __device__ __noinline__ static void fallback(float* smem, const float* a, int lda,
+                                                 const float* b, int ldb, int M, int N, int K,
+                                                 Epilogue epilogue) {
+        tile<false>(smem, a, lda, b, ldb, M, N, K, epilogue);
     }
 
     // One k row of a stage: the lane's RM (RN) 4-row groups of A (B), as 128-bit loads.
@@ -164,14 +246,72 @@ struct Tiling {
         for (int c = 0; c < RN; ++c) fb[c] = *reinterpret_cast<const float4*>(sb + c * GN);
     }
 
+    // K tile t, read from stage s (a constant once the tile loop is unrolled, so that every shared
+    // address in it is a register plus an immediate): its FFMAs, and at its last k the hand-over to
+    // tile t + 1. Register-staged operands run 2 tiles ahead (tile t + 1 in registers during tile
+    // t, stored at its end), cp.async ones STAGES - 1.
+    template <bool VEC, class SA, class SB>
+    __device__ __forceinline__ static void step(
+        int s, int t, int tiles, float* smem, const float* sa, const float* sb, SA& ga, SB& gb,
+        float4 (&ra)[A::VECS], float4 (&rb)[B::VECS], float4 (&fa)[2][RM], float4 (&fb)[2][RN],
+        float (&acc)[TM][TN]) {
+        const int read = s * STAGE, next = (s + 1) % STAGES * STAGE;
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            if (kk < BK - 1) {
+                fragments(fa[(kk + 1) % 2], fb[(kk + 1) % 2], sa + read + (kk + 1) * A::LD,
+                          sb + read + (kk + 1) * B::LD);
+            } else if (t + 1 < tiles) {
+                // Tile t + 1 from registers into its stage, last read in tile t + 1 - STAGES,
+                // before an earlier barrier. Its cp.asyncs have landed for this thread, and after
+                // the barrier for all; no thread reads stage s any more, so tile t + STAGES goes
+                // there by cp.async (and tile t + 2 into registers, for the end of tile t + 1).
+                ga.store(smem + next, ra);
+                gb.store(smem + next + A::STAGE, rb);
+                wait<STAGES - 2>();
+                __syncthreads();
+                if (t + STAGES < tiles) {
+                    ga.copy(smem + read);
+                    gb.copy(smem + read + A::STAGE);
+                }
+                commit();
+                if (t + 2 < tiles) {
+                    ga.load(ra);
+                    gb.load(rb);
+                }
+                fragments(fa[0], fb[0], sa + next, sb + next);
+            }
+#pragma unroll
+            for (int r = 0; r < RM; ++r) {
+                const float av[4] = {fa[kk % 2][r].x, fa[kk % 2][r].y, fa[kk % 2][r].z,
+                                     fa[kk % 2][r].w};
+#pragma unroll
+                for (int c = 0; c < RN; ++c) {
+                    const float bv[4] = {fb[kk % 2][c].x, fb[kk % 2][c].y, fb[kk % 2][c].z,
+                                         fb[kk % 2][c].w};
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+                        for (int j = 0; j < 4; ++j)
+                            acc[r * 4 + i][c * 4 + j] =
+                                fmaf(av[i], bv[j], acc[r * 4 + i][c * 4 + j]);
+                    }
+                }
+            }
+        }
+    }
+
     template <bool VEC, class Epilogue>
-    __device__ __forceinline__ static void tile(float* smem, A ga, B gb, int M, int N, int K,
+    __device__ __forceinline__ static void tile(float* smem, const float* a, int lda,
+                                                const float* b, int ldb, int M, int N, int K,
                                                 Epilogue epilogue) {
         const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
         const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
         const int wm = warp / WARPS_N * WM, wn = warp % WARPS_N * WN;
         const int lm = lane / LANES_N * 4, ln = lane % LANES_N * 4;
         const int tiles = (K + BK - 1) / BK;
+        typename A::template Stream<VEC> ga(a, lda, M, K, m0, tid);
+        typename B::template Stream<VEC> gb(b, ldb, N, K, n0, tid);
 
         float acc[TM][TN];
 #pragma unroll
@@ -180,14 +320,24 @@ struct Tiling {
             for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
         }
 
-        // Every stage filled ahead: STAGES - 1 tiles in flight while one is multiplied.
+        // Register-staged operands: tile 0 into stage 0 and tile 1 into registers. The others:
+        // every stage filled ahead, STAGES - 1 tiles in flight while one is multiplied.
+        float4 ra[A::VECS], rb[B::VECS];
+        ga.load(ra);
+        gb.load(rb);
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
             if (s < tiles) {
-                ga.template copy<VEC>(smem + s * STAGE, tid, m0, s * BK);
-                gb.template copy<VEC>(smem + s * STAGE + A::STAGE, tid, n0, s * BK);
+                ga.copy(smem + s * STAGE);
+                gb.copy(smem + s * STAGE + A::STAGE);
             }
             commit();
+        }
+        ga.store(smem, ra);
+        gb.store(smem + A::STAGE, rb);
+        if (tiles > 1) {
+            ga.load(ra);
+            gb.load(rb);
         }
         wait<STAGES - 1>();
         __syncthreads();
@@ -198,45 +348,12 @@ struct Tiling {
         const float* sa = smem + wm + lm;
         const float* sb = smem + A::STAGE + wn + ln;
         fragments(fa[0], fb[0], sa, sb);
-        int read = 0;  // the stage of tile t
-        for (int t = 0; t < tiles; ++t) {
+        // STAGES tiles per iteration, one from each stage.
+        for (int t = 0; t < tiles; t += STAGES) {
 #pragma unroll
-            for (int kk = 0; kk < BK; ++kk) {
-                if (kk < BK - 1) {
-                    fragments(fa[(kk + 1) % 2], fb[(kk + 1) % 2],
-                              sa + read * STAGE + (kk + 1) * A::LD,
-                              sb + read * STAGE + (kk + 1) * B::LD);
-                } else if (t + 1 < tiles) {
-                    // Tile t + 1 has landed for this thread, and after the barrier for all; no
-                    // thread reads tile t's stage any more, so tile t + STAGES goes there.
-                    wait<STAGES - 2>();
-                    __syncthreads();
-                    if (t + STAGES < tiles) {
-                        ga.template copy<VEC>(smem + read * STAGE, tid, m0, (t + STAGES) * BK);
-                        gb.template copy<VEC>(smem + read * STAGE + A::STAGE, tid, n0,
-                                              (t + STAGES) * BK);
-                    }
-                    commit();
-                    read = read + 1 == STAGES ? 0 : read + 1;
-                    fragments(fa[0], fb[0], sa + read * STAGE, sb + read * STAGE);
-                }
-#pragma unroll
-                for (int r = 0; r < RM; ++r) {
-                    const float av[4] = {fa[kk % 2][r].x, fa[kk % 2][r].y, fa[kk % 2][r].z,
-                                         fa[kk % 2][r].w};
-#pragma unroll
-                    for (int c = 0; c < RN; ++c) {
-                        const float bv[4] = {fb[kk % 2][c].x, fb[kk % 2][c].y, fb[kk % 2][c].z,
-                                             fb[kk % 2][c].w};
-#pragma unroll
-                        for (int i = 0; i < 4; ++i) {
-#pragma unroll
-                            for (int j = 0; j < 4; ++j)
-                                acc[r * 4 + i][c * 4 + j] =
-                                    fmaf(av[i], bv[j], acc[r * 4 + i][c * 4 + j]);
-                        }
-                    }
-                }
+            for (int s = 0; s < STAGES; ++s) {
+                if (s == 0 || t + s < tiles)
+                    step<VEC>(s, t + s, tiles, smem, sa, sb, ga, gb, ra, rb, fa, fb, acc);
             }
         }
 
@@ -295,7 +412,8 @@ LANES_M, LANES_N = 4, 8  # a warp's lanes over a warp tile (Tiling::LANES_M, LAN
 @dataclass(frozen=True)
 class Operand:
     """One factor of the products as the tiles read it: element (x, k) at offset + x * ld + k
-    (k contiguous) or offset + k * ld + x."""
+    (k contiguous: staged through registers on the template's vector path, where the config's
+    reg_vecs allows) or offset + k * ld + x (copied by cp.async)."""
 
     pointer: str
     offset: Affine  # uniform, in elements
@@ -337,6 +455,9 @@ class Config:
     rn: int
     stages: int
     min_blocks: int  # blocks per SM that __launch_bounds__ asks registers for
+    # 128-bit vectors per thread and K tile that k-contiguous operands may stage through registers
+    # on the vector path (Tiling::REG_VECS): the most at which the config compiles without spills.
+    reg_vecs: int = 8
 
     @property
     def tm(self) -> int:
@@ -369,15 +490,22 @@ class Config:
         epilogue = (self.threads // 32) * LANES_M * LANES_N * self.tn
         return 4 * max(self.stages * stage, epilogue)
 
+    def staged(self, a_k_contiguous: bool, b_k_contiguous: bool) -> tuple[bool, bool]:
+        """Which operands go through registers on the vector path (Tiling::A_STAGED, B_STAGED)."""
+        a_vecs, b_vecs = (x * self.bk // self.threads // 4 for x in (self.bm, self.bn))
+        fits = a_vecs * a_k_contiguous + b_vecs * b_k_contiguous <= self.reg_vecs
+        return a_k_contiguous and fits, b_k_contiguous and fits
+
     def fits(self, g: Gemm) -> bool:
         """The template's static assertions for this layout, and static shared memory."""
         if self.bm % (LANES_M * self.tm) or self.bn % (LANES_N * self.tn) or self.bk % 8:
             return False
-        for extent, op in ((self.bm, g.a), (self.bn, g.b)):
+        staged = self.staged(g.a.k_contiguous, g.b.k_contiguous)
+        for extent, op, regs in ((self.bm, g.a, staged[0]), (self.bn, g.b, staged[1])):
             t = self.threads
-            if extent * self.bk % (4 * t):
+            if extent * self.bk % (4 * t) or extent % 8:
                 return False
-            if op.k_contiguous and extent % (t // 8):
+            if op.k_contiguous and (extent % (t // 8) or regs and extent % (t // 2)):
                 return False
             if not op.k_contiguous and (t % extent or self.bk % (4 * t // extent)):
                 return False
@@ -874,7 +1002,10 @@ def _op(node: Node) -> str:
 
 def definition(g: Gemm, c: Config) -> str:
     """The kernel with its body replaced by the tiled GEMM (the epilogue, as written, in a lambda
-    run for each output element) and `__launch_bounds__` for the config's block."""
+    run for each output element) and `__launch_bounds__` for the config's block. The lambda
+    captures by value, as the template's out-of-line fallback takes it (by reference, the
+    kernel's parameters would go to the stack); that loses nothing: the epilogue assigns only
+    its own locals and writes memory through the pointers' copies (`match`)."""
     ast = g.ast
     unit = _indent_unit(ast)
     taken = ast.identifiers(ast.fn)
@@ -903,9 +1034,9 @@ def definition(g: Gemm, c: Config) -> str:
         "thread;",
         f"{unit}// tile rows from {_layout(g.a, 'row')}, columns from {_layout(g.b, 'column')}.",
         f"{unit}using {tile} = optiml_sgemm::Tiling<{c.bm}, {c.bn}, {c.bk}, {c.rm}, {c.rn}, "
-        f"{c.stages}, {flags}>;",
+        f"{c.stages}, {flags}, {c.reg_vecs}>;",
         f"{unit}__shared__ float4 {smem}[{tile}::SMEM_VECS];",
-        f"{unit}{tile}::run({args}, [&]({params}) {{",
+        f"{unit}{tile}::run({args}, [=]({params}) {{",
     ]
     lines += [_reindent(ast, st, inner) for st in g.before]
     if g.guard.style == "return":
