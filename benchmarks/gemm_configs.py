@@ -59,7 +59,7 @@ def main() -> None:
                 source,
                 kernel,
                 spec,
-                candidate=SourceFile(p.variant.text, path),
+                candidate=SourceFile(p.variant.text, str(path)),
                 flags=p.variant.flags,
             )
             m = await measure(executor, job, opts)

@@ -3,7 +3,7 @@
 # measurements (resumable), the profiler's benchmark, the GPU tests and the editor's GPU flow,
 # each step's output under $OUT (at most a few files, for machines that return little).
 #
-#   OUT=/tmp/out benchmarks/gpu_run.sh [step ...]     steps: search profile tests catalog editor llm large
+#   OUT=/tmp/out benchmarks/gpu_run.sh [step ...]     steps: search profile tests catalog editor llm
 #
 # search: measures for SEARCH_SECONDS (default 200; SEARCH_FIXTURES: only these fixture files)
 # into $OUT/search-table-h200.json, starting from benchmarks/results/search-table-h200.json when it
@@ -11,8 +11,6 @@
 # profile: PROFILE_ONLY lists fixture files (PROFILE_TIMEOUT; results written after each one).
 # catalog: every transformation's proposals on every fixture, the wild ones included, checked for
 # correctness (a few hundred evaluations; CATALOG_TIMEOUT).
-# large: reduce_sum's confirmed best at 2^28 floats (1 GiB) as well as the fixture's 64 MB, where
-# a launch's fixed costs weigh on the bandwidth.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to a folder for the results}"
@@ -22,7 +20,7 @@ steps=("$@")
 # What every step's output starts with: where and with what it ran.
 header() {
   echo "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
-  echo "# $(nvcc --version 2>/dev/null | grep -o 'V[0-9.]*' | head -1) ncu $(ncu --version 2>/dev/null | grep -o '[0-9]\{4\}\.[0-9.]*' | head -1) $(nvim --version 2>/dev/null | head -1) python $(python3 -c 'import platform; print(platform.python_version())')"
+  echo "# $(nvcc --version 2>/dev/null | grep -o 'V[0-9][0-9.]*' | head -1) ncu $(ncu --version 2>/dev/null | grep -o '[0-9]\{4\}\.[0-9.]*' | head -1) $(nvim --version 2>/dev/null | head -1) python $(python3 -c 'import platform; print(platform.python_version())')"
 }
 [ ${#steps[@]} -eq 0 ] && steps=(search profile tests editor)
 for step in "${steps[@]}"; do
@@ -58,11 +56,6 @@ for step in "${steps[@]}"; do
       ;;
     llm)
       python3 benchmarks/llm_e2e.py --out "$OUT/llm" 2>&1 | tee "$OUT/llm-e2e.log" | tail -20
-      ;;
-    large)
-      python3 benchmarks/search.py at-size --table benchmarks/results/search-table-h200.json \
-        --fixture reduce_sum.cu::reduce_sum --size n=268435456 \
-        --out "$OUT/at-size-reduce_sum-h200.json" 2>&1 | tail -3
       ;;
     *) echo "unknown step $step" ;;
   esac

@@ -17,7 +17,9 @@ exhaustive best is known. Priors of MCTS come from the offline policy with the i
 
 `at-size` (on the GPU) re-measures a fixture's confirmed best, as `optiml optimize` confirms a
 winner, at another problem size than the fixture's first: e.g. one whose buffers dwarf the L2 and
-whose time dwarfs a launch, to tell a kernel's bandwidth from the fixed costs of a small size.
+whose time dwarfs a launch, to tell a kernel's bandwidth from the fixed costs of a small size. It
+checks against the original with the spec's tolerance, which may not hold at other sizes: the
+naive reduce_sum's own rounding at 2^28 floats (8.2 from an accurate rewrite's sum) is past its atol.
 """
 
 from __future__ import annotations

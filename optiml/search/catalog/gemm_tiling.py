@@ -9,11 +9,13 @@ from optiml.search.catalog._gemm import HELPERS, Config, Gemm, definition, match
 from optiml.search.catalog.base import Context, Proposal, Transformation
 
 # For large problems, ranked by their times on the naive SGEMM fixture at 4096^3 on an H200
-# (benchmarks/gemm_configs.py -> benchmarks/results/gemm-configs-h200.json, 3.23 to 3.54 ms): K tiles
-# of 16 with 8 x 8 outputs per thread (half the barriers and copy rounds per FFMA of K tiles of 8),
-# then 64 x 128 tiles (2048 blocks, 7.8 waves of 264: a shorter tail), then the 128 x 128 x 8 ones;
-# 16 x 8 outputs per thread (255 registers, 4 warps a block) and 256 x 128 tiles last. The order was
-# measured with the template's old copies (a k-contiguous A by word cp.async, not through registers).
+# (benchmarks/gemm_configs.py) with the template's earlier copies (a k-contiguous A by word
+# cp.async), 3.23 to 3.54 ms: K tiles of 16 with 8 x 8 outputs per thread (half the barriers and copy
+# rounds per FFMA of K tiles of 8), then 64 x 128 tiles (2048 blocks, 7.8 waves of 264: a shorter
+# tail), then the 128 x 128 x 8 ones; 16 x 8 outputs per thread (255 registers, 4 warps a block) and
+# 256 x 128 tiles last. With A through registers (benchmarks/results/gemm-configs-h200.json, 3.05 to
+# 3.44 ms) the first stays first; 128 x 128 x 8 with 3 stages (3.09 ms) now beats 64 x 128 (3.19 ms),
+# an order left as it was, which the search benchmark's table measured.
 # reg_vecs (the most 128-bit vectors per thread and tile staged through registers) is lowered where
 # ptxas spills at the register cap otherwise: 128 x 128 x 16 stages A or B alone (both k-contiguous:
 # neither), 128 x 64 x 8 at 4 blocks per SM only a k-contiguous B (1 vector; A has 2).
