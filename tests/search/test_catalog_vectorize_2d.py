@@ -72,18 +72,41 @@ def test_jacobi_loads_each_row_segment_once():
         )
 
 
+# Weights read at fixed indices (the same in every thread) stay as written; the image is vectorized.
+WEIGHTED = """
+/* @optiml
+ *   args:   img: in float[h * w], wts: in float[3], out: out float[h * w]
+ *   launch: grid = (cdiv(w, 16), cdiv(h, 16)), block = (16, 16)
+ *   sizes:  h, w = (1024, 2048), (100, 77)
+ */
+__global__ void smooth_rows(const float* img, const float* wts, float* out, int h, int w)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x < w && y < h) {
+        float s = wts[1] * img[y * w + x];
+        if (x > 0) s += wts[0] * img[y * w + x - 1];
+        if (x < w - 1) s += wts[2] * img[y * w + x + 1];
+        out[y * w + x] = s;
+    }
+}
+"""
+
 CASES = [
     # (text, kernel, sizes: some take the vector path (x bound a multiple of 4), some not)
     (JACOBI, "jacobi_step", [(20, 36), (37, 70), (9, 12), (16, 33)]),
     (PADDED_9POINT, "smooth9", [(12, 38), (17, 30), (20, 36)]),
     (TEMPLATED, "cross5", [(36,), (40,), (37,)]),
     (MATADD, "matAdd", [(36, 20), (20, 36), (13, 7)]),
+    (WEIGHTED, "smooth_rows", [(12, 40), (9, 30)]),
 ]
 
 
 @needs_gxx
 @pytest.mark.parametrize(
-    "text,kernel,sizes", CASES, ids=["jacobi", "padded-9-point", "templated-radius-2", "matadd"]
+    "text,kernel,sizes",
+    CASES,
+    ids=["jacobi", "padded-9-point", "templated-radius-2", "matadd", "weights"],
 )
 def test_every_proposal_computes_what_the_original_does(text, kernel, sizes, tmp_path):
     original = context(text, kernel)
@@ -95,6 +118,26 @@ def test_every_proposal_computes_what_the_original_does(text, kernel, sizes, tmp
     cases = [dict(zip(names, s, strict=True)) for s in sizes]
     candidates = [Context.of(p.variant, original.source.path, kernel) for p in proposals]
     assert run_against(original, candidates, cases, tmp_path) == [0] * len(proposals)
+
+
+@needs_nvcc
+@pytest.mark.parametrize(
+    "text,kernel",
+    [(c[0], c[1]) for c in CASES[1:]],
+    ids=["padded-9-point", "templated-radius-2", "matadd", "weights"],
+)
+def test_every_proposal_compiles_clean(text, kernel):
+    """No spills and no warnings: an element's x or y that its statements no longer read (the
+    loads that used it are registers now) is not declared."""
+    original = context(text, kernel)
+    for p in propose(original):
+        out = Context.of(p.variant, original.source.path, kernel)
+        build = build_kernel(
+            out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90"
+        )
+        assert build.ok, build.log
+        assert "warning" not in build.log.lower(), build.log
+        assert build.resources.spill_store_bytes == build.resources.stack_bytes == 0
 
 
 @needs_gxx
@@ -136,6 +179,11 @@ def test_a_wrong_lane_is_caught(tmp_path):
             "a write that returns early",
             JACOBI.replace("u_new[idx] = u[idx];", "u_new[idx] = u[idx];\n        return;"),
             "jacobi_step",
+        ),
+        (
+            "weights read at an index that differs between threads",
+            WEIGHTED.replace("wts[1] * img", "wts[x % 3] * img"),
+            "smooth_rows",
         ),
         (
             "a transpose: reads strided along x",

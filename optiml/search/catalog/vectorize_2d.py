@@ -11,13 +11,15 @@ boundaries, take that path; the others (the borders, an odd pitch, an unaligned 
 original statements element by element.
 
 Preconditions: a guarded 2-D grid of independent threads; every read and write of a buffer is its
-element (x + dx, y + dy) of one grid with unit stride along x, dx and dy small constants; outputs are
-written at (x, y) only, exactly once on every path through the body (so 4 x R results are always
-there to store), and never read; inputs are never written; elements of 4 bytes (float, int,
-unsigned). Like tile_stencil, an element inside the guarded rectangle is taken to be addressable."""
+element (x + dx, y + dy) of one grid with unit stride along x, dx and dy small constants (or, for a
+buffer only read, an element the same in every thread, such as a filter's weights, left as
+written); outputs are written at (x, y) only, exactly once on every path through the body (so 4 x R
+results are always there to store), and never read; inputs are never written; elements of 4 bytes
+(float, int, unsigned). Like tile_stencil, an element inside the guarded rectangle is taken to be addressable."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from tree_sitter import Node
@@ -123,6 +125,8 @@ def _buffers(ctx: Context, g: Grid2D) -> list[_Buffer] | None:
     for pointer, accesses in by_pointer.items():
         if any(a.atomic for a in accesses):
             return None
+        if all(a.read and not a.write and _uniform(g, a) for a in accesses):
+            continue  # the same elements in every thread (a filter's weights): left as written
         elem = ctx.spec.template.get(ctx.kernel.param(pointer).type_text, "").strip()
         elem = elem or ctx.kernel.param(pointer).type_text.strip()
         elem = " ".join(w for w in elem.split() if w != "const")
@@ -137,6 +141,14 @@ def _buffers(ctx: Context, g: Grid2D) -> list[_Buffer] | None:
             return None
         out.append(_Buffer(pointer, elem, pitch, base, placed, written))
     return out
+
+
+def _uniform(g: Grid2D, access: Access) -> bool:
+    """An access whose element depends on neither x nor y, nor on anything else that differs
+    between threads."""
+    form = g.form(access)
+    parts = g.split(form) if form is not None else None
+    return parts is not None and not parts[0] and not parts[1]
 
 
 def _written_once(g: Grid2D, outputs: set[str]) -> bool:
@@ -257,7 +269,7 @@ def _definition(g: Grid2D, buffers: list[_Buffer], rows: int) -> str:
             # The element's statements, less the declarations the registers made dead (an index
             # only the loads used), and its x and y where they are still read.
             body = emit(ast, live(ast, g.statements, replace, ""), i4, replace)
-            used = words("\n".join(body))
+            used = words(re.sub(r"\.\s*[A-Za-z_]\w*", "", "\n".join(body)))  # not `.x` of a vector
             fast_rows += [
                 f"{i3}{{",
                 *(
