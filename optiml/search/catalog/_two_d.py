@@ -665,11 +665,15 @@ def launch_bounds_fit(ast: KernelAST, threads: int) -> bool:
     return True
 
 
+def element_type(ctx: Context, type_text: str) -> str:
+    """An element type as a kernel writes it, template parameters resolved, qualifiers dropped."""
+    t = ctx.spec.template.get(type_text, type_text).strip()
+    return " ".join(w for w in t.split() if w not in QUALIFIERS)
+
+
 def element_bytes(ctx: Context, type_text: str) -> int | None:
     """The size of an element type as a kernel writes it (template parameters resolved)."""
-    t = ctx.spec.template.get(type_text, type_text).strip()
-    t = " ".join(w for w in t.split() if w not in QUALIFIERS)
-    return _SIZES.get(t)
+    return _SIZES.get(element_type(ctx, type_text))
 
 
 _SIZES = {

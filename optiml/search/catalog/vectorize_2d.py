@@ -28,7 +28,7 @@ from optiml.cuda.kernel_ast import Access, Affine, walk, words
 from optiml.search.catalog._gemm import render
 from optiml.search.catalog._two_d import (
     Grid2D,
-    element_bytes,
+    element_type,
     emit,
     fresh,
     grid_2d,
@@ -127,10 +127,8 @@ def _buffers(ctx: Context, g: Grid2D) -> list[_Buffer] | None:
             return None
         if all(a.read and not a.write and _uniform(g, a) for a in accesses):
             continue  # the same elements in every thread (a filter's weights): left as written
-        elem = ctx.spec.template.get(ctx.kernel.param(pointer).type_text, "").strip()
-        elem = elem or ctx.kernel.param(pointer).type_text.strip()
-        elem = " ".join(w for w in elem.split() if w != "const")
-        if elem not in VECTORS or element_bytes(ctx, elem) != 4:
+        elem = element_type(ctx, ctx.kernel.param(pointer).type_text)
+        if elem not in VECTORS:  # 4-byte types only
             return None
         found = grid_offsets(g, accesses)
         if found is None:
@@ -141,6 +139,11 @@ def _buffers(ctx: Context, g: Grid2D) -> list[_Buffer] | None:
             return None
         out.append(_Buffer(pointer, elem, pitch, base, placed, written))
     return out
+
+
+def _tag(n: int) -> str:
+    """An offset as part of a name: 2, m1."""
+    return f"m{-n}" if n < 0 else str(n)
 
 
 def _uniform(g: Grid2D, access: Access) -> bool:
@@ -236,16 +239,14 @@ def _definition(g: Grid2D, buffers: list[_Buffer], rows: int) -> str:
     loads = []
     for (p, k), cols in sorted(needed.items()):
         b = by_name[p]
-        tag = f"m{-k}" if k < 0 else str(k)
         if cols & set(range(LANES)):
-            vec[(p, k)] = name(f"{p}_r{tag}")
+            vec[(p, k)] = name(f"{p}_r{_tag(k)}")
             loads.append(
                 f"{i2}const {VECTORS[b.elem]} {vec[(p, k)]} = "
                 f"*reinterpret_cast<const {VECTORS[b.elem]}*>({b.address(x0, y0, 0, k)});"
             )
         for col in sorted(cols - set(range(LANES))):
-            ctag = f"m{-col}" if col < 0 else str(col)
-            one[(p, k, col)] = name(f"{p}_r{tag}_c{ctag}")
+            one[(p, k, col)] = name(f"{p}_r{_tag(k)}_c{_tag(col)}")
             loads.append(f"{i2}const {b.elem} {one[(p, k, col)]} = *({b.address(x0, y0, col, k)});")
 
     def value(p: str, k: int, col: int) -> str:
@@ -253,12 +254,11 @@ def _definition(g: Grid2D, buffers: list[_Buffer], rows: int) -> str:
 
     outputs = [b for b in buffers if b.written]
     results = {(b.pointer, cc): name(f"{b.pointer}_o{cc}") for b in outputs for cc in range(LANES)}
+    regs = {b.pointer: ", ".join(results[(b.pointer, cc)] for cc in range(LANES)) for b in outputs}
     fast_rows = []
     for rr in range(rows):
         fast_rows.append(f"{i2}{{")
-        for b in outputs:
-            regs = ", ".join(results[(b.pointer, cc)] for cc in range(LANES))
-            fast_rows.append(f"{i3}{b.elem} {regs};")
+        fast_rows += [f"{i3}{b.elem} {regs[b.pointer]};" for b in outputs]
         for cc in range(LANES):
             replace = {}
             for b, a, dx, dy in reads:
@@ -280,12 +280,11 @@ def _definition(g: Grid2D, buffers: list[_Buffer], rows: int) -> str:
                 *body,
                 f"{i3}}}",
             ]
-        for b in outputs:
-            regs = ", ".join(results[(b.pointer, cc)] for cc in range(LANES))
-            fast_rows.append(
-                f"{i3}*reinterpret_cast<{VECTORS[b.elem]}*>({b.address(x0, y0, 0, rr)}) = "
-                f"make_{VECTORS[b.elem]}({regs});"
-            )
+        fast_rows += [
+            f"{i3}*reinterpret_cast<{VECTORS[b.elem]}*>({b.address(x0, y0, 0, rr)}) = "
+            f"make_{VECTORS[b.elem]}({regs[b.pointer]});"
+            for b in outputs
+        ]
         fast_rows.append(f"{i2}}}")
 
     aligned = [f"(reinterpret_cast<unsigned long long>({b.pointer}) & 15) == 0" for b in buffers]
@@ -294,14 +293,12 @@ def _definition(g: Grid2D, buffers: list[_Buffer], rows: int) -> str:
             test = f"{paren(render(form))} % {LANES} == 0"
             if form and test not in aligned:
                 aligned.append(test)
-    inside = [
+    inside = [f"{x0} >= {-min(dxs)}"] if min(dxs) < 0 else []
+    inside += [f"{y0} >= {-min(dys)}"] if min(dys) < 0 else []
+    inside += [
         f"{x0} + {LANES - 1 + max(dxs)} < {paren(g.x.bound)}",
         f"{y0} + {rows - 1 + max(dys)} < {paren(g.y.bound)}",
     ]
-    if min(dxs) < 0:
-        inside.insert(0, f"{x0} >= {-min(dxs)}")
-    if min(dys) < 0:
-        inside.insert(1 if min(dxs) < 0 else 0, f"{y0} >= {-min(dys)}")
     fast = f" &&\n{i2}    ".join(aligned + inside)
     lines = [
         f"{i1}// This thread's elements: columns {x0} .. {x0} + {LANES - 1} of "
