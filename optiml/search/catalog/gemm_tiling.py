@@ -10,7 +10,7 @@ from optiml.search.catalog.base import Context, Proposal, Transformation
 
 # For large problems, ranked by their times on the naive SGEMM fixture at 4096^3 on an H200
 # (benchmarks/gemm_configs.py) with the template's earlier copies (a k-contiguous A by word
-# cp.async), 3.23 to 3.54 ms: K tiles of 16 with 8 x 8 outputs per thread (half the barriers and copy
+# cp.async; benchmarks/results/gemm-configs-h200-cp-async.json), 3.23 to 3.58 ms: K tiles of 16 with 8 x 8 outputs per thread (half the barriers and copy
 # rounds per FFMA of K tiles of 8), then 64 x 128 tiles (2048 blocks, 7.8 waves of 264: a shorter
 # tail), then the 128 x 128 x 8 ones; 16 x 8 outputs per thread (255 registers, 4 warps a block) and
 # 256 x 128 tiles last. With A through registers (benchmarks/results/gemm-configs-h200.json, 3.05 to
