@@ -278,7 +278,7 @@ class KernelAST:
                 value = unparen(value)
                 if value.type == "identifier" and self.text(value) in self.pointers:
                     out[name] = (self.text(value), "0")
-                elif value.type == "binary_expression" and _op(value) == "+":
+                elif value.type == "binary_expression" and operator_of(value) == "+":
                     left = unparen(value.child_by_field_name("left"))
                     right = value.child_by_field_name("right")
                     if left.type == "identifier" and self.text(left) in self.pointers:
@@ -318,7 +318,7 @@ class KernelAST:
         node = node if node is not None else self.body
         out = []
         for n in walk(node):
-            if n.type == "pointer_expression" and _op(n) == "*":
+            if n.type == "pointer_expression" and operator_of(n) == "*":
                 arg = unparen(n.child_by_field_name("argument"))
                 if arg.type == "identifier" and self.pointer_of(self.text(arg)):
                     out.append(n)
@@ -434,7 +434,7 @@ class KernelAST:
         stack = [unparen(cond)]
         while stack:
             n = stack.pop()
-            if n.type == "binary_expression" and _op(n) == joiner:
+            if n.type == "binary_expression" and operator_of(n) == joiner:
                 stack.append(unparen(n.child_by_field_name("right")))
                 stack.append(unparen(n.child_by_field_name("left")))
             else:
@@ -444,7 +444,7 @@ class KernelAST:
             if p.type != "binary_expression":
                 exact = False
                 continue
-            op = _op(p)
+            op = operator_of(p)
             left = unparen(p.child_by_field_name("left"))
             right = unparen(p.child_by_field_name("right"))
             want, flip = (">=", "<=") if negated else ("<", ">")
@@ -476,13 +476,13 @@ class KernelAST:
             return {(self.text(node).replace(" ", ""),): 1}
         if t == "cast_expression":
             return self.affine(node.child_by_field_name("value"), env)
-        if t == "unary_expression" and _op(node) in ("-", "+"):
+        if t == "unary_expression" and operator_of(node) in ("-", "+"):
             inner = self.affine(node.child_by_field_name("argument"), env)
             if inner is None:
                 return None
-            return {m: -c for m, c in inner.items()} if _op(node) == "-" else inner
+            return {m: -c for m, c in inner.items()} if operator_of(node) == "-" else inner
         if t == "binary_expression":
-            op = _op(node)
+            op = operator_of(node)
             left = self.affine(node.child_by_field_name("left"), env)
             right = self.affine(node.child_by_field_name("right"), env)
             if left is None or right is None:
@@ -537,7 +537,7 @@ def address_of(ast: KernelAST, node: Node) -> tuple[str, Node | None] | None:
         if found is None or found[1] not in (None, "0"):
             return None
         return found[0], None
-    if node.type == "pointer_expression" and _op(node) == "&":
+    if node.type == "pointer_expression" and operator_of(node) == "&":
         sub = unparen(node.child_by_field_name("argument"))
         if sub.type != "subscript_expression":
             return None
@@ -547,7 +547,7 @@ def address_of(ast: KernelAST, node: Node) -> tuple[str, Node | None] | None:
         if found is None or found[1] not in (None, "0") or idx is None:
             return None
         return found[0], idx.named_children[0]
-    if node.type == "binary_expression" and _op(node) == "+":
+    if node.type == "binary_expression" and operator_of(node) == "+":
         left = unparen(node.child_by_field_name("left"))
         right = unparen(node.child_by_field_name("right"))
         for ptr, off in ((left, right), (right, left)):
@@ -561,7 +561,8 @@ def address_of(ast: KernelAST, node: Node) -> tuple[str, Node | None] | None:
 # ---- small helpers ------------------------------------------------------------------------------
 
 
-def _op(node: Node) -> str:
+def operator_of(node: Node) -> str:
+    """The operator of a unary, binary, update or assignment expression: `+`, `&&`, `+=`, `++`."""
     op = node.child_by_field_name("operator")
     if op is not None:
         return op.type
@@ -622,11 +623,11 @@ def _access_kind(ast: KernelAST, sub: Node) -> tuple[bool, bool, bool]:
     if parent is None:
         return True, False, False
     if parent.type == "assignment_expression" and parent.child_by_field_name("left") == node:
-        op = _op(parent)
+        op = operator_of(parent)
         return op != "=", True, False
     if parent.type == "update_expression":
         return True, True, False
-    if parent.type == "pointer_expression" and _op(parent) == "&":
+    if parent.type == "pointer_expression" and operator_of(parent) == "&":
         call = parent.parent
         while call is not None and call.type == "argument_list":
             call = call.parent

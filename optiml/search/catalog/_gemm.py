@@ -18,6 +18,7 @@ from optiml.cuda.kernel_ast import (
     KernelAST,
     ThreadIndex,
     for_header,
+    operator_of,
     unparen,
     walk,
 )
@@ -647,7 +648,7 @@ def _accumulation(ast: KernelAST, loop: Node) -> tuple[str, str, Node, list[Node
     if target.type != "identifier":
         return None
     acc = ast.text(target)
-    factors = _product(ast, _op(expr), unparen(expr.child_by_field_name("right")), acc)
+    factors = _product(ast, operator_of(expr), unparen(expr.child_by_field_name("right")), acc)
     if factors is None:
         return None
     named = [ast.text(f) for f in factors if f.type == "identifier"]
@@ -665,7 +666,7 @@ def _accumulation(ast: KernelAST, loop: Node) -> tuple[str, str, Node, list[Node
 
 def _product(ast: KernelAST, op: str, right: Node, acc: str) -> list[Node] | None:
     """The two factors that `acc op right` adds to acc."""
-    if op == "=" and right.type == "binary_expression" and _op(right) == "+":
+    if op == "=" and right.type == "binary_expression" and operator_of(right) == "+":
         left, other = (unparen(right.child_by_field_name(f)) for f in ("left", "right"))
         if left.type == "identifier" and ast.text(left) == acc:
             right = other
@@ -683,7 +684,7 @@ def _product(ast: KernelAST, op: str, right: Node, acc: str) -> list[Node] | Non
         return parts[:2]
     elif op != "+=":
         return None
-    if right.type != "binary_expression" or _op(right) != "*":
+    if right.type != "binary_expression" or operator_of(right) != "*":
         return None
     return [unparen(right.child_by_field_name(f)) for f in ("left", "right")]
 
@@ -692,9 +693,9 @@ def _upper_bound(ast: KernelAST, cond: Node, k: str) -> Node | None:
     if cond.type != "binary_expression":
         return None
     left, right = (unparen(cond.child_by_field_name(f)) for f in ("left", "right"))
-    if _op(cond) == "<" and left.type == "identifier" and ast.text(left) == k:
+    if operator_of(cond) == "<" and left.type == "identifier" and ast.text(left) == k:
         return right
-    if _op(cond) == ">" and right.type == "identifier" and ast.text(right) == k:
+    if operator_of(cond) == ">" and right.type == "identifier" and ast.text(right) == k:
         return left
     return None
 
@@ -703,14 +704,14 @@ def _steps_by_one(ast: KernelAST, update: Node, k: str) -> bool:
     """`++k`, `k++`, `k += 1` or `k = k + 1`."""
     if update.type == "update_expression":
         arg = unparen(update.child_by_field_name("argument"))
-        return _op(update) == "++" and arg.type == "identifier" and ast.text(arg) == k
+        return operator_of(update) == "++" and arg.type == "identifier" and ast.text(arg) == k
     if update.type != "assignment_expression":
         return False
     left = unparen(update.child_by_field_name("left"))
     if left.type != "identifier" or ast.text(left) != k:
         return False
     step = ast.affine(update.child_by_field_name("right"))
-    return (_op(update), step) in (("+=", {(): 1}), ("=", {(k,): 1, (): 1}))
+    return (operator_of(update), step) in (("+=", {(): 1}), ("=", {(k,): 1, (): 1}))
 
 
 def _zero_float(ast: KernelAST, prologue: list[Node], acc: str) -> bool:
@@ -770,7 +771,7 @@ def _alias(ast: KernelAST, decls: list[Node], name: str) -> tuple[str, Node | No
             value = unparen(d.child_by_field_name("value"))
             if value.type == "identifier" and ast.text(value) in ast.pointers:
                 return ast.text(value), None
-            if value.type == "binary_expression" and _op(value) == "+":
+            if value.type == "binary_expression" and operator_of(value) == "+":
                 left = unparen(value.child_by_field_name("left"))
                 if left.type == "identifier" and ast.text(left) in ast.pointers:
                     return ast.text(left), value.child_by_field_name("right")
@@ -897,11 +898,11 @@ def _bound_nodes(ast: KernelAST, guard: Guard) -> dict[str, Node] | None:
         if n.type != "binary_expression":
             return None
         left, right = (unparen(n.child_by_field_name(f)) for f in ("left", "right"))
-        if _op(n) == joiner:
+        if operator_of(n) == joiner:
             stack += [right, left]
-        elif _op(n) == want and left.type == "identifier":
+        elif operator_of(n) == want and left.type == "identifier":
             out[ast.text(left)] = right
-        elif _op(n) == flip and right.type == "identifier":
+        elif operator_of(n) == flip and right.type == "identifier":
             out[ast.text(right)] = left
         else:
             return None
@@ -937,7 +938,7 @@ def _safe_epilogue(ast: KernelAST, st: Node) -> bool:
         return False
     if ast.dereferences(st) or ast.pointer_escapes(st):
         return False
-    return not any(n.type == "pointer_expression" and _op(n) == "&" for n in walk(st))
+    return not any(n.type == "pointer_expression" and operator_of(n) == "&" for n in walk(st))
 
 
 def _needed(ast: KernelAST, prologue: list[Node], users: list[Node], acc: str) -> set[int]:
@@ -988,13 +989,6 @@ def _name(ast: KernelAST, declarator: Node) -> str | None:
             return None
         d = d.child_by_field_name("declarator")
     return ast.text(d) if d is not None else None
-
-
-def _op(node: Node) -> str:
-    op = node.child_by_field_name("operator")
-    if op is not None:
-        return op.type
-    return next((c.type for c in node.children if not c.is_named), "")
 
 
 # ---- the new kernel -------------------------------------------------------------------------

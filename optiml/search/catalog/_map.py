@@ -9,7 +9,15 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from optiml.cuda.kernel_ast import BARRIERS, KernelAST, ThreadIndex, _op, for_header, unparen, walk
+from optiml.cuda.kernel_ast import (
+    BARRIERS,
+    KernelAST,
+    ThreadIndex,
+    for_header,
+    operator_of,
+    unparen,
+    walk,
+)
 from optiml.search.catalog.base import Context
 
 BUILTINS = ("threadIdx", "blockIdx", "blockDim", "gridDim")
@@ -137,13 +145,13 @@ def _strided_map(
     body that works on element `i` alone."""
     var = index.var
     cond = unparen(cond)
-    if cond.type != "binary_expression" or _op(cond) != "<":
+    if cond.type != "binary_expression" or operator_of(cond) != "<":
         return None
     left, bound = unparen(cond.child_by_field_name("left")), cond.child_by_field_name("right")
     if left.type != "identifier" or ast.text(left) != var or var in ast.identifiers(bound):
         return None
     update = unparen(update)
-    if update.type != "assignment_expression" or _op(update) != "+=":
+    if update.type != "assignment_expression" or operator_of(update) != "+=":
         return None
     step = ast.affine(update.child_by_field_name("right"))
     if ast.text(update.child_by_field_name("left")) != var or step != {

@@ -12,7 +12,16 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from optiml.cuda.kernel_ast import KernelAST, address_of, for_header, inside, unparen, walk, words
+from optiml.cuda.kernel_ast import (
+    KernelAST,
+    address_of,
+    for_header,
+    inside,
+    operator_of,
+    unparen,
+    walk,
+    words,
+)
 from optiml.cuda.types import DTYPES, DType
 from optiml.expr import Expr, ExprError
 from optiml.search.catalog.base import Context
@@ -46,13 +55,6 @@ INDENT = "    "
 # A replacement of a node by text built from its parts: it gets a function that renders any node
 # inside it with the leaf replacements (vector components) applied.
 Edit = Callable[[Callable[[Node], str]], str]
-
-
-def operator_of(node: Node) -> str:
-    op = node.child_by_field_name("operator")
-    if op is not None:
-        return op.type
-    return next((c.type for c in node.children if not c.is_named), "")
 
 
 def squash(text: str) -> str:

@@ -10,7 +10,15 @@ from dataclasses import dataclass, field
 
 from tree_sitter import Node
 
-from optiml.cuda.kernel_ast import Access, KernelAST, ThreadIndex, _op, for_header, unparen, walk
+from optiml.cuda.kernel_ast import (
+    Access,
+    KernelAST,
+    ThreadIndex,
+    for_header,
+    operator_of,
+    unparen,
+    walk,
+)
 
 # Accumulator types `__shfl_xor_sync` takes.
 SHUFFLE_TYPES = frozenset(
@@ -319,9 +327,9 @@ def _header(ast: KernelAST, loop: Node) -> tuple[str, str, Node, int] | None:
         return None
     left = unparen(cond.child_by_field_name("left"))
     right = unparen(cond.child_by_field_name("right"))
-    if _op(cond) == "<" and _is_name(ast, left, var):
+    if operator_of(cond) == "<" and _is_name(ast, left, var):
         bound = right
-    elif _op(cond) == ">" and _is_name(ast, right, var):
+    elif operator_of(cond) == ">" and _is_name(ast, right, var):
         bound = left
     else:
         return None
@@ -332,16 +340,22 @@ def _header(ast: KernelAST, loop: Node) -> tuple[str, str, Node, int] | None:
 
 def _unit_step(ast: KernelAST, update: Node, var: str) -> bool:
     if update.type == "update_expression":
-        return _op(update) == "++" and _is_name(ast, update.child_by_field_name("argument"), var)
+        return operator_of(update) == "++" and _is_name(
+            ast, update.child_by_field_name("argument"), var
+        )
     if update.type != "assignment_expression":
         return False
     left = update.child_by_field_name("left")
     right = unparen(update.child_by_field_name("right"))
     if not _is_name(ast, left, var):
         return False
-    if _op(update) == "+=":
+    if operator_of(update) == "+=":
         return right.type == "number_literal" and _number(ast.text(right)) == 1
-    if _op(update) == "=" and right.type == "binary_expression" and _op(right) == "+":
+    if (
+        operator_of(update) == "="
+        and right.type == "binary_expression"
+        and operator_of(right) == "+"
+    ):
         a = unparen(right.child_by_field_name("left"))
         b = unparen(right.child_by_field_name("right"))
         for x, y in ((a, b), (b, a)):
@@ -498,17 +512,17 @@ def _update(ast: KernelAST, n: Node, name: str) -> tuple[str, list[Node]] | None
         return "+", [unparen(n.child_by_field_name("argument"))]
     left = unparen(n.child_by_field_name("left"))
     right = unparen(n.child_by_field_name("right"))
-    op = _op(n)
+    op = operator_of(n)
     if op in ("+=", "-="):
         return None if name in ast.identifiers(right) else ("+", [left])
     if op != "=":
         return None
-    if right.type == "binary_expression" and _op(right) in ("+", "-"):
+    if right.type == "binary_expression" and operator_of(right) in ("+", "-"):
         a = unparen(right.child_by_field_name("left"))
         b = unparen(right.child_by_field_name("right"))
         if _is_name(ast, a, name) and name not in ast.identifiers(b):
             return "+", [left, a]
-        if _op(right) == "+" and _is_name(ast, b, name) and name not in ast.identifiers(a):
+        if operator_of(right) == "+" and _is_name(ast, b, name) and name not in ast.identifiers(a):
             return "+", [left, b]
         return None
     if right.type == "call_expression":
@@ -527,7 +541,7 @@ def _if_update(ast: KernelAST, n: Node, name: str, type_text: str) -> tuple[str,
     """`if (X > m) m = X;` (also `m < X`, `>=`, and `<` for a minimum), with no else and X pure:
     `m = fmaxf(m, X)` as people write it. Returns the min/max function of m's type and m's
     identifiers in the statement."""
-    if _op(n) != "=":
+    if operator_of(n) != "=":
         return None
     stmt, owner = n.parent, n.parent.parent
     if owner is not None and owner.type == "compound_statement":
@@ -548,7 +562,7 @@ def _if_update(ast: KernelAST, n: Node, name: str, type_text: str) -> tuple[str,
         unparen(cond.child_by_field_name("left")),
         unparen(cond.child_by_field_name("right")),
     )
-    op = _op(cond)
+    op = operator_of(cond)
     if op not in ("<", "<=", ">", ">="):
         return None
     if _is_name(ast, left, name):  # m < X: X is bigger
@@ -612,7 +626,7 @@ def _unconditional(node: Node, body: Node) -> bool:
                 return False
         if (
             n.type == "binary_expression"
-            and _op(n) in ("&&", "||")
+            and operator_of(n) in ("&&", "||")
             and n.child_by_field_name("left") != child
         ):
             return False
@@ -742,7 +756,7 @@ def _stores(ast: KernelAST, loop: RowLoop, accesses: list[LoopAccess]) -> list[L
             and la.stream.vectorizable
             and not loop.has_continue
             and parent.type == "assignment_expression"
-            and _op(parent) == "="
+            and operator_of(parent) == "="
             and parent.child_by_field_name("left") == a.node
             and parent.parent is not None
             and parent.parent.type == "expression_statement"
@@ -836,7 +850,7 @@ def _online_softmax(
     if exp not in EXPS or len(targs) != 1:
         return None
     diff = unparen(targs[0])
-    if diff.type != "binary_expression" or _op(diff) != "-":
+    if diff.type != "binary_expression" or operator_of(diff) != "-":
         return None
     if not _is_name(ast, diff.child_by_field_name("right"), rm.var):
         return None
@@ -873,9 +887,9 @@ def _summand(ast: KernelAST, e: Node, acc: str) -> Node | None:
     if e.type != "assignment_expression":
         return None
     right = unparen(e.child_by_field_name("right"))
-    if _op(e) == "+=":
+    if operator_of(e) == "+=":
         return right
-    if _op(e) == "=" and right.type == "binary_expression" and _op(right) == "+":
+    if operator_of(e) == "=" and right.type == "binary_expression" and operator_of(right) == "+":
         x = unparen(right.child_by_field_name("left"))
         y = unparen(right.child_by_field_name("right"))
         if _is_name(ast, x, acc):
@@ -900,7 +914,7 @@ def _welford(
     if ea is None:
         return None
     value = _summand(ast, ea, ra.var)
-    if value is None or _op(ea) == "-=" or not _pure(ast, value):
+    if value is None or operator_of(ea) == "-=" or not _pure(ast, value):
         return None
     mean = _mean_of(ast, between, ra.var, first.bound)
     if mean is None:
@@ -939,8 +953,8 @@ def _mean_of(ast: KernelAST, between: list[Node], acc: str, bound: Node) -> str 
             if not _is_name(ast, e.child_by_field_name("left"), acc):
                 return None
             right = unparen(e.child_by_field_name("right"))
-            divided = _op(e) == "/=" and _same_count(ast, right, bound)
-            if not divided and not (_op(e) == "=" and _is_quotient(ast, right, acc, bound)):
+            divided = operator_of(e) == "/=" and _same_count(ast, right, bound)
+            if not divided and not (operator_of(e) == "=" and _is_quotient(ast, right, acc, bound)):
                 return None
             mean = acc
         elif st.type == "declaration":
@@ -961,7 +975,7 @@ def _mean_of(ast: KernelAST, between: list[Node], acc: str, bound: Node) -> str 
 def _is_quotient(ast: KernelAST, e: Node, acc: str, bound: Node) -> bool:
     return (
         e.type == "binary_expression"
-        and _op(e) == "/"
+        and operator_of(e) == "/"
         and _is_name(ast, e.child_by_field_name("left"), acc)
         and _same_count(ast, unparen(e.child_by_field_name("right")), bound)
     )
@@ -978,17 +992,27 @@ def _squared_deviation(ast: KernelAST, loop: RowLoop, acc: str) -> tuple[Node, s
         diff = _difference(ast, unparen(decls[0].child_by_field_name("value")))
         e = _expression(stmts[1])
         term = _summand(ast, e, acc) if e is not None else None
-        if diff is None or term is None or term.type != "binary_expression" or _op(term) != "*":
+        if (
+            diff is None
+            or term is None
+            or term.type != "binary_expression"
+            or operator_of(term) != "*"
+        ):
             return None
         x = unparen(term.child_by_field_name("left"))
         y = unparen(term.child_by_field_name("right"))
-        if _is_name(ast, x, d) and _is_name(ast, y, d) and _op(e) != "-=":
+        if _is_name(ast, x, d) and _is_name(ast, y, d) and operator_of(e) != "-=":
             return diff
         return None
     if len(stmts) == 1:
         e = _expression(stmts[0])
         term = _summand(ast, e, acc) if e is not None else None
-        if term is None or term.type != "binary_expression" or _op(term) != "*" or _op(e) == "-=":
+        if (
+            term is None
+            or term.type != "binary_expression"
+            or operator_of(term) != "*"
+            or operator_of(e) == "-="
+        ):
             return None
         x = _difference(ast, unparen(term.child_by_field_name("left")))
         y = _difference(ast, unparen(term.child_by_field_name("right")))
@@ -1004,7 +1028,7 @@ def _squared_deviation(ast: KernelAST, loop: RowLoop, acc: str) -> tuple[Node, s
 
 def _difference(ast: KernelAST, e: Node) -> tuple[Node, str] | None:
     """(X, mean) for `X - mean` or `mean - X`, X pure; the sign does not matter once squared."""
-    if e.type != "binary_expression" or _op(e) != "-":
+    if e.type != "binary_expression" or operator_of(e) != "-":
         return None
     x = unparen(e.child_by_field_name("left"))
     y = unparen(e.child_by_field_name("right"))

@@ -5,7 +5,7 @@ tolerance is at least 1e-5, and `-use_fast_math` (hardware `__expf`, `__sinf`, .
 
 from __future__ import annotations
 
-from optiml.cuda.kernel_ast import _op, walk
+from optiml.cuda.kernel_ast import operator_of, walk
 from optiml.search.catalog.base import Context, Proposal, Transformation
 
 MATH_CALLS = frozenset(
@@ -43,7 +43,7 @@ class FastMath(Transformation):
         ast = ctx.ast
         calls = {name for name, _ in ast.calls(ast.body)} & MATH_CALLS
         divides = any(
-            n.type == "binary_expression" and _op(n) == "/" for n in walk(ast.body)
+            n.type == "binary_expression" and operator_of(n) == "/" for n in walk(ast.body)
         ) or bool(calls & {"sqrtf", "rsqrtf"})
         rtol = ctx.float_tolerance()
         flags = tuple(f for f in ctx.variant.flags if f not in _ALL)

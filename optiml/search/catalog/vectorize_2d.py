@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from optiml.cuda.kernel_ast import Access, Affine, walk, words
+from optiml.cuda.kernel_ast import Access, Affine, operator_of, walk, words
 from optiml.search.catalog._gemm import render
 from optiml.search.catalog._two_d import (
     Grid2D,
@@ -198,8 +198,7 @@ def _writes(g: Grid2D, node: Node, outputs: set[str]) -> dict[str, int] | None:
             parent = a.node.parent
             while parent is not None and parent != node:
                 if parent.type == "conditional_expression" or (
-                    parent.type == "binary_expression"
-                    and ast.text(parent.child_by_field_name("operator")) in ("&&", "||")
+                    parent.type == "binary_expression" and operator_of(parent) in ("&&", "||")
                 ):
                     return None
                 parent = parent.parent
