@@ -75,6 +75,21 @@ struct alignas(16) double2 { double x, y; };
 #define __constant__ static
 #define __align__(n) alignas(n)
 template <class T> T __ldg(const T* p) { return *p; }
+template <class T> T __ldcg(const T* p) { return *p; }
+template <class T> void __stcg(T* p, T v) { *p = v; }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+// The block's threads vote at a barrier: 3 barriers, so that a vote of the next call cannot be
+// cleared by this one's reset.
+std::atomic<int> vote_or;
+inline int __syncthreads_or(int p) {
+    if (p) vote_or = 1;
+    __syncthreads();
+    const int out = vote_or;
+    __syncthreads();
+    if (linear_tid() == 0) vote_or = 0;
+    __syncthreads();
+    return out;
+}
 template <class A, class B> auto min(A a, B b) { return a < b ? a : b; }
 template <class A, class B> auto max(A a, B b) { return a < b ? b : a; }
 inline float __expf(float x) { return std::exp(x); }

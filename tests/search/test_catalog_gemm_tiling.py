@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from optiml.harness.build import build_kernel
-from optiml.search.catalog import Context, by_name, gemm_tiling
+from optiml.search.catalog import Context, Proposal, by_name, gemm_tiling
+from optiml.search.catalog._gemm import HELPERS, definition, match, render, stream_k_grid
 from optiml.search.variant import Variant
 from tests.host_cuda import HOST_CP_ASYNC, mismatches, run_against
 from tests.support import FIXTURES, GOOD
@@ -216,22 +217,54 @@ NOT_GEMM = [
 def test_proposes_ranked_configs_on_the_fixture():
     ctx = fixture("sgemm.cu", "sgemm_naive")
     proposals = propose(ctx)
-    assert 3 <= len(proposals) <= 8
+    assert 3 <= len(proposals) <= 12
     weights = [p.weight for p in proposals]
     assert weights == sorted(weights, reverse=True)
     for p in proposals:
         out = variant(ctx, p)
         threads = p.params["threads"]
         assert out.spec.launch.block == [str(threads)]
-        assert out.spec.launch.grid == [
-            f"cdiv(N, {p.params['bn']})",
-            f"cdiv(M, {p.params['bm']})",
-        ]
+        tiles = [f"cdiv(N, {p.params['bn']})", f"cdiv(M, {p.params['bm']})"]
+        if "stream_k" in p.params:
+            assert out.spec.launch.grid == [stream_k_grid(" * ".join(tiles), p.params["stream_k"])]
+        else:
+            assert out.spec.launch.grid == tiles
         assert f"__launch_bounds__({threads}," in out.definition
         # the contract stays the original's
         assert out.spec.buffers == ctx.spec.buffers and out.spec.sizes == ctx.spec.sizes
         assert (out.spec.rtol, out.spec.atol) == (ctx.spec.rtol, ctx.spec.atol)
         assert [q.declared for q in out.kernel.params] == [q.declared for q in ctx.kernel.params]
+
+
+def test_stream_k_twins_where_the_last_wave_is_not_whole():
+    """At 4096^3, 1024 tiles of 128 x 128 on 132 SMs x 2 blocks leave the last of 4 waves 88 %
+    full: the configs that measured faster with stream-K get a twin over their blocks per SM times
+    132, ranked just above them; where a config's waves come out whole there is none."""
+    ctx = fixture("sgemm.cu", "sgemm_naive")
+    proposals = propose(ctx)
+    twins = [p for p in proposals if "stream_k" in p.params]
+    flagged = [c for c, _ in gemm_tiling.LARGE if c.stream_k]
+    assert [{k: v for k, v in p.params.items() if k != "stream_k"} for p in twins] == [
+        c.params for c in flagged
+    ]
+    assert [p.params["stream_k"] for p in twins] == [132 * c.min_blocks for c in flagged]
+    first = proposals[0]
+    assert first.params == {**gemm_tiling.LARGE[0][0].params, "stream_k": 264}
+    assert "stream-K over 264 blocks" in first.summary
+    out = variant(ctx, first)
+    assert "Tiling<128, 128, 16, 2, 2, 2, true, false, 2, 264>" in out.definition
+    assert "launches of this kernel must not overlap" in out.definition
+    # whole waves of 264 blocks and a tile each where the grid is smaller than one wave
+    assert out.spec.case(out.spec.sizes[0]).grid == (1024 - 1024 % 264, 1, 1)
+    assert out.spec.case(out.spec.sizes[1]).grid == (8 * 7, 1, 1)
+
+    # M = 4224: 1056 tiles of 128 x 128, 4 whole waves; 2112 of 64 x 128 on 396 slots, 5.33
+    whole = _with(FIXTURE, "(4096, 4096, 4096), (1000", "(4224, 4096, 4096), (1000")
+    twins = [p.params for p in propose(context(whole, "sgemm_naive")) if "stream_k" in p.params]
+    assert [(t["bm"], t["bn"], t["stream_k"]) for t in twins] == [(64, 128, 396)]
+    # 114 SMs: 1024 tiles of 128 x 128 on 228 slots end 49 % full; 2048 of 64 x 128 on 342, 99 %
+    other = Context.of(Variant(FIXTURE), str(FIXTURES / "sgemm.cu"), "sgemm_naive", sm_count=114)
+    assert {p.params.get("stream_k") for p in propose(other)} == {None, 228}
 
 
 def test_small_problems_rank_the_small_tiles_first():
@@ -434,15 +467,34 @@ __global__ void gemm_layout(int M, int N, int K, float alpha, const float* A, co
 """
 
 
+def _stream_k(ctx: Context, config, blocks: int, grid: str | None = None) -> Context:
+    """The config's stream-K variant over `blocks` blocks, on the launch the catalog makes of it
+    (or on `grid`)."""
+    g = match(ctx.ast)
+    tiles = f"cdiv({render(g.n)}, {config.bn}) * cdiv({render(g.m)}, {config.bm})"
+    out = ctx.rewrite(
+        definition(g, config, stream_k=blocks),
+        launch=([grid or stream_k_grid(tiles, blocks)], [str(config.threads)], "0"),
+        helpers=HELPERS,
+    )
+    return variant(ctx, Proposal({}, "", out))
+
+
 # The vector path (M, N and K multiples of 4): partial tiles in M and N, K of 5, 2.5 and 1 tiles of
 # 8 (2.5, 1.25, 0.5 of 16), so that the ring of stages turns and stops at each place in it; then
-# the fallback (K, and N or M, not multiples of 4).
+# the fallback (K, and N or M, not multiples of 4). With 128 x 128 tiles on 3 stream-K blocks: 4
+# tiles on a grid of 3 (all split, runs of 4/3 tiles; 2 blocks: whole waves, a tile each), a
+# single tile, 2 tiles (a grid under a wave); 8 tiles on a grid of 6 (3 whole, then 5 in runs of
+# 5/3; 2 blocks: whole waves); 5 tiles on a grid of 3 (runs of 5/3; 2 blocks: a grid of 4, 2
+# whole, then 3 in runs of 3/2) with the fallback's copies.
 LAYOUT_SIZES = [
     {"M": 132, "N": 136, "K": 40},
     {"M": 68, "N": 72, "K": 20},
     {"M": 36, "N": 132, "K": 8},
     {"M": 70, "N": 45, "K": 37},
     {"M": 130, "N": 68, "K": 13},
+    {"M": 900, "N": 100, "K": 40},
+    {"M": 600, "N": 100, "K": 37},
 ]
 
 
@@ -450,12 +502,49 @@ LAYOUT_SIZES = [
 @pytest.mark.parametrize("b_k", [True, False], ids=["B-k-contiguous", "B-n-contiguous"])
 @pytest.mark.parametrize("a_k", [True, False], ids=["A-k-contiguous", "A-m-contiguous"])
 def test_every_config_computes_what_the_original_does_in_every_layout(a_k, b_k, tmp_path):
+    """The catalog's proposals (at 4096^3: data-parallel at these sizes, twins included), then the
+    configs with a twin on stream-K over 3 and 2 blocks, and over 3 blocks on a grid the launch
+    would not make (2 blocks: tiles taken in turn), against the original on the CPU."""
     ctx = context(_layout_kernel(a_k, b_k), "gemm_layout")
     proposals = propose(ctx)
-    assert len(proposals) == len(gemm_tiling.LARGE) + len(gemm_tiling.SMALL)
+    twins = [c for c, _ in gemm_tiling.LARGE if c.stream_k]  # 1024 tiles: 3.88 waves of 264
+    assert len(proposals) == len(gemm_tiling.LARGE) + len(gemm_tiling.SMALL) + len(twins)
     # the register path is among them wherever the layout has a k-contiguous operand
     configs = {tuple(c.params.items()): c for c, _ in gemm_tiling.LARGE + gemm_tiling.SMALL}
-    staged = [configs[tuple(p.params.items())].staged(a_k, b_k) for p in proposals]
+    staged = [
+        configs[tuple((k, v) for k, v in p.params.items() if k != "stream_k")].staged(a_k, b_k)
+        for p in proposals
+    ]
     assert any(a or b for a, b in staged) == (a_k or b_k)
-    bad = run_against(ctx, [variant(ctx, p) for p in proposals], LAYOUT_SIZES, tmp_path)
-    assert bad == [0] * len(proposals), [p.params for p in proposals]
+    candidates = [variant(ctx, p) for p in proposals]
+    candidates += [_stream_k(ctx, c, blocks) for c in twins for blocks in (3, 2)]
+    candidates.append(_stream_k(ctx, twins[0], 3, grid="2"))
+    bad = run_against(ctx, candidates, LAYOUT_SIZES, tmp_path)
+    assert bad == [0] * len(candidates), [p.params for p in proposals]
+
+
+# ---- stream-K ---------------------------------------------------------------------------------
+
+
+@needs_gxx
+def test_stream_k_catches_a_lost_partial_sum(tmp_path):
+    """The check above can fail: a block that split a tile but never hands its part over."""
+    ctx = context(_layout_kernel(True, False), "gemm_layout")
+    good = _stream_k(ctx, gemm_tiling.LARGE[0][0], 3)
+    text = good.source.text
+    assert text.count("for (int q = j0 + 1; q <= j1; ++q)") == 1
+    lost = text.replace("for (int q = j0 + 1; q <= j1; ++q)", "for (int q = j0 + 1; q < j1; ++q)")
+    broken = Context.of(Variant(lost), ctx.source.path, ctx.kernel.name)
+    assert mismatches(ctx, broken, LAYOUT_SIZES[:1], tmp_path) > 0
+
+
+@needs_nvcc
+def test_stream_k_ptx_hands_partial_sums_over_through_l2():
+    ctx = fixture("sgemm.cu", "sgemm_naive")
+    (twin,) = [p for p in propose(ctx)[:1] if "stream_k" in p.params]
+    ptx = _ptx(variant(ctx, twin))
+    assert re.search(r"st\.global\.cg\.v4\.f32", ptx)  # the parts, past L1
+    assert re.search(r"ld\.global\.cg\.v4\.f32", ptx)
+    assert re.search(r"atom\.global(\.\w+)*\.add\.u32", ptx)  # the arrivals
+    assert "membar.gl" in ptx or "fence.sc.gpu" in ptx or "fence.acq_rel.gpu" in ptx
+    assert "bar.red.or.pred" in ptx  # the last block to arrive, voted at the barrier

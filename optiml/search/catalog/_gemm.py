@@ -1,8 +1,9 @@
 """The naive GEMM that `gemm_tiling` rewrites, read off the kernel's tree, and the tiled SGEMM it
 becomes: `HELPERS` (a register-blocked, shared-memory tiled SGEMM template, FFMA only: k-contiguous
 operands staged through registers with 128-bit loads, the others copied by 16-byte cp.async, word
-cp.asyncs in an out-of-line fallback where vectors do not apply), `match` (the analysis) and
-`definition` (the new kernel: the template's main loop, the user's epilogue per output element)."""
+cp.asyncs in an out-of-line fallback where vectors do not apply; a tile per block, or stream-K for
+the last wave), `match` (the analysis) and `definition` (the new kernel: the template's main loop,
+the user's epilogue per output element)."""
 
 from __future__ import annotations
 
@@ -30,13 +31,14 @@ HELPERS = r"""#ifndef OPTIML_SGEMM_TILING
 #define OPTIML_SGEMM_TILING
 
 // Register-blocked, shared-memory tiled SGEMM on the FP32 pipes: FFMA only, no tensor cores, each
-// output an fp32 sum over k in increasing order, one fused multiply-add per term. A block computes a
-// BM x BN tile of C from K tiles of BK held in a ring of STAGES shared-memory stages; each thread
-// owns TM x TN outputs in registers. On the vector path an operand whose k is contiguous in global
-// memory goes through registers (128-bit loads along k, stored transposed into the stage a tile
-// later) and the other one by 16-byte cp.async; where vectors do not apply (K, a leading dimension
-// or an extent not a multiple of 4, a base not 16-byte aligned) both go by 4-byte cp.async, in a copy
-// of the main loop kept out of line.
+// output an fp32 sum over k in increasing order, one fused multiply-add per term (with stream-K, a
+// tile split between blocks: such sums over consecutive runs of k, added in order). A block
+// computes a BM x BN tile of C from K tiles of BK held in a ring of STAGES shared-memory stages;
+// each thread owns TM x TN outputs in registers. On the vector path an operand whose k is
+// contiguous in global memory goes through registers (128-bit loads along k, stored transposed
+// into the stage a tile later) and the other one by 16-byte cp.async; where vectors do not apply
+// (K, a leading dimension or an extent not a multiple of 4, a base not 16-byte aligned) both go by
+// 4-byte cp.async, in a copy of the main loop kept out of line.
 extern "C++" {  // templates, also where the kernel is inside extern "C"
 namespace optiml_sgemm {
 
@@ -111,15 +113,19 @@ struct Operand {
         int ld, extent, K;
 
         __device__ __forceinline__ Stream(const float* base, int ld_, int extent_, int K_, int x0,
-                                          int tid)
+                                          int k0, int tid)
             : ld(ld_), extent(extent_), K(K_) {
             const int dx = REGS            ? tid / 2
                            : K_CONTIGUOUS ? tid / 8
                            : VEC          ? tid % (BX / 4) * 4
                                           : tid % BX;
-            k = REGS ? tid % 2 * 4 : K_CONTIGUOUS ? tid % 8 : VEC ? tid / (BX / 4) : tid / BX;
+            const int dk = REGS            ? tid % 2 * 4
+                           : K_CONTIGUOUS ? tid % 8
+                           : VEC          ? tid / (BX / 4)
+                                          : tid / BX;
             x = x0 + dx;
-            dst = k * LD + dx;
+            k = k0 + dk;
+            dst = dk * LD + dx;
             src = base + (K_CONTIGUOUS ? (long long)x * ld + k : (long long)k * ld + x);
         }
 
@@ -189,8 +195,12 @@ struct Operand {
 // The block's threads as warps of WM x WN, each lane holding RM x RN groups of 4 x 4 outputs: a
 // lane's groups are 16 rows (32 columns) apart, so that the lanes reading one k row of a stage read
 // 4 (8) consecutive 16-byte vectors, served as broadcasts without bank conflicts.
+// SK = 0: a 2-D grid, a block per tile of C (blockIdx.x along N). SK > 0: a 1-D grid and stream-K
+// (Osama et al., PPoPP 2023) over SK blocks, where the grid is what the launch makes of it (see
+// `schedule`); the partial sums of a tile split between blocks go through a static workspace, so
+// two launches of the kernel must not run at the same time (on two streams).
 template <int BM, int BN, int BK, int RM, int RN, int STAGES, bool A_K_CONTIGUOUS,
-          bool B_K_CONTIGUOUS, int REG_VECS>
+          bool B_K_CONTIGUOUS, int REG_VECS, int SK = 0>
 struct Tiling {
     static constexpr int LANES_M = 4, LANES_N = 8;
     static constexpr int TM = 4 * RM, TN = 4 * RN;
@@ -224,7 +234,7 @@ struct Tiling {
                                                Epilogue epilogue) {
         float* smem = reinterpret_cast<float*>(smem4);
         if (A::vectorizable(a, lda, M, K) && B::vectorizable(b, ldb, N, K))
-            tile<true>(smem, a, lda, b, ldb, M, N, K, epilogue);
+            schedule<true>(smem, a, lda, b, ldb, M, N, K, epilogue);
         else
             fallback(smem, a, lda, b, ldb, M, N, K, epilogue);
     }
@@ -235,7 +245,120 @@ struct Tiling {
     __device__ __noinline__ static void fallback(float* smem, const float* a, int lda,
                                                  const float* b, int ldb, int M, int N, int K,
                                                  Epilogue epilogue) {
-        tile<false>(smem, a, lda, b, ldb, M, N, K, epilogue);
+        schedule<false>(smem, a, lda, b, ldb, M, N, K, epilogue);
+    }
+
+    // The block's work. Without stream-K, the tile (blockIdx.y, blockIdx.x). With it, on a grid of
+    // G blocks for T tiles of I K tiles each: G = T where T < SK or SK divides T, and then a tile
+    // per block; else G = T - T % SK (whole waves of SK blocks), the first G - SK blocks a tile
+    // each and the last SK blocks the remaining SK + T % SK tiles' K tiles in equal runs, each at
+    // most 2 tiles long, so that the last wave ends level instead of leaving T % SK blocks' worth
+    // of the GPU idle. Any other grid: tiles blockIdx.x, + G, ... (correct, not balanced).
+    template <bool VEC, class Epilogue>
+    __device__ __forceinline__ static void schedule(float* smem, const float* a, int lda,
+                                                    const float* b, int ldb, int M, int N, int K,
+                                                    Epilogue epilogue) {
+        const int I = (K + BK - 1) / BK;
+        float acc[TM][TN];
+        if constexpr (SK == 0) {
+            const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+            product<VEC>(smem, a, lda, b, ldb, M, N, K, m0, n0, 0, I, acc);
+            store(smem, m0, n0, acc, epilogue);
+        } else {
+            const int tiles_n = (N + BN - 1) / BN, T = (M + BM - 1) / BM * tiles_n;
+            const int G = gridDim.x;
+            const bool streamed = I > 0 && G < T && G >= SK && T - (G - SK) <= 2 * SK;
+            const int dp = streamed ? G - SK : T;  // tiles taken whole, a block each
+            int t = blockIdx.x;
+            long long it = 0, end = 0;  // the block's run of K tiles, counted over all tiles
+            if (streamed && t >= dp) {
+                it = begin(t - dp, dp, T, I);
+                end = begin(t - dp + 1, dp, T, I);
+                t = T;
+            }
+            for (;;) {
+                int tile, kb, ke;
+                if (t < dp) {
+                    tile = t, kb = 0, ke = I;
+                    t += G;
+                } else if (it < end) {
+                    tile = static_cast<int>(it / I);
+                    kb = static_cast<int>(it - (long long)tile * I);
+                    ke = static_cast<int>(min((long long)I, kb + (end - it)));
+                    it += ke - kb;
+                } else {
+                    break;
+                }
+                const int m0 = tile / tiles_n * BM, n0 = tile % tiles_n * BN;
+                product<VEC>(smem, a, lda, b, ldb, M, N, K, m0, n0, kb, ke, acc);
+                if ((kb == 0 && ke == I) || fixup(blockIdx.x - dp, tile, dp, T, I, acc))
+                    store(smem, m0, n0, acc, epilogue);
+                __syncthreads();  // the stages and rows are free for the next tile
+            }
+        }
+    }
+
+    // Where stream-K block j's run of K tiles starts, counted over all tiles.
+    __device__ __forceinline__ static long long begin(int j, int dp, int T, int I) {
+        const long long total = (long long)(T - dp) * I;
+        return (long long)dp * I + total * j / SK;
+    }
+
+    // Partial sums of tiles split between stream-K blocks: 2 slots of BM x BN per block (the part
+    // of the first tile it meets, and of its last), each thread's outputs as consecutive vectors.
+    static constexpr int TILE_VECS = BM * BN / 4;
+    __device__ __forceinline__ static float4* workspace() {
+        static float4 partials[2 * (SK > 0 ? SK : 1) * TILE_VECS];
+        return partials;
+    }
+    __device__ __forceinline__ static unsigned* arrivals() {
+        static unsigned count[2 * (SK > 0 ? SK : 1)];  // per streamed tile, back to 0 after
+        return count;
+    }
+
+    // Stream-K block j holds some of the K tiles of `tile`, not all: it leaves its part in its
+    // slot; the last of the tile's blocks to arrive adds up all parts in the order of k (the same
+    // sum whichever block it is) into acc and returns true, to store the tile; the others, false.
+    __device__ __forceinline__ static bool fixup(int j, int tile, int dp, int T, int I,
+                                                 float (&acc)[TM][TN]) {
+        const int tid = threadIdx.x;
+        const long long first = (long long)tile * I, last = first + I;
+        int j0 = j, j1 = j;
+        while (begin(j0, dp, T, I) > first) --j0;
+        while (j1 + 1 < SK && begin(j1 + 1, dp, T, I) < last) ++j1;
+        float4* ws = workspace();
+        const auto slot = [&](int q) {
+            return ws + (2 * q + (begin(q, dp, T, I) >= first ? 0 : 1)) * (long long)TILE_VECS;
+        };
+        float4* mine = slot(j);
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+#pragma unroll
+            for (int c = 0; c < RN; ++c)
+                __stcg(mine + (i * RN + c) * THREADS + tid,
+                       make_float4(acc[i][4 * c], acc[i][4 * c + 1], acc[i][4 * c + 2],
+                                   acc[i][4 * c + 3]));
+        }
+        __threadfence();
+        unsigned* count = arrivals() + (tile - dp);
+        if (!__syncthreads_or(tid == 0 && atomicAdd(count, 1u) == unsigned(j1 - j0)))
+            return false;
+        if (tid == 0) *count = 0;
+        __threadfence();
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+#pragma unroll
+            for (int c = 0; c < RN; ++c) {
+                float4 sum = __ldcg(slot(j0) + (i * RN + c) * THREADS + tid);
+                for (int q = j0 + 1; q <= j1; ++q) {
+                    const float4 v = __ldcg(slot(q) + (i * RN + c) * THREADS + tid);
+                    sum = make_float4(sum.x + v.x, sum.y + v.y, sum.z + v.z, sum.w + v.w);
+                }
+                acc[i][4 * c] = sum.x, acc[i][4 * c + 1] = sum.y;
+                acc[i][4 * c + 2] = sum.z, acc[i][4 * c + 3] = sum.w;
+            }
+        }
+        return true;
     }
 
     // One k row of a stage: the lane's RM (RN) 4-row groups of A (B), as 128-bit loads.
@@ -302,19 +425,19 @@ struct Tiling {
         }
     }
 
-    template <bool VEC, class Epilogue>
-    __device__ __forceinline__ static void tile(float* smem, const float* a, int lda,
-                                                const float* b, int ldb, int M, int N, int K,
-                                                Epilogue epilogue) {
+    // acc = the sum over K tiles [kb, ke) of the tile of C at (m0, n0), in increasing k.
+    template <bool VEC>
+    __device__ __forceinline__ static void product(float* smem, const float* a, int lda,
+                                                   const float* b, int ldb, int M, int N, int K,
+                                                   int m0, int n0, int kb, int ke,
+                                                   float (&acc)[TM][TN]) {
         const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-        const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
         const int wm = warp / WARPS_N * WM, wn = warp % WARPS_N * WN;
         const int lm = lane / LANES_N * 4, ln = lane % LANES_N * 4;
-        const int tiles = (K + BK - 1) / BK;
-        typename A::template Stream<VEC> ga(a, lda, M, K, m0, tid);
-        typename B::template Stream<VEC> gb(b, ldb, N, K, n0, tid);
+        const int tiles = ke - kb;
+        typename A::template Stream<VEC> ga(a, lda, M, K, m0, kb * BK, tid);
+        typename B::template Stream<VEC> gb(b, ldb, N, K, n0, kb * BK, tid);
 
-        float acc[TM][TN];
 #pragma unroll
         for (int i = 0; i < TM; ++i) {
 #pragma unroll
@@ -357,9 +480,17 @@ struct Tiling {
                     step<VEC>(s, t + s, tiles, smem, sa, sb, ga, gb, ra, rb, fa, fb, acc);
             }
         }
+    }
 
-        // Regroup by rows through shared memory, one row of each lane's 4 x 4 groups at a time:
-        // the warp's 32 lanes then handle 32 consecutive columns.
+    // epilogue(row, col, acc) for the tile of C at (m0, n0), regrouped by rows through shared
+    // memory, one row of each lane's 4 x 4 groups at a time: the warp's 32 lanes then handle 32
+    // consecutive columns.
+    template <class Epilogue>
+    __device__ __forceinline__ static void store(float* smem, int m0, int n0,
+                                                 const float (&acc)[TM][TN], Epilogue epilogue) {
+        const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+        const int wm = warp / WARPS_N * WM, wn = warp % WARPS_N * WN;
+        const int lm = lane / LANES_N * 4, ln = lane % LANES_N * 4;
         wait<0>();
         __syncthreads();
         float* rows = smem + warp * (LANES_M * WN);
@@ -459,6 +590,8 @@ class Config:
     # 128-bit vectors per thread and K tile that k-contiguous operands may stage through registers
     # on the vector path (Tiling::REG_VECS): the most at which the config compiles without spills.
     reg_vecs: int = 8
+    # Whether a twin with stream-K (Tiling::SK) is proposed where the last wave is not whole.
+    stream_k: bool = False
 
     @property
     def tm(self) -> int:
@@ -994,9 +1127,10 @@ def _name(ast: KernelAST, declarator: Node) -> str | None:
 # ---- the new kernel -------------------------------------------------------------------------
 
 
-def definition(g: Gemm, c: Config) -> str:
+def definition(g: Gemm, c: Config, stream_k: int = 0) -> str:
     """The kernel with its body replaced by the tiled GEMM (the epilogue, as written, in a lambda
-    run for each output element) and `__launch_bounds__` for the config's block. The lambda
+    run for each output element) and `__launch_bounds__` for the config's block; `stream_k` > 0:
+    stream-K over that many blocks (a 1-D grid, `stream_k_grid`). The lambda
     captures by value, as the template's out-of-line fallback takes it (by reference, the
     kernel's parameters would go to the stack); that loses nothing: the epilogue assigns only
     its own locals and writes memory through the pointers' copies (`match`)."""
@@ -1022,13 +1156,24 @@ def definition(g: Gemm, c: Config) -> str:
         ]
     )
     inner = unit * 2
+    targs = f"{c.bm}, {c.bn}, {c.bk}, {c.rm}, {c.rn}, {c.stages}, {flags}, {c.reg_vecs}"
+    streamed = []
+    if stream_k:
+        targs += f", {stream_k}"
+        mib = 2 * stream_k * c.bm * c.bn * 4 / 2**20
+        streamed = [
+            f"{unit}// The last wave's tiles shared out along K by {stream_k} blocks (stream-K); "
+            "their partial sums",
+            f"{unit}// go through a static workspace of {mib:.0f} MiB: launches of this kernel "
+            "must not overlap.",
+        ]
     lines = [
         "{",
         f"{unit}// {c.bm} x {c.bn} tiles of C in K steps of {c.bk}, {c.tm} x {c.tn} outputs per "
         "thread;",
         f"{unit}// tile rows from {_layout(g.a, 'row')}, columns from {_layout(g.b, 'column')}.",
-        f"{unit}using {tile} = optiml_sgemm::Tiling<{c.bm}, {c.bn}, {c.bk}, {c.rm}, {c.rn}, "
-        f"{c.stages}, {flags}, {c.reg_vecs}>;",
+        *streamed,
+        f"{unit}using {tile} = optiml_sgemm::Tiling<{targs}>;",
         f"{unit}__shared__ float4 {smem}[{tile}::SMEM_VECS];",
         f"{unit}{tile}::run({args}, [=]({params}) {{",
     ]
@@ -1055,6 +1200,13 @@ def definition(g: Gemm, c: Config) -> str:
             raise ValueError("a kernel without a function declarator")
         replace[(declarator.start_byte, declarator.start_byte)] = f"{bounds} "
     return ast.definition(replace)
+
+
+def stream_k_grid(tiles: str, blocks: int) -> str:
+    """The 1-D grid of a stream-K kernel over `blocks` blocks for `tiles` tiles of C (a spec
+    expression): the tiles, fewer the last wave's where that wave is not whole
+    (`Tiling::schedule`)."""
+    return f"{tiles} - {tiles} % {blocks} * min(1, {tiles} / {blocks})"
 
 
 def _layout(op: Operand, index: str) -> str:
