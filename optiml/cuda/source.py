@@ -43,6 +43,7 @@ class Param:
     const_pointee: bool  # `const float*`
     restrict: bool
     span: Span
+    volatile_pointee: bool = False  # `volatile float*`: every access must happen as written
 
     @property
     def is_pointer(self) -> bool:
@@ -52,7 +53,8 @@ class Param:
     def declared(self) -> str:
         """The parameter's type as a C programmer would read it back, e.g. `const float*`."""
         const = "const " if self.const_pointee else ""
-        return f"{const}{self.type_text}{'*' * self.pointer_depth}"
+        volatile = "volatile " if self.volatile_pointee else ""
+        return f"{const}{volatile}{self.type_text}{'*' * self.pointer_depth}"
 
 
 @dataclass(frozen=True)
@@ -315,8 +317,9 @@ class SourceFile:
 
     def _param(self, decl: Node, index: int) -> Param:
         type_node = decl.child_by_field_name("type")
-        const = any(
-            c.type == "type_qualifier" and self.node_text(c) == "const" for c in decl.named_children
+        const, volatile = (
+            any(c.type == "type_qualifier" and self.node_text(c) == q for c in decl.named_children)
+            for q in ("const", "volatile")
         )
         depth, restrict, name = 0, False, f"arg{index}"
         d = decl.child_by_field_name("declarator")
@@ -332,7 +335,9 @@ class SourceFile:
                 break
             d = d.child_by_field_name("declarator")
         type_text = " ".join(self.node_text(type_node).split()) if type_node is not None else "int"
-        return Param(name, type_text, depth, const, restrict, self.span(decl))
+        return Param(
+            name, type_text, depth, const, restrict, self.span(decl), volatile and depth > 0
+        )
 
     def _template_params(self, tdecl: Node) -> tuple[TemplateParam, ...]:
         plist = tdecl.child_by_field_name("parameters")

@@ -84,7 +84,7 @@ class OfflinePolicy:
             return []
         out: list[Candidate] = []
         for name, t in self.catalog.items():
-            if t.once and name in request.applied:
+            if (t.once and name in request.applied) or not t.applies(ctx):
                 continue
             try:
                 proposals = t.propose(ctx)

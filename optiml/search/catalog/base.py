@@ -124,6 +124,16 @@ class Transformation(ABC):
     # per row, privatizing, ...), 0.5 for a light touch that rarely moves a kernel far on its own
     # (qualifiers, launch bounds, unrolling, block size, fast math, a grid-stride loop).
     gain: ClassVar[float] = 1.0
+    # Whether every load and store stays as the kernel has it (each thread's, of the same width, in
+    # the same order): the only edits the offline policy makes of a kernel with a `volatile`
+    # pointee among its parameters (`applies`), whose accesses may not be merged, widened, staged
+    # or reordered.
+    keeps_accesses: ClassVar[bool] = False
+
+    def applies(self, ctx: Context) -> bool:
+        """Whether the kernel is one this transformation may edit at all: not one with volatile
+        memory, unless it keeps every access as written."""
+        return self.keeps_accesses or not any(p.volatile_pointee for p in ctx.kernel.params)
 
     @abstractmethod
     def propose(self, ctx: Context) -> list[Proposal]:

@@ -19,6 +19,7 @@ class BlockSize(Transformation):
     name = "block_size"
     addresses = LATENCY | frozenset({"dram", "occupancy"})
     gain = 0.5
+    keeps_accesses = True
     description = "block size and shape (the grid follows)"
     once = False
 

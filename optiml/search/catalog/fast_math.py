@@ -34,6 +34,7 @@ class FastMath(Transformation):
     name = "fast_math"
     addresses = frozenset({"compute", "latency"})
     gain = 0.5
+    keeps_accesses = True
     description = "approximate division/sqrt, or -use_fast_math, within the spec's tolerance"
 
     def propose(self, ctx: Context) -> list[Proposal]:

@@ -12,6 +12,7 @@ class GridStride(Transformation):
     name = "grid_stride"
     addresses = MEMORY | LATENCY | frozenset({"dram"})
     gain = 0.5
+    keeps_accesses = True
     description = "grid-stride loop, each thread several elements (thread coarsening)"
 
     def propose(self, ctx: Context) -> list[Proposal]:

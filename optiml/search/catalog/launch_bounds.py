@@ -11,6 +11,7 @@ class LaunchBounds(Transformation):
     name = "launch_bounds"
     addresses = frozenset({"occupancy", "latency", "spilling"})
     gain = 0.5
+    keeps_accesses = True
     description = "__launch_bounds__ with the launch's block size"
 
     def propose(self, ctx: Context) -> list[Proposal]:

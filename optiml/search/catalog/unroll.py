@@ -11,6 +11,7 @@ class Unroll(Transformation):
     name = "unroll"
     addresses = frozenset({"latency", "l1_shared", "l2", "compute"})
     gain = 0.5
+    keeps_accesses = True
     description = "#pragma unroll on innermost loops"
 
     def propose(self, ctx: Context) -> list[Proposal]:
