@@ -285,6 +285,35 @@ class KernelAST:
                         out[name] = (self.text(left), self.text(right))
         return out
 
+    def volatile_memory(self) -> set[str]:
+        """The pointer parameters whose memory the kernel reaches as `volatile`: declared so, or
+        read through a local volatile pointer or a cast to one (`const volatile int* flag =
+        ready + i;`) that the parameter initializes. Volatile pointers into shared memory are not
+        among them."""
+        out = {p.name for p in self.kernel.params if p.volatile_pointee}
+        for n in walk(self.body):
+            if n.type not in ("declaration", "cast_expression"):
+                continue
+            qualified = n if n.type == "declaration" else n.child_by_field_name("type")
+            if qualified is None or not any(
+                c.type == "type_qualifier" and self.text(c) == "volatile"
+                for c in qualified.named_children
+            ):
+                continue
+            if n.type == "declaration":
+                values = [
+                    d.child_by_field_name("value")
+                    for d in n.children_by_field_name("declarator")
+                    if d.type == "init_declarator"
+                    and d.child_by_field_name("declarator").type == "pointer_declarator"
+                ]
+            else:
+                values = [n.child_by_field_name("value")]
+            for v in values:
+                if v is not None:
+                    out |= self.identifiers(v) & self.pointers
+        return out
+
     def pointer_of(self, name: str) -> tuple[str, str | None] | None:
         """The parameter a pointer name stands for, and the alias offset (None for the parameter)."""
         if name in self.pointers:

@@ -1,10 +1,15 @@
-"""The offline policy's catalog-wide precondition: a kernel with volatile memory among its
-parameters gets only the edits that keep every load and store as written (block size, launch
-bounds, unrolling, a grid-stride loop, fast math); vectorizing, tiling or staging it would merge,
-widen or reorder accesses that `volatile` says must each happen."""
+"""The offline policy's catalog-wide precondition: a kernel that reaches a parameter's memory as
+volatile (declared so, or through a local volatile pointer or cast) gets only the edits that keep
+every load and store as written (block size, launch bounds, unrolling, a grid-stride loop, fast
+math); vectorizing, tiling or staging it would merge, widen or reorder accesses that `volatile`
+says must each happen."""
 
 from __future__ import annotations
 
+import pytest
+
+from optiml.cuda.kernel_ast import KernelAST
+from optiml.cuda.source import SourceFile
 from optiml.search.catalog import CATALOG
 from optiml.search.policy import OfflinePolicy, Request
 from optiml.search.variant import Variant
@@ -37,8 +42,6 @@ def test_volatile_memory_gets_only_edits_that_keep_its_accesses():
 
 
 def test_volatile_is_read_off_the_pointee_not_the_pointer():
-    from optiml.cuda.source import SourceFile
-
     src = SourceFile(
         "__global__ void k(const volatile float* a, float* volatile b, float volatile* c, int n)"
         " {}",
@@ -48,3 +51,38 @@ def test_volatile_is_read_off_the_pointee_not_the_pointer():
     assert [params[n].volatile_pointee for n in "abcn"] == [True, False, True, False]
     assert params["a"].declared == "const volatile float*"
     assert params["b"].declared == "float*"
+
+
+@pytest.mark.parametrize(
+    "body,volatile",
+    [
+        ("b[0] = a[0];", set()),
+        # a spin on a flag in global memory, through a local pointer or a cast
+        ("const volatile int* f = flags + blockIdx.x; while (*f < 1) {} b[0] = 1;", {"flags"}),
+        ("while (((volatile int*)flags)[blockIdx.x] < 1) {} b[0] = 1;", {"flags"}),
+        # warp-synchronous code on shared memory, a volatile scalar: no volatile global memory
+        (
+            "__shared__ float s[64]; volatile float* v = s; v[threadIdx.x] = a[0]; b[0] = v[0];",
+            set(),
+        ),
+        ("volatile float x = a[0]; b[0] = x;", set()),
+    ],
+    ids=["plain", "local-pointer", "cast", "shared", "scalar"],
+)
+def test_volatile_memory_is_found_where_the_kernel_reaches_it(body, volatile):
+    text = f"__global__ void k(const float* a, float* b, int* flags) {{ {body} }}"
+    src = SourceFile(text, "k.cu")
+    assert KernelAST(src, src.kernels[0]).volatile_memory() == volatile
+
+
+def test_the_spinning_fixture_gets_only_edits_that_keep_its_accesses():
+    """Its blocks spin on `const volatile int* flag = ready + blockIdx.x`; without `volatile` the
+    catalog would vectorize it."""
+    file = "broken/infinite_loop.cu"
+    text = (FIXTURES / file).read_text()
+    keeping = {name for name, t in CATALOG.items() if t.keeps_accesses}
+    kept = _transforms(text, file, "wait_and_scale")
+    plain = _transforms(
+        _with(text, "const volatile int* flag", "const int* flag"), file, "wait_and_scale"
+    )
+    assert kept and kept <= keeping and "vectorize" in plain

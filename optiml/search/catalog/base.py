@@ -125,15 +125,15 @@ class Transformation(ABC):
     # (qualifiers, launch bounds, unrolling, block size, fast math, a grid-stride loop).
     gain: ClassVar[float] = 1.0
     # Whether every load and store stays as the kernel has it (each thread's, of the same width, in
-    # the same order): the only edits the offline policy makes of a kernel with a `volatile`
-    # pointee among its parameters (`applies`), whose accesses may not be merged, widened, staged
-    # or reordered.
+    # the same order): the only edits the offline policy makes of a kernel that reaches a
+    # parameter's memory as `volatile` (`applies`), whose accesses may not be merged, widened,
+    # staged or reordered.
     keeps_accesses: ClassVar[bool] = False
 
     def applies(self, ctx: Context) -> bool:
         """Whether the kernel is one this transformation may edit at all: not one with volatile
-        memory, unless it keeps every access as written."""
-        return self.keeps_accesses or not any(p.volatile_pointee for p in ctx.kernel.params)
+        global memory, unless it keeps every access as written."""
+        return self.keeps_accesses or not ctx.ast.volatile_memory()
 
     @abstractmethod
     def propose(self, ctx: Context) -> list[Proposal]:
