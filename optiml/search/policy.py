@@ -84,10 +84,10 @@ class OfflinePolicy:
             return []
         out: list[Candidate] = []
         for name, t in self.catalog.items():
-            if (t.once and name in request.applied) or not t.applies(ctx):
+            if t.once and name in request.applied:
                 continue
             try:
-                proposals = t.propose(ctx)
+                proposals = t.propose(ctx) if t.applies(ctx) else []
             except Exception as e:  # one transformation's bug must not end the search
                 logger.warning("transformation %s failed on %s: %s", name, request.kernel, e)
                 continue
