@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from tree_sitter import Node
 
@@ -285,7 +286,8 @@ class KernelAST:
                         out[name] = (self.text(left), self.text(right))
         return out
 
-    def volatile_memory(self) -> set[str]:
+    @cached_property
+    def volatile_memory(self) -> frozenset[str]:
         """The pointer parameters whose memory the kernel reaches as `volatile`: declared so, or
         read through a local volatile pointer or a cast to one (`const volatile int* flag =
         ready + i;`) that the parameter initializes. Volatile pointers into shared memory are not
@@ -312,7 +314,7 @@ class KernelAST:
             for v in values:
                 if v is not None:
                     out |= self.identifiers(v) & self.pointers
-        return out
+        return frozenset(out)
 
     def pointer_of(self, name: str) -> tuple[str, str | None] | None:
         """The parameter a pointer name stands for, and the alias offset (None for the parameter)."""

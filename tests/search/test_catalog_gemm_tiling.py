@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from optiml.harness.build import build_kernel
-from optiml.search.catalog import Context, Proposal, by_name, gemm_tiling
-from optiml.search.catalog._gemm import HELPERS, definition, match, render, stream_k_grid
+from optiml.search.catalog import Context, by_name, gemm_tiling
+from optiml.search.catalog._gemm import match, stream_k_grid
 from optiml.search.variant import Variant
 from tests.host_cuda import HOST_CP_ASYNC, mismatches, run_against
 from tests.support import FIXTURES, GOOD
@@ -467,17 +467,19 @@ __global__ void gemm_layout(int M, int N, int K, float alpha, const float* A, co
 """
 
 
-def _stream_k(ctx: Context, config, blocks: int, grid: str | None = None) -> Context:
-    """The config's stream-K variant over `blocks` blocks, on the launch the catalog makes of it
-    (or on `grid`)."""
-    g = match(ctx.ast)
-    tiles = f"cdiv({render(g.n)}, {config.bn}) * cdiv({render(g.m)}, {config.bm})"
-    out = ctx.rewrite(
-        definition(g, config, stream_k=blocks),
-        launch=([grid or stream_k_grid(tiles, blocks)], [str(config.threads)], "0"),
-        helpers=HELPERS,
+def _stream_k(ctx: Context, config, blocks: int) -> Context:
+    """The config's stream-K variant over `blocks` blocks, on the launch the catalog makes of it."""
+    return Context.of(
+        gemm_tiling.tiled(ctx, match(ctx.ast), config, stream_k=blocks),
+        ctx.source.path,
+        ctx.kernel.name,
     )
-    return variant(ctx, Proposal({}, "", out))
+
+
+def _on_grid(ctx: Context, grid: str) -> Context:
+    """`ctx`'s variant on another 1-D grid."""
+    out = ctx.rewrite(launch=([grid], ctx.launch[1], ctx.launch[2]))
+    return Context.of(out, ctx.source.path, ctx.kernel.name)
 
 
 # The vector path (M, N and K multiples of 4): partial tiles in M and N, K of 5, 2.5 and 1 tiles of
@@ -518,7 +520,7 @@ def test_every_config_computes_what_the_original_does_in_every_layout(a_k, b_k, 
     assert any(a or b for a, b in staged) == (a_k or b_k)
     candidates = [variant(ctx, p) for p in proposals]
     candidates += [_stream_k(ctx, c, blocks) for c in twins for blocks in (3, 2)]
-    candidates.append(_stream_k(ctx, twins[0], 3, grid="2"))
+    candidates.append(_on_grid(_stream_k(ctx, twins[0], 3), "2"))
     bad = run_against(ctx, candidates, LAYOUT_SIZES, tmp_path)
     assert bad == [0] * len(candidates), [p.params for p in proposals]
 

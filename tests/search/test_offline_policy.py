@@ -72,7 +72,7 @@ def test_volatile_is_read_off_the_pointee_not_the_pointer():
 def test_volatile_memory_is_found_where_the_kernel_reaches_it(body, volatile):
     text = f"__global__ void k(const float* a, float* b, int* flags) {{ {body} }}"
     src = SourceFile(text, "k.cu")
-    assert KernelAST(src, src.kernels[0]).volatile_memory() == volatile
+    assert KernelAST(src, src.kernels[0]).volatile_memory == volatile
 
 
 def test_the_spinning_fixture_gets_only_edits_that_keep_its_accesses():

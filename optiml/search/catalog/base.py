@@ -133,7 +133,7 @@ class Transformation(ABC):
     def applies(self, ctx: Context) -> bool:
         """Whether the kernel is one this transformation may edit at all: not one with volatile
         global memory, unless it keeps every access as written."""
-        return self.keeps_accesses or not ctx.ast.volatile_memory()
+        return self.keeps_accesses or not ctx.ast.volatile_memory
 
     @abstractmethod
     def propose(self, ctx: Context) -> list[Proposal]:

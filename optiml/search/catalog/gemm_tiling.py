@@ -15,6 +15,7 @@ from optiml.search.catalog._gemm import (
     stream_k_grid,
 )
 from optiml.search.catalog.base import Context, Proposal, Transformation
+from optiml.search.variant import Variant
 
 # For large problems, ranked by their times on the naive SGEMM fixture at 4096^3 on an H200
 # (benchmarks/gemm_configs.py) with the template's earlier copies (a k-contiguous A by word
@@ -74,29 +75,16 @@ class GemmTiling(Transformation):
         for config, weight in configs:
             if not config.fits(g) or any(-(-m // config.bm) > MAX_GRID_Y for m, _ in extents):
                 continue
-            n_tiles, m_tiles = (
-                f"cdiv({render(g.n)}, {config.bn})",
-                f"cdiv({render(g.m)}, {config.bm})",
-            )
             summary = (
                 f"{config.bm}x{config.bn}x{config.bk} smem tiles, {config.tm}x{config.tn} "
                 f"FFMA per thread ({config.threads} threads), {config.stages}-stage "
                 f"ring ({_copies(config, g)}), float4 fragment loads"
             )
-            variant = ctx.rewrite(
-                definition(g, config),
-                launch=([n_tiles, m_tiles], [str(config.threads)], "0"),
-                helpers=helpers,
-            )
+            variant = tiled(ctx, g, config, helpers=helpers)
             out.append(Proposal(config.params, summary, variant, weight))
             blocks = ctx.sm_count * config.min_blocks
             if config.stream_k and _tail(extents[0], config, blocks) >= MIN_TAIL:
-                grid = stream_k_grid(f"{n_tiles} * {m_tiles}", blocks)
-                variant = ctx.rewrite(
-                    definition(g, config, stream_k=blocks),
-                    launch=([grid], [str(config.threads)], "0"),
-                    helpers=helpers,
-                )
+                variant = tiled(ctx, g, config, stream_k=blocks, helpers=helpers)
                 params = {**config.params, "stream_k": blocks}
                 summary += (
                     f"; the last wave stream-K over {blocks} blocks (a static workspace: "
@@ -104,6 +92,20 @@ class GemmTiling(Transformation):
                 )
                 out.append(Proposal(params, summary, variant, weight + STREAM_K_GAIN))
         return sorted(out, key=lambda p: -p.weight)
+
+
+def tiled(
+    ctx: Context, g: Gemm, config: Config, stream_k: int = 0, helpers: str = HELPERS
+) -> Variant:
+    """The variant of one config: a block per tile on a 2-D grid, or (`stream_k` > 0) stream-K
+    over that many blocks on a 1-D grid."""
+    tiles = [f"cdiv({render(g.n)}, {config.bn})", f"cdiv({render(g.m)}, {config.bm})"]
+    grid = [stream_k_grid(" * ".join(tiles), stream_k)] if stream_k else tiles
+    return ctx.rewrite(
+        definition(g, config, stream_k=stream_k),
+        launch=(grid, [str(config.threads)], "0"),
+        helpers=helpers,
+    )
 
 
 def _tail(main: tuple[int, int], config: Config, blocks: int) -> float:
