@@ -9,25 +9,39 @@ import numpy as np
 import pytest
 
 from optiml.cuda.types import DTYPES
-from optiml.harness.inputs import generate
+from optiml.harness.inputs import Mode, generate
 
 PROGRAM = r"""
 #include "values.h"
 #include <cstdio>
-#include <cmath>
 #include <cstdlib>
 #include <string>
+#include <vector>
+// The runner's own element maker (values.h's fill_value), printed one element a line.
 int main(int argc, char** argv) {
   std::string code = argv[1];
   unsigned long long seed = strtoull(argv[2], 0, 10), buffer = strtoull(argv[3], 0, 10);
-  double lo = atof(argv[4]), hi = atof(argv[5]);
-  for (int i = 0; i < 1000; ++i) {
-    double u = uniform01(seed, buffer, i);
-    if (code == "f64") printf("%.17g\n", lo + u * (hi - lo));
-    else if (code == "f32") printf("%.9g\n", (float)(lo + u * (hi - lo)));
-    else if (code == "f16") printf("%u\n", float_to_half_bits((float)(lo + u * (hi - lo))));
-    else if (code == "bf16") printf("%u\n", float_to_bf16_bits((float)(lo + u * (hi - lo))));
-    else printf("%lld\n", (long long)lo + (long long)std::floor(u * (hi - lo)));
+  Dist d;
+  d.lo = atof(argv[4]);
+  d.hi = atof(argv[5]);
+  d.mode = atoi(argv[6]);
+  d.extra = atof(argv[7]);
+  const char* names[] = {"f64", "f32", "f16", "bf16", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64"};
+  const size_t sizes[] = {8, 4, 2, 2, 1, 2, 4, 8, 1, 2, 4, 8};
+  int c = 0;
+  while (code != names[c]) ++c;
+  const size_t n = 1000;
+  std::vector<unsigned char> data(n * sizes[c]);
+  for (size_t i = 0; i < n; ++i)
+    fill_value((Code)c, c < 4, sizes[c], data.data(), i, n, d, seed, buffer);
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char* p = data.data() + i * sizes[c];
+    if (code == "f64") printf("%.17g\n", get<double>(p));
+    else if (code == "f32") printf("%.9g\n", get<float>(p));
+    else if (code == "f16" || code == "bf16") printf("%u\n", get<uint16_t>(p));
+    else if (code == "i32") printf("%d\n", get<int32_t>(p));
+    else if (code == "i64") printf("%lld\n", (long long)get<int64_t>(p));
+    else if (code == "u8") printf("%u\n", get<uint8_t>(p));
   }
 }
 """
@@ -46,26 +60,34 @@ def generator(tmp_path_factory):
 
 
 @pytest.mark.parametrize(
-    ("code", "lo", "hi"),
+    ("code", "lo", "hi", "mode", "extra"),
     [
-        ("f64", -1, 1),
-        ("f32", -1, 1),
-        ("f16", -1, 1),
-        ("bf16", -3, 5),
-        ("i32", -100, 100),
-        ("u8", 0, 200),
-        ("i64", 0, 7),
+        ("f64", -1, 1, Mode.UNIFORM, 0),
+        ("f32", -1, 1, Mode.UNIFORM, 0),
+        ("f16", -1, 1, Mode.UNIFORM, 0),
+        ("bf16", -3, 5, Mode.UNIFORM, 0),
+        ("i32", -100, 100, Mode.UNIFORM, 0),
+        ("u8", 0, 200, Mode.UNIFORM, 0),
+        ("i64", 0, 7, Mode.UNIFORM, 0),
+        ("f32", 0.75, 0, Mode.CONSTANT, 0),
+        ("i32", 17, 0, Mode.CONSTANT, 0),
+        ("f32", -1, 1, Mode.SPIKES, 64),
+        ("f64", 2, 3, Mode.SPIKES, 1000),
+        ("i32", 0, 256, Mode.SPIKES, 0),
+        ("i32", 0, 4096, Mode.SKEWED, 77),
+        ("f32", -1, 1, Mode.SKEWED, 0.5),
+        ("bf16", -100, 100, Mode.SPIKES, 1e4),
     ],
 )
-def test_numpy_reproduces_the_runner(generator, code, lo, hi):
-    for seed, buffer in [(1, 0), (2, 3)]:
+def test_numpy_reproduces_the_runner(generator, code, lo, hi, mode, extra):
+    for seed, buffer in [(1, 0), (2, 3), (2**63 + 12345, 1)]:
         out = subprocess.run(
-            [str(generator), code, str(seed), str(buffer), str(lo), str(hi)],
+            [str(generator), code, str(seed), str(buffer), str(lo), str(hi), str(int(mode)), str(extra)],
             capture_output=True,
             text=True,
             check=True,
         ).stdout.split()
-        ours = generate(code, buffer, 1000, seed, lo, hi)
+        ours = generate(code, buffer, 1000, seed, lo, hi, mode, extra)
         if code == "f64":
             assert np.array_equal(np.array(out, dtype=np.float64), ours)
         elif code == "f32":
@@ -76,6 +98,18 @@ def test_numpy_reproduces_the_runner(generator, code, lo, hi):
             assert np.array_equal(np.array(out, dtype=np.uint16), ours)
         else:
             assert np.array_equal(np.array(out, dtype=np.int64), ours.astype(np.int64))
+
+
+def test_the_modes_draw_what_they_say():
+    spiky = generate("f32", 0, 5000, 3, -1, 1, Mode.SPIKES, 64)
+    assert set(np.abs(spiky[-40:])) == {64} and set(np.abs(spiky[:4])) == {64}
+    inner = spiky[4:-40]
+    assert 0 < np.count_nonzero(np.abs(inner) == 64) < 20  # about one in 1021
+    keys = generate("i32", 0, 4000, 3, 0, 256, Mode.SKEWED, 9)
+    assert 0.4 < np.mean(keys == 9) < 0.6 and keys.min() >= 0 and keys.max() < 256
+    ends = generate("i32", 0, 1000, 3, 0, 256, Mode.SPIKES)
+    assert set(ends[-40:]) <= {0, 255}
+    assert set(generate("f32", 0, 100, 3, 0.75, 0, Mode.CONSTANT)) == {np.float32(0.75)}
 
 
 @pytest.mark.parametrize("code", list(DTYPES))

@@ -1,7 +1,11 @@
 """The runner's input generator, reproduced bit for bit in NumPy, so that a NumPy reference sees
-exactly the inputs the kernels see (see `uniform01` and `fill_inputs` in runner.cpp)."""
+exactly the inputs the kernels see (see `uniform01`, `spike_at` and `fill_value` in values.h and
+runner.cpp)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
 
 import numpy as np
 
@@ -9,6 +13,28 @@ from optiml.cuda.types import DTYPES
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _BUFFER = np.uint64(0xD1B54A32D192ED03)
+_SECOND_STREAM = 0x632BE59BD9B4E019
+_MASK = (1 << 64) - 1
+
+
+class Mode(IntEnum):
+    """How an input's values are drawn (values.h's DistMode)."""
+
+    UNIFORM = 0  # lo + u (hi - lo); integers the floor of it
+    CONSTANT = 1  # every element lo
+    SPIKES = 2  # uniform, but the first 4, the last 40 and ~1 in 1021 elements: floats +-extra,
+    # integers lo or hi - 1
+    SKEWED = 3  # about half the elements `extra` (a hot key), the others uniform
+
+
+@dataclass(frozen=True)
+class Dist:
+    """One buffer's input values: a mode over [lo, hi)."""
+
+    lo: float
+    hi: float
+    mode: Mode = Mode.UNIFORM
+    extra: float = 0.0
 
 
 def _splitmix64(z: np.ndarray) -> np.ndarray:
@@ -18,11 +44,22 @@ def _splitmix64(z: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
-def uniform01(seed: int, buffer: int, n: int) -> np.ndarray:
+def _counters(seed: int, buffer: int, n: int) -> np.ndarray:
     with np.errstate(over="ignore"):
-        base = np.uint64(seed) * _GOLDEN + np.uint64(buffer + 1) * _BUFFER
-        z = _splitmix64(base + np.arange(n, dtype=np.uint64))
+        base = np.uint64(seed & _MASK) * _GOLDEN + np.uint64(buffer + 1) * _BUFFER
+        return _splitmix64(base + np.arange(n, dtype=np.uint64))
+
+
+def uniform01(seed: int, buffer: int, n: int) -> np.ndarray:
+    z = _counters(seed, buffer, n)
     return (z >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
+
+
+def spikes(seed: int, buffer: int, n: int) -> np.ndarray:
+    """Where SPIKES puts its extreme values: the first 4, the last 40 and ~1 in 1021 elements."""
+    at = _counters(seed + _SECOND_STREAM, buffer, n) % np.uint64(1021) == 0
+    i = np.arange(n)
+    return at | (i < 4) | (i + 40 >= n)
 
 
 def _float_to_bf16_bits(f: np.ndarray) -> np.ndarray:
@@ -32,19 +69,44 @@ def _float_to_bf16_bits(f: np.ndarray) -> np.ndarray:
     return np.where(nan, ((x >> 16) | 0x40).astype(np.uint16), rounded)
 
 
-def generate(code: str, buffer: int, n: int, seed: int, low: float, high: float) -> np.ndarray:
+def generate(
+    code: str,
+    buffer: int,
+    n: int,
+    seed: int,
+    low: float,
+    high: float,
+    mode: Mode = Mode.UNIFORM,
+    extra: float = 0.0,
+) -> np.ndarray:
     """Buffer `buffer`'s n input values for `seed`, as the runner makes them."""
     d = DTYPES[code]
     u = uniform01(seed, buffer, n)
     if d.is_float:
         v = low + u * (high - low)
-        if code == "f64":
-            return v
-        f = v.astype(np.float32)
-        if code == "f32":
-            return f
-        if code == "f16":
-            return f.astype(np.float16)
-        return _float_to_bf16_bits(f)  # bfloat16 as its bits
-    k = np.floor(u * (high - low)).astype(np.int64)
-    return (np.int64(low) + k).astype(d.np_dtype())
+        if mode == Mode.CONSTANT:
+            v = np.full(n, float(low))
+        elif mode == Mode.SPIKES:
+            v = np.where(spikes(seed, buffer, n), np.where(u < 0.5, -extra, extra), v)
+        elif mode == Mode.SKEWED:
+            v = np.where(uniform01(seed + _SECOND_STREAM, buffer, n) < 0.5, float(extra), v)
+        return _as_float_code(code, v)
+    k = np.int64(int(low)) + np.floor(u * (high - low)).astype(np.int64)
+    if mode == Mode.CONSTANT:
+        k = np.full(n, int(low), dtype=np.int64)
+    elif mode == Mode.SPIKES:
+        k = np.where(spikes(seed, buffer, n), np.where(u < 0.5, int(low), int(high) - 1), k)
+    elif mode == Mode.SKEWED:
+        k = np.where(uniform01(seed + _SECOND_STREAM, buffer, n) < 0.5, int(extra), k)
+    return k.astype(d.np_dtype())
+
+
+def _as_float_code(code: str, v: np.ndarray) -> np.ndarray:
+    if code == "f64":
+        return v
+    f = v.astype(np.float32)
+    if code == "f32":
+        return f
+    if code == "f16":
+        return f.astype(np.float16)
+    return _float_to_bf16_bits(f)  # bfloat16 as its bits

@@ -2,17 +2,29 @@
 // shared objects, runs both on the same seeded inputs at every problem size, checks the candidate's
 // outputs element by element and times both, interleaved, with CUDA events and an L2 flush.
 //
-// It is generic: what to run comes from a plan file written by optiml.harness.plan, so the runner
-// is compiled once per toolkit and each evaluation compiles only its kernels.
+// It is generic: what to run comes from a plan written by optiml.harness.evaluate, so the runner is
+// compiled once per toolkit and each evaluation compiles only its kernels.
 //
-//   runner PLAN RESULT.json REFERENCE.so|- CANDIDATE.so
+//   runner PLAN|- RESULT|fd:N REFERENCE.so|- CANDIDATE.so [ORACLE.so]
+//   runner --ceilings RESULT|fd:N
 //
-// The result is JSON; progress ("phase ...") goes to stderr so that a caller that has to kill a
-// hanging run can say where it hung.
+// PLAN `-` reads the plan from standard input, followed by the NumPy reference's expected outputs
+// as raw bytes, so that they are never in a file a candidate could read. The result is JSON, to a
+// file or to an inherited descriptor, and carries the plan's nonce. Progress ("phase ...") goes to
+// stderr so that a caller that has to kill a hanging run can say where it hung.
+//
+// What every evaluation checks besides each output element of the checked runs: every buffer sits
+// between guard regions of per-run noise, checked after every launch (a write past a buffer);
+// every `in` buffer's digest is checked after the candidate's launches (an input it changed); the
+// timed launches run on fresh inputs drawn from a per-run seed, each output poisoned before it,
+// and the outputs of the last launch of every round and of randomly chosen others are compared
+// with the reference's on the same inputs (work skipped while timed, outputs reused or cached).
 #include <cuda_runtime.h>
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cmath>
 #include <cstdarg>
@@ -21,6 +33,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -30,10 +43,12 @@ typedef int (*launch_fn)(void** args, const unsigned* grid, const unsigned* bloc
                          void* stream);
 typedef int (*attrs_fn)(int* regs, int* local_bytes, int* static_smem, int* max_threads);
 typedef int (*occupancy_fn)(int block_threads, size_t smem, int* blocks_per_sm);
+typedef int (*state_fn)(int index, void** address, size_t* bytes);
 
 // ---- small utilities -----------------------------------------------------------------------
 
-static std::string g_result_path;
+static std::string g_result_target;  // a path, or "fd:N"
+static std::string g_nonce;
 
 static std::string json_escape(const std::string& s) {
   std::string out;
@@ -78,13 +93,30 @@ static void phase(const char* fmt, ...) {
 static std::string g_device_json = "null";
 static std::vector<std::string> g_cases_json;
 
+static void write_text(const std::string& text) {
+  if (g_result_target.rfind("fd:", 0) == 0) {
+    int fd = atoi(g_result_target.c_str() + 3);
+    size_t done = 0;
+    while (done < text.size()) {
+      ssize_t w = write(fd, text.data() + done, text.size() - done);
+      if (w <= 0) break;
+      done += (size_t)w;
+    }
+    close(fd);
+  } else {
+    std::ofstream f(g_result_target);
+    f << text;
+  }
+}
+
 static void write_result(const char* status, const std::string& who, const std::string& message) {
-  std::ofstream f(g_result_path);
-  f << "{\"status\": \"" << status << "\", \"failed\": \"" << json_escape(who)
-    << "\", \"message\": \"" << json_escape(message) << "\", \"device\": " << g_device_json
-    << ", \"cases\": [";
+  std::ostringstream f;
+  f << "{\"nonce\": \"" << json_escape(g_nonce) << "\", \"status\": \"" << status
+    << "\", \"failed\": \"" << json_escape(who) << "\", \"message\": \"" << json_escape(message)
+    << "\", \"device\": " << g_device_json << ", \"cases\": [";
   for (size_t i = 0; i < g_cases_json.size(); ++i) f << (i ? ", " : "") << g_cases_json[i];
   f << "]}\n";
+  write_text(f.str());
 }
 
 [[noreturn]] static void fail(const char* status, const std::string& who, const std::string& msg) {
@@ -92,16 +124,14 @@ static void write_result(const char* status, const std::string& who, const std::
   exit(3);
 }
 
-static void check(cudaError_t e, const std::string& who, const char* what) {
+static void check(cudaError_t e, const std::string& who, const std::string& what) {
   if (e != cudaSuccess) {
-    fail("runtime_error", who,
-         std::string(what) + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+    fail("runtime_error", who, what + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
   }
 }
 
 #include "values.h"
 
-enum Code { F64, F32, F16, BF16, I8, I16, I32, I64, U8, U16, U32, U64 };
 
 struct DType {
   std::string name;
@@ -122,31 +152,8 @@ static DType dtype_of(const std::string& c) {
   fail("harness_error", "plan", "unknown type code " + c);
 }
 
-template <typename T>
-OPTIML_HD static inline void put(void* dst, T v) { memcpy(dst, &v, sizeof(T)); }
-template <typename T>
-static inline T get(const void* src) { T v; memcpy(&v, src, sizeof(T)); return v; }
-
-// Stores one element: `v` for floating-point types, `iv` for integer types.
-OPTIML_HD static inline void store(Code code, void* dst, double v, int64_t iv) {
+OPTIML_HD static inline double load_float(Code code, const void* src) {
   switch (code) {
-    case F64: put<double>(dst, v); break;
-    case F32: put<float>(dst, (float)v); break;
-    case F16: put<uint16_t>(dst, float_to_half_bits((float)v)); break;
-    case BF16: put<uint16_t>(dst, float_to_bf16_bits((float)v)); break;
-    case I8: put<int8_t>(dst, (int8_t)iv); break;
-    case I16: put<int16_t>(dst, (int16_t)iv); break;
-    case I32: put<int32_t>(dst, (int32_t)iv); break;
-    case I64: put<int64_t>(dst, iv); break;
-    case U8: put<uint8_t>(dst, (uint8_t)iv); break;
-    case U16: put<uint16_t>(dst, (uint16_t)iv); break;
-    case U32: put<uint32_t>(dst, (uint32_t)iv); break;
-    case U64: put<uint64_t>(dst, (uint64_t)iv); break;
-  }
-}
-
-static inline double load_float(const DType& d, const void* src) {
-  switch (d.code) {
     case F64: return get<double>(src);
     case F32: return get<float>(src);
     case F16: return half_bits_to_float(get<uint16_t>(src));
@@ -154,8 +161,8 @@ static inline double load_float(const DType& d, const void* src) {
   }
 }
 
-static inline int64_t load_signed(const DType& d, const void* src) {
-  switch (d.size) {
+OPTIML_HD static inline int64_t load_signed(size_t size, const void* src) {
+  switch (size) {
     case 1: return get<int8_t>(src);
     case 2: return get<int16_t>(src);
     case 4: return get<int32_t>(src);
@@ -163,8 +170,8 @@ static inline int64_t load_signed(const DType& d, const void* src) {
   }
 }
 
-static inline uint64_t load_unsigned(const DType& d, const void* src) {
-  switch (d.size) {
+OPTIML_HD static inline uint64_t load_unsigned(size_t size, const void* src) {
+  switch (size) {
     case 1: return get<uint8_t>(src);
     case 2: return get<uint16_t>(src);
     case 4: return get<uint32_t>(src);
@@ -204,18 +211,181 @@ static void poison_bytes(const DType& d, std::vector<unsigned char>& pattern) {
   }
 }
 
+static uint64_t poison_bits(const DType& d) {
+  std::vector<unsigned char> pattern;
+  poison_bytes(d, pattern);
+  uint64_t bits = 0;
+  memcpy(&bits, pattern.data(), pattern.size());
+  return bits;
+}
+
+// ---- values: generation, comparison, digests (the same code on host and device) --------------
+
+// Without <cmath>'s overloads, so that host and device code read the same.
+OPTIML_HD static inline bool is_nan(double x) { return x != x; }
+OPTIML_HD static inline bool is_inf(double x) { return x == x && (x - x) != (x - x); }
+
+// One element against its expected value: `err` gets |got - expected| where both are finite
+// floats. `lenient`: an element whose expected value is not finite is not checked (`skipped`).
+OPTIML_HD static inline bool element_ok(Code code, bool is_float, bool is_signed, size_t size,
+                                        const unsigned char* e, const unsigned char* g,
+                                        double rtol, double atol, bool lenient, double* err,
+                                        bool* skipped) {
+  *err = 0;
+  *skipped = false;
+  if (!is_float) {
+    for (size_t k = 0; k < size; ++k)
+      if (e[k] != g[k]) {
+        *err = is_signed ? fabs((double)load_signed(size, g) - (double)load_signed(size, e))
+                         : fabs((double)load_unsigned(size, g) - (double)load_unsigned(size, e));
+        return false;
+      }
+    return true;
+  }
+  double ev = load_float(code, e), gv = load_float(code, g);
+  if (is_nan(ev) || is_inf(ev)) {
+    if (lenient) {
+      *skipped = true;
+      return true;
+    }
+    return is_nan(ev) ? is_nan(gv) : gv == ev;
+  }
+  if (is_nan(gv) || is_inf(gv)) return false;
+  *err = fabs(gv - ev);
+  return *err <= atol + rtol * fabs(ev);
+}
+
+__global__ void optiml_fill_input(unsigned char* base, Code code, bool is_float, size_t size,
+                                  size_t n, Dist d, uint64_t seed, uint64_t buffer_index) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    fill_value(code, is_float, size, base, i, n, d, seed, buffer_index);
+}
+
+__global__ void optiml_fill_pattern(unsigned char* base, size_t n, uint64_t pattern, size_t size) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    memcpy(base + i * size, &pattern, size);
+}
+
+OPTIML_HD static inline unsigned char noise_byte(uint64_t key, size_t i) {
+  return (unsigned char)(splitmix64(key + i / 8) >> (8 * (i % 8)));
+}
+
+__global__ void optiml_fill_noise(unsigned char* base, size_t nbytes, uint64_t key) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < nbytes;
+       i += (size_t)gridDim.x * blockDim.x)
+    base[i] = noise_byte(key, i);
+}
+
+__global__ void optiml_count_noise(const unsigned char* base, size_t nbytes, uint64_t key,
+                                   unsigned long long* bad) {
+  unsigned long long count = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < nbytes;
+       i += (size_t)gridDim.x * blockDim.x)
+    count += base[i] != noise_byte(key, i);
+  if (count) atomicAdd(bad, count);
+}
+
+// Bytes past the last whole word form one more word, zero-padded.
+OPTIML_HD static inline uint64_t tail_word(const unsigned char* base, size_t nbytes) {
+  uint64_t w = 0;
+  memcpy(&w, base + (nbytes / 8) * 8, nbytes % 8);
+  return w;
+}
+
+__global__ void optiml_digest(const unsigned char* base, size_t nbytes, uint64_t key,
+                              unsigned long long* out) {
+  const size_t words = nbytes / 8;
+  unsigned long long sum = 0;
+  size_t tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  for (size_t w = tid; w < words; w += (size_t)gridDim.x * blockDim.x)
+    sum += digest_word(key, w, *reinterpret_cast<const uint64_t*>(base + w * 8));
+  if (tid == 0 && nbytes % 8) sum += digest_word(key, words, tail_word(base, nbytes));
+  for (int off = 16; off > 0; off /= 2) sum += __shfl_down_sync(0xffffffffu, sum, off);
+  if ((threadIdx.x & 31) == 0 && sum) atomicAdd(out, sum);
+}
+
+static uint64_t host_digest(const unsigned char* base, size_t nbytes, uint64_t key) {
+  const size_t words = nbytes / 8;
+  size_t chunks = worker_count(words);
+  std::vector<uint64_t> parts(chunks, 0);
+  parallel_chunks(words, chunks, [&](size_t begin, size_t end, size_t c) {
+    uint64_t s = 0;
+    for (size_t w = begin; w < end; ++w) s += digest_word(key, w, get<uint64_t>(base + w * 8));
+    parts[c] = s;
+  });
+  uint64_t sum = 0;
+  for (uint64_t p : parts) sum += p;
+  if (nbytes % 8) sum += digest_word(key, words, tail_word(base, nbytes));
+  return sum;
+}
+
+// counts: [0] mismatches, [1] unwritten, [2] skipped (lenient); first: the smallest bad index.
+__global__ void optiml_compare(const unsigned char* expected, const unsigned char* got, size_t n,
+                               Code code, bool is_float, bool is_signed, size_t size, double rtol,
+                               double atol, bool check_unwritten, uint64_t poison, bool lenient,
+                               unsigned long long* counts, unsigned long long* first) {
+  unsigned long long bad = 0, unwritten = 0, skipped = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    const unsigned char* g = got + i * size;
+    bool was_poison = check_unwritten;
+    for (size_t k = 0; k < size && was_poison; ++k)
+      was_poison = g[k] == (unsigned char)(poison >> (8 * k));
+    double err;
+    bool skip;
+    bool ok = !was_poison && element_ok(code, is_float, is_signed, size, expected + i * size, g,
+                                        rtol, atol, lenient, &err, &skip);
+    skipped += skip;
+    if (!ok) {
+      bad++;
+      unwritten += was_poison;
+      atomicMin(first, (unsigned long long)i);
+    }
+  }
+  if (bad) atomicAdd(&counts[0], bad);
+  if (unwritten) atomicAdd(&counts[1], unwritten);
+  if (skipped) atomicAdd(&counts[2], skipped);
+}
+
+// Bandwidth ceilings: streaming reads, writes and copies of float4.
+__global__ void optiml_read_stream(const float4* a, size_t n, float* sink) {
+  float4 acc = make_float4(0, 0, 0, 0);
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    float4 v = a[i];
+    acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
+  }
+  if (acc.x + acc.y + acc.z + acc.w == 12345.678f) *sink = acc.x;
+}
+
+__global__ void optiml_write_stream(float4* a, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    a[i] = make_float4(1, 2, 3, 4);
+}
+
+__global__ void optiml_copy_stream(const float4* a, float4* b, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    b[i] = a[i];
+}
+
 // ---- the plan --------------------------------------------------------------------------------
 
 struct Buffer {
   std::string name, role;  // role: in | out | inout
   DType dtype;
   double rtol, atol;
+  DType oracle;  // its type in the oracle (a promoted copy of the reference), if there is one
 };
 
 struct Param {
   bool is_buffer;
-  int buffer;        // index into buffers
-  DType dtype;       // scalars
+  int buffer;    // index into buffers
+  DType dtype;   // scalars
+  DType oracle;  // scalars: their type in the oracle
 };
 
 struct Launch {
@@ -226,11 +396,15 @@ struct Launch {
 struct Case {
   std::string label;
   Launch ref, cand;  // a candidate may bring its own launch configuration
-  bool time;
-  std::vector<size_t> lengths;        // per buffer
-  std::vector<double> lo, hi;         // value range per buffer
-  std::vector<std::string> scalars;   // per param ("-" for buffers)
-  std::vector<std::string> expected;  // per buffer, per seed: files written by a NumPy reference
+  bool time = false;
+  double tol_scale = 1;    // absolute tolerances scale with the inputs' magnitude
+  bool lenient = false;    // elements the reference leaves non-finite are not compared
+  std::vector<size_t> lengths;          // per buffer
+  std::vector<Dist> dists;              // per buffer
+  std::vector<double> probe_a, probe_b; // per buffer: values a dependence probe writes
+  std::vector<std::string> scalars;     // per param ("-" for buffers)
+  // A NumPy reference's outputs, per seed, per buffer (empty for `in`), read from the plan's stream
+  std::vector<std::vector<std::vector<unsigned char>>> expected;
 };
 
 struct Plan {
@@ -239,14 +413,21 @@ struct Plan {
   std::vector<Param> params;
   std::vector<Case> cases;
   int reps_min = 20, reps_max = 200, warmup_max = 30, max_mismatches = 10;
-  double target_ms = 400, flush_factor = 2.0, timeout_hint_s = 0;
+  double target_ms = 400, flush_factor = 2.0;
+  double check_fraction = 0.25;  // timed launches whose outputs and inputs are checked (+ the last)
+  uint64_t timing_seed = 0;      // fresh inputs for the timed launches; 0: the check seeds' inputs
+  uint64_t key = 0;              // guard noise, digests
+  size_t guard = 0;              // bytes of guard region before and after every buffer
+  int dependence = 0;            // probes per input buffer of a timed case (0: none)
+  int launches = 1;              // profile-only: launches of the candidate
+  int oracle_smem_scale = 1;
   bool numpy_reference = false;
-  bool profile_only = false;  // one launch of the candidate on the first seed's inputs, no checks
+  bool profile_only = false;  // launch the candidate on the first seed's inputs, check nothing
+  bool poison_outputs = true; // profile-only: false leaves `out` buffers unwritten (initcheck)
+  bool state_poison = false;  // noise into the candidate's __device__ variables before its launches
 };
 
-static Plan read_plan(const char* path) {
-  std::ifstream f(path);
-  if (!f) fail("harness_error", "plan", std::string("cannot open plan ") + path);
+static Plan read_plan(std::istream& f) {
   Plan p;
   std::string line;
   Case* cur = nullptr;
@@ -254,25 +435,45 @@ static Plan read_plan(const char* path) {
     std::istringstream in(line);
     std::string key;
     if (!(in >> key)) continue;
-    if (key == "seeds") {
+    if (key == "end") break;
+    if (key == "nonce") {
+      in >> g_nonce;
+    } else if (key == "seeds") {
       uint64_t s;
       while (in >> s) p.seeds.push_back(s);
     } else if (key == "timing") {
       in >> p.reps_min >> p.reps_max >> p.target_ms >> p.warmup_max >> p.flush_factor;
+    } else if (key == "timed_checks") {
+      in >> p.check_fraction >> p.timing_seed;
+    } else if (key == "key") {
+      in >> p.key;
+    } else if (key == "guard") {
+      in >> p.guard;
+    } else if (key == "dependence") {
+      in >> p.dependence;
+    } else if (key == "launches") {
+      in >> p.launches;
+    } else if (key == "no_poison") {
+      p.poison_outputs = false;
+    } else if (key == "state_poison") {
+      p.state_poison = true;
     } else if (key == "max_mismatches") {
       in >> p.max_mismatches;
     } else if (key == "numpy_reference") {
       p.numpy_reference = true;
     } else if (key == "profile_only") {
       p.profile_only = true;
+    } else if (key == "oracle_smem_scale") {
+      in >> p.oracle_smem_scale;
     } else if (key == "buffer") {
       Buffer b;
-      std::string code;
+      std::string code, oracle;
       in >> b.name >> b.role >> code >> b.rtol >> b.atol;
       b.dtype = dtype_of(code);
+      b.oracle = (in >> oracle) ? dtype_of(oracle) : b.dtype;
       p.buffers.push_back(b);
     } else if (key == "param") {
-      std::string kind, v;
+      std::string kind, v, oracle;
       in >> kind >> v;
       Param prm{};
       if (kind == "buffer") {
@@ -281,6 +482,7 @@ static Plan read_plan(const char* path) {
       } else {
         prm.is_buffer = false;
         prm.dtype = dtype_of(v);
+        prm.oracle = (in >> oracle) ? dtype_of(oracle) : prm.dtype;
       }
       p.params.push_back(prm);
     } else if (key == "case") {
@@ -298,23 +500,44 @@ static Plan read_plan(const char* path) {
       } else {
         cur->cand = l;
       }
+    } else if (cur && key == "tol_scale") {
+      in >> cur->tol_scale;
+    } else if (cur && key == "lenient_nonfinite") {
+      cur->lenient = true;
     } else if (cur && key == "length") {
       size_t n;
-      double lo, hi;
-      in >> n >> lo >> hi;
+      Dist d;
+      double a = 0, b = 0;
+      in >> n >> d.lo >> d.hi;
+      if (!(in >> d.mode >> d.extra >> a >> b)) {
+        d.mode = UNIFORM;
+        d.extra = 0;
+      }
       cur->lengths.push_back(n);
-      cur->lo.push_back(lo);
-      cur->hi.push_back(hi);
+      cur->dists.push_back(d);
+      cur->probe_a.push_back(a);
+      cur->probe_b.push_back(b);
     } else if (cur && key == "scalar") {
       std::string v;
       in >> v;
       cur->scalars.push_back(v);
-    } else if (cur && key == "expected") {
-      std::string v;
-      in >> v;
-      cur->expected.push_back(v);
     } else {
       fail("harness_error", "plan", "unknown plan line: " + line);
+    }
+  }
+  if (p.numpy_reference) {
+    // The expected outputs follow the plan on the same stream: case by case, seed by seed,
+    // buffer by buffer (`out` and `inout` ones), raw bytes.
+    for (Case& c : p.cases) {
+      c.expected.assign(p.seeds.size(), std::vector<std::vector<unsigned char>>(p.buffers.size()));
+      for (size_t si = 0; si < p.seeds.size(); ++si)
+        for (size_t b = 0; b < p.buffers.size(); ++b) {
+          if (p.buffers[b].role == "in") continue;
+          auto& data = c.expected[si][b];
+          data.resize(c.lengths[b] * p.buffers[b].dtype.size);
+          if (!f.read((char*)data.data(), (std::streamsize)data.size()))
+            fail("harness_error", "reference", "the expected outputs ended early");
+        }
     }
   }
   return p;
@@ -338,48 +561,15 @@ static ScalarStorage scalar_value(const DType& d, const std::string& text) {
   return s;
 }
 
-// Element i of an input: uniform in [lo, lo + span) (integers: floor of it), as inputs.py makes it.
-// The same rounding on host and device: no fused multiply-add on either.
-OPTIML_HD static inline void fill_value(Code code, bool is_float, size_t size, unsigned char* base,
-                                        size_t i, double lo, double span, uint64_t seed,
-                                        uint64_t buffer_index) {
-  double u = uniform01(seed, buffer_index, i);
-#ifdef __CUDA_ARCH__
-  double scaled = __dmul_rn(u, span), value = __dadd_rn(lo, scaled);
-#else
-  double scaled = u * span, value = lo + scaled;
-#endif
-  if (is_float) {
-    store(code, base + i * size, value, 0);
-  } else {
-    store(code, base + i * size, 0, (int64_t)lo + (int64_t)floor(scaled));
-  }
-}
-
-static void fill_inputs(const Buffer& b, size_t buffer_index, size_t n, double lo, double hi,
+static void fill_inputs(const Buffer& b, size_t buffer_index, size_t n, const Dist& dist,
                         uint64_t seed, std::vector<unsigned char>& host) {
   host.resize(n * b.dtype.size);
   const DType d = b.dtype;
-  const double span = hi - lo;
   unsigned char* base = host.data();
   parallel_chunks(n, worker_count(n), [&](size_t begin, size_t end, size_t) {
     for (size_t i = begin; i < end; ++i)
-      fill_value(d.code, d.is_float, d.size, base, i, lo, span, seed, buffer_index);
+      fill_value(d.code, d.is_float, d.size, base, i, n, dist, seed, buffer_index);
   });
-}
-
-__global__ void optiml_fill_input(unsigned char* base, Code code, bool is_float, size_t size,
-                                  size_t n, double lo, double span, uint64_t seed,
-                                  uint64_t buffer_index) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    fill_value(code, is_float, size, base, i, lo, span, seed, buffer_index);
-}
-
-__global__ void optiml_fill_pattern(unsigned char* base, size_t n, uint64_t pattern, size_t size) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    memcpy(base + i * size, &pattern, size);
 }
 
 struct Mismatch {
@@ -389,26 +579,27 @@ struct Mismatch {
 };
 
 struct Comparison {
-  size_t mismatches = 0, unwritten = 0;
+  size_t mismatches = 0, unwritten = 0, skipped = 0;
   double max_abs = 0, max_rel = 0;
+  double need_atol = 0, need_rtol = 0;  // what tolerance the mismatches would have needed
   std::vector<Mismatch> first;
 };
 
 static std::string show(const DType& d, const void* p) {
   char buf[64];
   if (d.is_float) {
-    snprintf(buf, sizeof buf, "%.9g", load_float(d, p));
+    snprintf(buf, sizeof buf, "%.9g", load_float(d.code, p));
   } else if (d.is_signed) {
-    snprintf(buf, sizeof buf, "%" PRId64, load_signed(d, p));
+    snprintf(buf, sizeof buf, "%" PRId64, load_signed(d.size, p));
   } else {
-    snprintf(buf, sizeof buf, "%" PRIu64, load_unsigned(d, p));
+    snprintf(buf, sizeof buf, "%" PRIu64, load_unsigned(d.size, p));
   }
   return buf;
 }
 
 static Comparison compare_range(const Buffer& b, const unsigned char* expected,
                                 const unsigned char* got, size_t begin, size_t end,
-                                int max_report) {
+                                int max_report, double atol, bool lenient) {
   Comparison c;
   const DType& d = b.dtype;
   std::vector<unsigned char> poison;
@@ -418,30 +609,21 @@ static Comparison compare_range(const Buffer& b, const unsigned char* expected,
     const unsigned char* e = expected + i * d.size;
     const unsigned char* g = got + i * d.size;
     bool unwritten = check_unwritten && memcmp(g, poison.data(), d.size) == 0;
-    bool ok;
-    if (unwritten) {
-      ok = false;
-    } else if (d.is_float) {
-      double ev = load_float(d, e), gv = load_float(d, g);
-      if (std::isnan(ev)) {
-        ok = std::isnan(gv);
-      } else if (std::isinf(ev)) {
-        ok = gv == ev;
-      } else if (!std::isfinite(gv)) {
-        ok = false;
-      } else {
-        double err = std::fabs(gv - ev);
-        ok = err <= b.atol + b.rtol * std::fabs(ev);
-        c.max_abs = std::max(c.max_abs, err);
-        if (ev != 0) c.max_rel = std::max(c.max_rel, err / std::fabs(ev));
+    double err = 0;
+    bool skipped = false;
+    bool ok = !unwritten && element_ok(d.code, d.is_float, d.is_signed, d.size, e, g, b.rtol,
+                                       atol, lenient, &err, &skipped);
+    c.skipped += skipped;
+    if (d.is_float && !unwritten && !skipped) {
+      double ev = std::fabs(load_float(d.code, e));
+      c.max_abs = std::max(c.max_abs, err);
+      if (ev != 0) c.max_rel = std::max(c.max_rel, err / ev);
+      if (!ok && std::isfinite(err)) {
+        c.need_atol = std::max(c.need_atol, err - b.rtol * ev);
+        if (ev > 0) c.need_rtol = std::max(c.need_rtol, (err - atol) / ev);
       }
-    } else {
-      ok = memcmp(e, g, d.size) == 0;
-      if (!ok) {
-        double err = d.is_signed ? std::fabs((double)load_signed(d, g) - (double)load_signed(d, e))
-                                 : std::fabs((double)load_unsigned(d, g) - (double)load_unsigned(d, e));
-        c.max_abs = std::max(c.max_abs, err);
-      }
+    } else if (!ok) {
+      c.max_abs = std::max(c.max_abs, err);
     }
     if (!ok) {
       c.mismatches++;
@@ -457,22 +639,47 @@ static Comparison compare_range(const Buffer& b, const unsigned char* expected,
 
 // Every element of one output, in parallel chunks merged in index order.
 static Comparison compare(const Buffer& b, const std::vector<unsigned char>& expected,
-                          const std::vector<unsigned char>& got, size_t n, int max_report) {
+                          const std::vector<unsigned char>& got, size_t n, int max_report,
+                          double atol, bool lenient) {
   size_t chunks = worker_count(n);
   std::vector<Comparison> parts(chunks);
   parallel_chunks(n, chunks, [&](size_t begin, size_t end, size_t k) {
-    parts[k] = compare_range(b, expected.data(), got.data(), begin, end, max_report);
+    parts[k] = compare_range(b, expected.data(), got.data(), begin, end, max_report, atol, lenient);
   });
   Comparison c;
   for (const Comparison& p : parts) {
     c.mismatches += p.mismatches;
     c.unwritten += p.unwritten;
+    c.skipped += p.skipped;
     c.max_abs = std::max(c.max_abs, p.max_abs);
     c.max_rel = std::max(c.max_rel, p.max_rel);
+    c.need_atol = std::max(c.need_atol, p.need_atol);
+    c.need_rtol = std::max(c.need_rtol, p.need_rtol);
     for (const Mismatch& m : p.first)
       if ((int)c.first.size() < max_report) c.first.push_back(m);
   }
   return c;
+}
+
+// The largest error of `got` against an oracle's double values, in units of the tolerance
+// (|got - exact| / (atol + rtol |exact|)), over elements whose exact value is finite.
+static double error_in_tolerances(const Buffer& b, const std::vector<unsigned char>& got,
+                                  const std::vector<unsigned char>& exact, size_t n, double atol) {
+  size_t chunks = worker_count(n);
+  std::vector<double> parts(chunks, 0);
+  parallel_chunks(n, chunks, [&](size_t begin, size_t end, size_t k) {
+    double worst = 0;
+    for (size_t i = begin; i < end; ++i) {
+      double x = load_float(b.oracle.code, exact.data() + i * b.oracle.size);
+      if (!std::isfinite(x)) continue;
+      double g = load_float(b.dtype.code, got.data() + i * b.dtype.size);
+      double tol = atol + b.rtol * std::fabs(x), err = std::fabs(g - x);
+      double e = !std::isfinite(g) ? INFINITY : tol > 0 ? err / tol : (err > 0 ? INFINITY : 0);
+      worst = std::max(worst, e);
+    }
+    parts[k] = worst;
+  });
+  return *std::max_element(parts.begin(), parts.end());
 }
 
 // ---- NVML, loaded at run time so that the runner needs no NVML headers or link ---------------
@@ -500,6 +707,18 @@ struct Nvml {
     unsigned mhz = 0;
     if (!ok || clock_info(device, 1, &mhz) != 0) return -1;
     return (int)mhz;
+  }
+
+  // The memory's theoretical bandwidth, GB/s: two transfers per clock of its maximum memory clock
+  // (NVML_CLOCK_MEM is 2) over its bus width; 0 when NVML does not say.
+  double peak_memory_gbs() {
+    if (!ok) return 0;
+    auto max_clock = (int (*)(void*, int, unsigned*))dlsym(lib, "nvmlDeviceGetMaxClockInfo");
+    auto bus_width = (int (*)(void*, unsigned*))dlsym(lib, "nvmlDeviceGetMemoryBusWidth");
+    unsigned mhz = 0, bits = 0;
+    if (!max_clock || !bus_width || max_clock(device, 2, &mhz) != 0 || bus_width(device, &bits) != 0)
+      return 0;
+    return 2.0 * mhz * 1e6 * (bits / 8.0) / 1e9;
   }
 };
 
@@ -534,13 +753,14 @@ static std::string stats_json(const Stats& s) {
          ", \"reps\": " + std::to_string(s.reps) + "}";
 }
 
-// ---- main ------------------------------------------------------------------------------------
+// ---- kernels ---------------------------------------------------------------------------------
 
 struct Kernel {
   std::string who;
   launch_fn launch = nullptr;
   attrs_fn attrs = nullptr;
   occupancy_fn occupancy = nullptr;
+  state_fn state = nullptr;
 };
 
 static Kernel load_kernel(const char* path, const std::string& who) {
@@ -551,6 +771,7 @@ static Kernel load_kernel(const char* path, const std::string& who) {
   k.launch = (launch_fn)dlsym(h, "optiml_launch");
   k.attrs = (attrs_fn)dlsym(h, "optiml_attributes");
   k.occupancy = (occupancy_fn)dlsym(h, "optiml_occupancy");
+  k.state = (state_fn)dlsym(h, "optiml_state");
   if (!k.launch) fail("harness_error", who, std::string("no optiml_launch in ") + path);
   return k;
 }
@@ -565,13 +786,90 @@ static std::string attributes_json(const Kernel& k, const Launch& l) {
          std::to_string(max_threads) + ", \"blocks_per_sm\": " + std::to_string(blocks) + "}";
 }
 
+static unsigned grid_for(size_t n, const cudaDeviceProp& prop) {
+  return (unsigned)std::max<size_t>(1, std::min<size_t>((n + 255) / 256, (size_t)prop.multiProcessorCount * 16));
+}
+
+// ---- the device's bandwidth ceilings ---------------------------------------------------------
+
+static int measure_ceilings() {
+  check(cudaSetDevice(0), "harness", "cudaSetDevice");
+  cudaDeviceProp prop;
+  check(cudaGetDeviceProperties(&prop, 0), "harness", "cudaGetDeviceProperties");
+  size_t free_bytes = 0, total = 0;
+  check(cudaMemGetInfo(&free_bytes, &total), "harness", "cudaMemGetInfo");
+  size_t bytes = std::min<size_t>((size_t)1 << 30, free_bytes / 4) & ~(size_t)255;
+  size_t n = bytes / sizeof(float4);
+  float4 *a = nullptr, *b = nullptr;
+  float* sink = nullptr;
+  check(cudaMalloc(&a, bytes), "harness", "cudaMalloc");
+  check(cudaMalloc(&b, bytes), "harness", "cudaMalloc");
+  check(cudaMalloc(&sink, sizeof(float)), "harness", "cudaMalloc");
+  check(cudaMemset(a, 0, bytes), "harness", "cudaMemset");
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  unsigned blocks = (unsigned)prop.multiProcessorCount * 8;
+  auto best_ms = [&](auto launch) {
+    float best = 1e30f;
+    for (int r = 0; r < 13; ++r) {
+      cudaEventRecord(e0);
+      launch();
+      cudaEventRecord(e1);
+      check(cudaEventSynchronize(e1), "harness", "timing a bandwidth ceiling");
+      float ms = 0;
+      cudaEventElapsedTime(&ms, e0, e1);
+      if (r >= 3) best = std::min(best, ms);
+    }
+    return (double)best;
+  };
+  double read_ms = best_ms([&] { optiml_read_stream<<<blocks, 512>>>(a, n, sink); });
+  double write_ms = best_ms([&] { optiml_write_stream<<<blocks, 512>>>(a, n); });
+  double copy_ms = best_ms([&] { optiml_copy_stream<<<blocks, 512>>>(a, b, n); });
+  check(cudaGetLastError(), "harness", "bandwidth kernels");
+  Nvml nvml;
+  nvml.open(0);
+  std::ostringstream o;
+  o << "{\"nonce\": \"\", \"status\": \"done\", \"device\": {\"name\": \"" << json_escape(prop.name)
+    << "\", \"sm_count\": " << prop.multiProcessorCount << ", \"l2_bytes\": " << prop.l2CacheSize
+    << ", \"memory_bytes\": " << prop.totalGlobalMem << "}, \"bytes\": " << bytes
+    << ", \"read_gbs\": " << num(bytes / read_ms / 1e6) << ", \"write_gbs\": "
+    << num(bytes / write_ms / 1e6) << ", \"copy_gbs\": " << num(2.0 * bytes / copy_ms / 1e6)
+    << ", \"peak_gbs\": " << num(nvml.peak_memory_gbs()) << ", \"sm_clock_mhz\": "
+    << nvml.sm_clock_mhz() << "}\n";
+  write_text(o.str());
+  return 0;
+}
+
+// ---- main ------------------------------------------------------------------------------------
+
+struct Violation {
+  std::string what;  // JSON object
+};
+
+static uint64_t guard_key(uint64_t key, size_t b, int side) {
+  return splitmix64(key ^ ((uint64_t)(2 * b + side + 1) * 0x9E3779B97F4A7C15ull));
+}
+
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    fprintf(stderr, "usage: %s PLAN RESULT.json REFERENCE.so|- CANDIDATE.so\n", argv[0]);
+  if (argc == 3 && strcmp(argv[1], "--ceilings") == 0) {
+    g_result_target = argv[2];
+    return measure_ceilings();
+  }
+  if (argc != 5 && argc != 6) {
+    fprintf(stderr, "usage: %s PLAN|- RESULT|fd:N REFERENCE.so|- CANDIDATE.so [ORACLE.so]\n",
+            argv[0]);
     return 2;
   }
-  g_result_path = argv[2];
-  Plan plan = read_plan(argv[1]);
+  g_result_target = argv[2];
+  Plan plan;
+  if (strcmp(argv[1], "-") == 0) {
+    plan = read_plan(std::cin);
+  } else {
+    std::ifstream f(argv[1], std::ios::binary);
+    if (!f) fail("harness_error", "plan", std::string("cannot open plan ") + argv[1]);
+    plan = read_plan(f);
+  }
   bool same = strcmp(argv[3], argv[4]) == 0;
   bool have_reference = strcmp(argv[3], "-") != 0;
   if (!have_reference && !plan.numpy_reference)
@@ -599,23 +897,56 @@ int main(int argc, char** argv) {
   // With no candidate the kernel is checked against a second run of itself: call both "kernel".
   Kernel reference, candidate = load_kernel(argv[4], same ? "kernel" : "candidate");
   if (have_reference) reference = same ? candidate : load_kernel(argv[3], "reference");
+  Kernel oracle;
+  const bool have_oracle = argc == 6 && !plan.profile_only && have_reference && !same;
+  if (have_oracle) oracle = load_kernel(argv[5], "oracle");
 
-  cudaStream_t stream;
-  check(cudaStreamCreate(&stream), "harness", "cudaStreamCreate");
+  // The legacy default stream: what is recorded on it waits for the work of every other blocking
+  // stream, so no launch can hand its work to another stream and stop the clock early.
+  cudaStream_t stream = 0;
   size_t flush_bytes = (size_t)(plan.flush_factor * std::max(prop.l2CacheSize, 1 << 22));
   void* flush = nullptr;
   check(cudaMalloc(&flush, flush_bytes), "harness", "allocating the L2 flush buffer");
-
+  unsigned long long* d_small = nullptr;  // counters of one check
   const size_t nb = plan.buffers.size();
+  const size_t small_n = 8 * nb + 8;
+  check(cudaMalloc(&d_small, small_n * sizeof(unsigned long long)), "harness", "cudaMalloc");
+
+  // The candidate's own __device__ variables: noise goes into them before each of its launches
+  // when the plan asks (state one launch leaves for the next then shows as a wrong result).
+  std::vector<std::pair<void*, size_t>> state;
+  if (plan.state_poison && candidate.state) {
+    for (int i = 0; i < 1024; ++i) {
+      void* p = nullptr;
+      size_t sz = 0;
+      if (candidate.state(i, &p, &sz) != 0) break;
+      if (p && sz) state.push_back({p, sz});
+    }
+  }
+  uint64_t launch_counter = 0;
+  auto poison_state = [&](const Kernel& k) {
+    if (&k != &candidate) return;
+    for (auto& s : state)
+      optiml_fill_noise<<<grid_for(s.second, prop), 256, 0, stream>>>(
+          (unsigned char*)s.first, s.second, splitmix64(plan.key ^ ++launch_counter));
+  };
+
   for (size_t ci = 0; ci < plan.cases.size(); ++ci) {
     const Case& c = plan.cases[ci];
-    std::vector<void*> dev_bufs(nb, nullptr), pristine(nb, nullptr);
+    const double atol_scale = c.tol_scale;
+    std::vector<unsigned char*> alloc(nb, nullptr);
+    std::vector<void*> dev_bufs(nb, nullptr);
+    std::vector<size_t> bytes(nb);
     for (size_t b = 0; b < nb; ++b) {
-      size_t bytes = c.lengths[b] * plan.buffers[b].dtype.size;
-      check(cudaMalloc(&dev_bufs[b], bytes), "harness", "cudaMalloc");
-      if (plan.buffers[b].role == "inout")
-        check(cudaMalloc(&pristine[b], bytes), "harness", "cudaMalloc");
+      bytes[b] = c.lengths[b] * plan.buffers[b].dtype.size;
+      check(cudaMalloc(&alloc[b], bytes[b] + 2 * plan.guard), "harness", "cudaMalloc");
+      dev_bufs[b] = alloc[b] + plan.guard;
+      if (plan.guard) {
+        optiml_fill_noise<<<grid_for(plan.guard, prop), 256, 0, stream>>>(alloc[b], plan.guard, guard_key(plan.key, b, 0));
+        optiml_fill_noise<<<grid_for(plan.guard, prop), 256, 0, stream>>>(alloc[b] + plan.guard + bytes[b], plan.guard, guard_key(plan.key, b, 1));
+      }
     }
+    check(cudaGetLastError(), "harness", "laying out the guard regions");
     std::vector<ScalarStorage> scalars(plan.params.size());
     std::vector<void*> args(plan.params.size());
     for (size_t i = 0; i < plan.params.size(); ++i) {
@@ -627,83 +958,173 @@ int main(int argc, char** argv) {
         args[i] = scalars[i].bytes;
       }
     }
-
-    // Poisoned images of the `out` buffers, made once per case (a profiler's run makes its own).
-    std::vector<std::vector<unsigned char>> poisoned(nb);
-    for (size_t b = 0; b < nb; ++b) {
-      const Buffer& buf = plan.buffers[b];
-      if (buf.role != "out" || plan.profile_only) continue;
-      std::vector<unsigned char> pattern;
-      poison_bytes(buf.dtype, pattern);
-      poisoned[b].resize(c.lengths[b] * buf.dtype.size);
-      unsigned char* base = poisoned[b].data();
-      parallel_chunks(c.lengths[b], worker_count(c.lengths[b]), [&](size_t begin, size_t end, size_t) {
-        for (size_t i = begin; i < end; ++i) memcpy(base + i * pattern.size(), pattern.data(), pattern.size());
-      });
-    }
-    auto upload = [&](const std::vector<std::vector<unsigned char>>& host) {
+    auto is_in = [&](size_t b) { return plan.buffers[b].role == "in"; };
+    auto fill_device = [&](size_t b, uint64_t seed) {
+      const DType& d = plan.buffers[b].dtype;
+      if (c.lengths[b] == 0) return;
+      optiml_fill_input<<<grid_for(c.lengths[b], prop), 256, 0, stream>>>(
+          (unsigned char*)dev_bufs[b], d.code, d.is_float, d.size, c.lengths[b], c.dists[b], seed, b);
+    };
+    auto poison_device = [&](size_t b) {
+      const DType& d = plan.buffers[b].dtype;
+      if (c.lengths[b] == 0) return;
+      optiml_fill_pattern<<<grid_for(c.lengths[b], prop), 256, 0, stream>>>(
+          (unsigned char*)dev_bufs[b], c.lengths[b], poison_bits(d), d.size);
+    };
+    // Enqueues the guard counts of every buffer into counters[b] (both sides summed).
+    auto count_guards = [&](unsigned long long* counters) {
+      if (!plan.guard) return;
       for (size_t b = 0; b < nb; ++b) {
-        const Buffer& buf = plan.buffers[b];
-        const std::vector<unsigned char>& src = buf.role == "out" ? poisoned[b] : host[b];
-        check(cudaMemcpy(dev_bufs[b], src.data(), src.size(), cudaMemcpyHostToDevice), "harness",
-              buf.role == "out" ? "poisoning an output" : "uploading an input");
+        optiml_count_noise<<<grid_for(plan.guard, prop), 256, 0, stream>>>(alloc[b], plan.guard, guard_key(plan.key, b, 0), counters + b);
+        optiml_count_noise<<<grid_for(plan.guard, prop), 256, 0, stream>>>(alloc[b] + plan.guard + bytes[b], plan.guard, guard_key(plan.key, b, 1), counters + b);
       }
+    };
+    auto digest_inputs = [&](unsigned long long* out, size_t stride) {
+      for (size_t b = 0; b < nb; ++b)
+        if (is_in(b) && bytes[b])
+          optiml_digest<<<grid_for(bytes[b] / 8 + 1, prop), 256, 0, stream>>>(
+              (const unsigned char*)dev_bufs[b], bytes[b], plan.key, out + b * stride);
     };
     auto launch_of = [&](const Kernel& k) -> const Launch& { return &k == &candidate ? c.cand : c.ref; };
     auto run = [&](const Kernel& k, const char* what) {
       check(cudaGetLastError(), "harness", "before launch");
+      poison_state(k);
       const Launch& l = launch_of(k);
       int rc = k.launch(args.data(), l.grid, l.block, l.smem, stream);
-      if (rc != 0)
-        check((cudaError_t)rc, k.who, (std::string("launching the ") + what).c_str());
-      check(cudaStreamSynchronize(stream), k.who,
-            (std::string("running the ") + what).c_str());
-      check(cudaGetLastError(), k.who, (std::string("after the ") + what).c_str());
+      if (rc != 0) check((cudaError_t)rc, k.who, std::string("launching the ") + what);
+      check(cudaStreamSynchronize(stream), k.who, std::string("running the ") + what);
+      check(cudaGetLastError(), k.who, std::string("after the ") + what);
+    };
+    auto free_case = [&]() {
+      for (size_t b = 0; b < nb; ++b) cudaFree(alloc[b]);
+    };
+
+    if (plan.profile_only) {
+      // For a profiler or a sanitizer: the candidate's launches are all it watches. Inputs are
+      // those the checks make (the same function of seed, buffer and index) and outputs are
+      // poisoned alike, made on the device: making and uploading hundreds of megabytes on the
+      // host would be most of a profile's cost.
+      for (int l = 0; l < std::max(1, plan.launches); ++l) {
+        uint64_t seed = plan.seeds[(size_t)l % plan.seeds.size()];
+        for (size_t b = 0; b < nb; ++b) {
+          if (plan.buffers[b].role == "out") {
+            if (plan.poison_outputs) poison_device(b);
+          } else {
+            fill_device(b, seed);
+          }
+        }
+        check(cudaGetLastError(), "harness", "filling an input on the device");
+        check(cudaStreamSynchronize(stream), "harness", "filling the inputs on the device");
+        phase("case=%zu seed=%" PRIu64 " kernel=%s", ci, seed, candidate.who.c_str());
+        run(candidate, candidate.who.c_str());
+      }
+      free_case();
+      continue;
+    }
+
+    std::vector<std::string> input_changes, guard_hits, oracle_notes;
+    // After a checked run: guard regions intact, `in` buffers as uploaded (their digests).
+    auto after_run = [&](const Kernel& k, const std::string& when,
+                         const std::vector<uint64_t>& input_digests) -> bool {
+      check(cudaMemset(d_small, 0, small_n * sizeof(unsigned long long)), "harness", "cudaMemset");
+      count_guards(d_small);
+      digest_inputs(d_small + nb, 1);
+      check(cudaGetLastError(), "harness", "checking guards and inputs");
+      std::vector<unsigned long long> h(2 * nb);
+      check(cudaMemcpy(h.data(), d_small, 2 * nb * sizeof(unsigned long long), cudaMemcpyDeviceToHost),
+            "harness", "reading the checks");
+      bool clean = true;
+      for (size_t b = 0; b < nb; ++b) {
+        const std::string& name = plan.buffers[b].name;
+        if (h[b]) {
+          clean = false;
+          if (&k != &candidate)
+            fail("runtime_error", k.who, "it wrote outside `" + name + "` (" +
+                 std::to_string(h[b]) + " bytes of the guard regions around it changed) " + when);
+          guard_hits.push_back("{\"buffer\": \"" + json_escape(name) + "\", \"bytes\": " +
+                               std::to_string(h[b]) + ", \"when\": \"" + json_escape(when) + "\"}");
+        }
+        if (is_in(b) && bytes[b] && h[nb + b] != input_digests[b]) {
+          clean = false;
+          if (&k != &candidate)
+            fail("runtime_error", k.who, "it changes `" + name +
+                 "`, which the spec declares `in`; declare it `inout` " + when);
+          input_changes.push_back("{\"buffer\": \"" + json_escape(name) + "\", \"when\": \"" +
+                                  json_escape(when) + "\"}");
+        }
+      }
+      return clean;
+    };
+    auto upload = [&](const std::vector<std::vector<unsigned char>>& host) {
+      for (size_t b = 0; b < nb; ++b) {
+        if (plan.buffers[b].role == "out") poison_device(b);
+        else if (bytes[b])
+          check(cudaMemcpy(dev_bufs[b], host[b].data(), bytes[b], cudaMemcpyHostToDevice),
+                "harness", "uploading an input");
+      }
+      check(cudaGetLastError(), "harness", "poisoning an output");
     };
     auto download = [&](std::vector<std::vector<unsigned char>>& host) {
       host.assign(nb, {});
       for (size_t b = 0; b < nb; ++b) {
-        if (plan.buffers[b].role == "in") continue;
-        host[b].resize(c.lengths[b] * plan.buffers[b].dtype.size);
-        check(cudaMemcpy(host[b].data(), dev_bufs[b], host[b].size(), cudaMemcpyDeviceToHost),
-              "harness", "downloading an output");
+        if (is_in(b)) continue;
+        host[b].resize(bytes[b]);
+        if (bytes[b])
+          check(cudaMemcpy(host[b].data(), dev_bufs[b], bytes[b], cudaMemcpyDeviceToHost),
+                "harness", "downloading an output");
       }
     };
 
-    if (plan.profile_only) {
-      // For a profiler: the candidate's one launch is all it watches. Its inputs are those the
-      // checks make (the same function of seed, buffer and index) and its outputs are poisoned
-      // alike, but both are made on the device: making and uploading hundreds of megabytes on the
-      // host would be most of a profile's cost.
+    // The oracle: the reference with its floating-point types promoted, run on the same inputs
+    // when a candidate's output falls outside the tolerance of the reference's.
+    auto run_oracle = [&](const std::vector<std::vector<unsigned char>>& inputs,
+                          std::vector<std::vector<unsigned char>>& exact) {
+      std::vector<void*> obufs(nb, nullptr);
+      std::vector<ScalarStorage> oscalars(plan.params.size());
+      std::vector<void*> oargs(plan.params.size());
+      exact.assign(nb, {});
       for (size_t b = 0; b < nb; ++b) {
         const Buffer& buf = plan.buffers[b];
-        const DType& d = buf.dtype;
-        const size_t n = c.lengths[b];
-        if (n == 0) continue;
-        const unsigned blocks =
-            (unsigned)std::min<size_t>((n + 255) / 256, (size_t)prop.multiProcessorCount * 16);
-        unsigned char* base = static_cast<unsigned char*>(dev_bufs[b]);
+        size_t n = c.lengths[b], ob = n * buf.oracle.size;
+        check(cudaMalloc(&obufs[b], std::max<size_t>(ob, 1)), "oracle", "cudaMalloc");
+        std::vector<unsigned char> host(ob);
         if (buf.role == "out") {
-          std::vector<unsigned char> pattern;
-          poison_bytes(d, pattern);
-          uint64_t bits = 0;
-          memcpy(&bits, pattern.data(), pattern.size());
-          optiml_fill_pattern<<<blocks, 256, 0, stream>>>(base, n, bits, d.size);
-        } else {
-          optiml_fill_input<<<blocks, 256, 0, stream>>>(base, d.code, d.is_float, d.size, n,
-                                                        c.lo[b], c.hi[b] - c.lo[b], plan.seeds[0], b);
+          check(cudaMemset(obufs[b], 0, ob), "oracle", "cudaMemset");
+          continue;
         }
-        check(cudaGetLastError(), "harness", "filling an input on the device");
+        if (buf.oracle.code == buf.dtype.code) {
+          memcpy(host.data(), inputs[b].data(), ob);
+        } else {
+          for (size_t i = 0; i < n; ++i)
+            store(buf.oracle.code, host.data() + i * buf.oracle.size,
+                  load_float(buf.dtype.code, inputs[b].data() + i * buf.dtype.size), 0);
+        }
+        check(cudaMemcpy(obufs[b], host.data(), ob, cudaMemcpyHostToDevice), "oracle", "upload");
       }
-      check(cudaStreamSynchronize(stream), "harness", "filling the inputs on the device");
-      phase("case=%zu seed=%" PRIu64 " kernel=%s", ci, plan.seeds[0], candidate.who.c_str());
-      run(candidate, candidate.who.c_str());
+      for (size_t i = 0; i < plan.params.size(); ++i) {
+        const Param& prm = plan.params[i];
+        if (prm.is_buffer) {
+          oargs[i] = &obufs[prm.buffer];
+        } else {
+          oscalars[i] = scalar_value(prm.oracle, c.scalars[i]);
+          oargs[i] = oscalars[i].bytes;
+        }
+      }
+      Launch l = c.ref;
+      l.smem *= (size_t)std::max(1, plan.oracle_smem_scale);
+      int rc = oracle.launch(oargs.data(), l.grid, l.block, l.smem, stream);
+      if (rc != 0) check((cudaError_t)rc, "oracle", "launching the oracle");
+      check(cudaStreamSynchronize(stream), "oracle", "running the oracle");
       for (size_t b = 0; b < nb; ++b) {
-        cudaFree(dev_bufs[b]);
-        if (pristine[b]) cudaFree(pristine[b]);
+        if (!is_in(b)) {
+          exact[b].resize(c.lengths[b] * plan.buffers[b].oracle.size);
+          check(cudaMemcpy(exact[b].data(), obufs[b], exact[b].size(), cudaMemcpyDeviceToHost),
+                "oracle", "download");
+        }
+        cudaFree(obufs[b]);
       }
-      continue;
-    }
+    };
+
     std::ostringstream cj;
     auto launch_json = [](const Launch& l) {
       std::ostringstream o;
@@ -716,45 +1137,63 @@ int main(int argc, char** argv) {
        << "}, \"attributes\": {\"candidate\": " << attributes_json(candidate, c.cand)
        << ", \"reference\": " << (have_reference ? attributes_json(reference, c.ref) : "null")
        << "}, \"seeds\": [";
-    std::vector<std::vector<unsigned char>> inputs(nb), ref_out, cand_out;
+    std::vector<std::vector<unsigned char>> inputs(nb), ref_out, cand_out, exact;
+    std::vector<uint64_t> input_digests(nb, 0);
     bool case_ok = true;
     for (size_t si = 0; si < plan.seeds.size(); ++si) {
       uint64_t seed = plan.seeds[si];
+      std::string when = "at seed " + std::to_string(seed);
       for (size_t b = 0; b < nb; ++b) {
-        if (plan.buffers[b].role != "out")
-          fill_inputs(plan.buffers[b], b, c.lengths[b], c.lo[b], c.hi[b], seed, inputs[b]);
+        if (plan.buffers[b].role != "out") {
+          fill_inputs(plan.buffers[b], b, c.lengths[b], c.dists[b], seed, inputs[b]);
+          if (is_in(b)) input_digests[b] = host_digest(inputs[b].data(), bytes[b], plan.key);
+        }
       }
       if (have_reference) {
         phase("case=%zu seed=%" PRIu64 " kernel=%s", ci, seed, reference.who.c_str());
         upload(inputs);
         run(reference, reference.who.c_str());
+        after_run(reference, when, input_digests);
         download(ref_out);
       } else {
-        ref_out.assign(nb, {});
-        for (size_t b = 0; b < nb; ++b) {
-          if (plan.buffers[b].role == "in") continue;
-          const std::string& path = c.expected[si * nb + b];
-          std::ifstream f(path, std::ios::binary);
-          ref_out[b].resize(c.lengths[b] * plan.buffers[b].dtype.size);
-          if (!f.read((char*)ref_out[b].data(), ref_out[b].size()))
-            fail("harness_error", "reference", "cannot read expected output " + path);
-        }
+        ref_out = c.expected[si];
       }
       phase("case=%zu seed=%" PRIu64 " kernel=%s", ci, seed, candidate.who.c_str());
       upload(inputs);
       run(candidate, candidate.who.c_str());
+      if (!after_run(candidate, when, input_digests)) case_ok = false;
       download(cand_out);
+      bool oracle_ran = false;
       cj << (si ? ", " : "") << "{\"seed\": " << seed << ", \"buffers\": [";
       bool first_buf = true;
       for (size_t b = 0; b < nb; ++b) {
         const Buffer& buf = plan.buffers[b];
-        if (buf.role == "in") continue;
-        Comparison cmp = compare(buf, ref_out[b], cand_out[b], c.lengths[b], plan.max_mismatches);
+        if (is_in(b)) continue;
+        double atol = buf.atol * atol_scale;
+        Comparison cmp = compare(buf, ref_out[b], cand_out[b], c.lengths[b], plan.max_mismatches,
+                                 atol, c.lenient);
+        std::string oracle_json = "null";
+        if (cmp.mismatches && cmp.unwritten == 0 && have_oracle && buf.dtype.is_float) {
+          if (!oracle_ran) {
+            phase("case=%zu seed=%" PRIu64 " kernel=oracle", ci, seed);
+            run_oracle(inputs, exact);
+            oracle_ran = true;
+          }
+          double ce = error_in_tolerances(buf, cand_out[b], exact[b], c.lengths[b], atol);
+          double re = error_in_tolerances(buf, ref_out[b], exact[b], c.lengths[b], atol);
+          // Within the tolerance of the exact result, or no further from it than the reference.
+          bool accepted = ce <= std::max(1.0, re);
+          oracle_json = "{\"candidate\": " + num(ce) + ", \"reference\": " + num(re) +
+                        ", \"accepted\": " + (accepted ? "true" : "false") + "}";
+          if (accepted) cmp.mismatches = 0;
+        }
         if (cmp.mismatches) case_ok = false;
         cj << (first_buf ? "" : ", ") << "{\"name\": \"" << buf.name
            << "\", \"mismatches\": " << cmp.mismatches << ", \"unwritten\": " << cmp.unwritten
-           << ", \"max_abs_error\": " << num(cmp.max_abs)
-           << ", \"max_rel_error\": " << num(cmp.max_rel) << ", \"first\": [";
+           << ", \"skipped\": " << cmp.skipped << ", \"max_abs_error\": " << num(cmp.max_abs)
+           << ", \"max_rel_error\": " << num(cmp.max_rel) << ", \"need_atol\": "
+           << num(cmp.need_atol) << ", \"need_rtol\": " << num(cmp.need_rtol)
+           << ", \"oracle\": " << oracle_json << ", \"first\": [";
         for (size_t m = 0; m < cmp.first.size(); ++m) {
           cj << (m ? ", " : "") << "{\"index\": " << cmp.first[m].index << ", \"expected\": \""
              << cmp.first[m].expected << "\", \"got\": \"" << cmp.first[m].got
@@ -765,21 +1204,112 @@ int main(int argc, char** argv) {
       }
       cj << "]}";
     }
+    cj << "]";
+
+    // Device copies of outputs for the checks below: the candidate's, and what it must match.
+    std::vector<void*> got(nb, nullptr), want(nb, nullptr);
+    std::vector<std::vector<void*>> want_seed;  // a NumPy reference's outputs, per seed
+    const bool timed = c.time && case_ok;
+    const bool compare_timed = (have_reference && !same) || plan.numpy_reference;
+    if (timed || (plan.dependence > 0 && c.time && case_ok)) {
+      for (size_t b = 0; b < nb; ++b) {
+        if (is_in(b)) continue;
+        check(cudaMalloc(&got[b], std::max<size_t>(bytes[b], 1)), "harness", "cudaMalloc");
+        check(cudaMalloc(&want[b], std::max<size_t>(bytes[b], 1)), "harness", "cudaMalloc");
+      }
+      if (plan.numpy_reference) {
+        want_seed.assign(plan.seeds.size(), std::vector<void*>(nb, nullptr));
+        for (size_t si = 0; si < plan.seeds.size(); ++si)
+          for (size_t b = 0; b < nb; ++b) {
+            if (is_in(b)) continue;
+            check(cudaMalloc(&want_seed[si][b], std::max<size_t>(bytes[b], 1)), "harness", "cudaMalloc");
+            check(cudaMemcpy(want_seed[si][b], c.expected[si][b].data(), bytes[b], cudaMemcpyHostToDevice),
+                  "harness", "uploading expected outputs");
+          }
+      }
+    }
+    // Enqueues the comparison of every output of `actual` with `expected` into counts[b * 3 ..]
+    // (mismatches, unwritten, skipped) and first[b] (the first bad index).
+    auto compare_device = [&](const std::vector<void*>& expected, const std::vector<void*>& actual,
+                              unsigned long long* counts, unsigned long long* first) {
+      for (size_t b = 0; b < nb; ++b) {
+        if (is_in(b) || !c.lengths[b]) continue;
+        const Buffer& buf = plan.buffers[b];
+        const DType& d = buf.dtype;
+        optiml_compare<<<grid_for(c.lengths[b], prop), 256, 0, stream>>>(
+            (const unsigned char*)expected[b], (const unsigned char*)actual[b], c.lengths[b], d.code,
+            d.is_float, d.is_signed, d.size, buf.rtol, buf.atol * atol_scale, buf.role == "out",
+            poison_bits(d), c.lenient, counts + 3 * b, first + b);
+      }
+    };
+
+    // Dependence: how many of a few elements of each input the candidate's outputs change with.
+    // Every element it depends on must be read at every launch, so this bounds the bytes it moves.
+    cj << ", \"dependence\": [";
+    if (plan.dependence > 0 && c.time && case_ok) {
+      const uint64_t seed = plan.seeds.back();
+      auto refill = [&]() {
+        for (size_t b = 0; b < nb; ++b) {
+          if (plan.buffers[b].role == "out") poison_device(b);
+          else fill_device(b, seed);
+        }
+      };
+      refill();
+      phase("case=%zu dependence kernel=%s", ci, candidate.who.c_str());
+      run(candidate, candidate.who.c_str());
+      for (size_t b = 0; b < nb; ++b)
+        if (!is_in(b) && bytes[b])
+          check(cudaMemcpy(want[b], dev_bufs[b], bytes[b], cudaMemcpyDeviceToDevice), "harness", "copy");
+      bool first_json = true;
+      for (size_t b = 0; b < nb; ++b) {
+        if (plan.buffers[b].role == "out" || !c.lengths[b]) continue;
+        const DType& d = plan.buffers[b].dtype;
+        size_t n = c.lengths[b];
+        int sensitive = 0;
+        for (int s = 0; s < plan.dependence; ++s) {
+          size_t k = s == 0 ? n - 1 : s == 1 ? 0
+                   : (size_t)(splitmix64(plan.key ^ ((b + 1) * 0xD1B54A32D192ED03ull) ^ (uint64_t)s) % n);
+          bool changed = false;
+          for (double v : {c.probe_a[b], c.probe_b[b]}) {
+            refill();
+            unsigned char elem[8];
+            store(d.code, elem, v, (int64_t)v);
+            check(cudaMemcpy((unsigned char*)dev_bufs[b] + k * d.size, elem, d.size, cudaMemcpyHostToDevice),
+                  "harness", "writing a probe");
+            run(candidate, candidate.who.c_str());
+            check(cudaMemset(d_small, 0, small_n * sizeof(unsigned long long)), "harness", "cudaMemset");
+            check(cudaMemset(d_small + 3 * nb, 0xFF, nb * sizeof(unsigned long long)), "harness", "cudaMemset");
+            compare_device(want, dev_bufs, d_small, d_small + 3 * nb);
+            std::vector<unsigned long long> h(3 * nb);
+            check(cudaMemcpy(h.data(), d_small, h.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost),
+                  "harness", "reading a probe");
+            for (size_t o = 0; o < nb; ++o) changed = changed || h[3 * o] > 0;
+            if (changed) break;
+          }
+          sensitive += changed;
+        }
+        cj << (first_json ? "" : ", ") << "{\"buffer\": \"" << json_escape(plan.buffers[b].name)
+           << "\", \"samples\": " << plan.dependence << ", \"sensitive\": " << sensitive << "}";
+        first_json = false;
+      }
+    }
     cj << "], \"timing\": ";
 
-    if (c.time && case_ok) {
-      // Pristine copies of inout buffers, restored before every timed launch, so that every launch
-      // sees the inputs the check saw (and no launch gets data already in L2).
-      for (size_t b = 0; b < nb; ++b) {
-        if (!pristine[b]) continue;
-        check(cudaMemcpy(pristine[b], inputs[b].data(), inputs[b].size(), cudaMemcpyHostToDevice),
-              "harness", "uploading an input");
-      }
-      upload(inputs);
+    std::string timed_json = "null";
+    if (timed) {
       std::vector<const Kernel*> series;
       series.push_back(&candidate);
       if (have_reference && !same) series.push_back(&reference);
+      const bool fresh = plan.timing_seed != 0 && have_reference;
+      // Without checks of the timed launches (a measurement of what they cost), the inputs are
+      // made once and the outputs not poisoned: the timing loop as it was before the checks.
+      const bool refresh = plan.timing_seed != 0 || plan.check_fraction > 0;
+      if (!refresh)
+        for (size_t b = 0; b < nb; ++b)
+          if (is_in(b)) fill_device(b, plan.seeds[0]);
       std::vector<cudaEvent_t> ev_start, ev_stop;
+      size_t global_rep = 0, checked_launches = 0, timed_mismatches = 0, timed_unwritten = 0;
+      std::string first_bad = "null";
       auto timed_round = [&](int reps, std::vector<std::vector<float>>& out) {
         size_t need = (size_t)reps * series.size();
         while (ev_start.size() < need) {
@@ -789,23 +1319,104 @@ int main(int argc, char** argv) {
           ev_start.push_back(a);
           ev_stop.push_back(b);
         }
+        // Per rep: counts (3 per buffer), first bad index, digests before/after, guard counts.
+        const size_t per = 3 * nb + nb + 2 * nb + nb;
+        unsigned long long* d_rep = nullptr;
+        check(cudaMalloc(&d_rep, (size_t)reps * per * sizeof(unsigned long long)), "harness", "cudaMalloc");
+        check(cudaMemset(d_rep, 0, (size_t)reps * per * sizeof(unsigned long long)), "harness", "cudaMemset");
+        for (int r = 0; r < reps; ++r)
+          check(cudaMemset(d_rep + r * per + 3 * nb, 0xFF, nb * sizeof(unsigned long long)), "harness", "cudaMemset");
+        std::vector<size_t> rep_global(reps);
+        std::vector<char> checked(reps);
         for (int r = 0; r < reps; ++r) {
+          size_t g = global_rep++;
+          rep_global[r] = g;
+          uint64_t seed = fresh     ? splitmix64(plan.timing_seed + g)
+                          : refresh ? plan.seeds[g % plan.seeds.size()]
+                                    : plan.seeds[0];
+          checked[r] = plan.check_fraction > 0 &&
+                       (r == reps - 1 || uniform01(plan.key, 7, g) < plan.check_fraction);
+          unsigned long long* slot = d_rep + r * per;
+          if (refresh)
+            for (size_t b = 0; b < nb; ++b)
+              if (is_in(b)) fill_device(b, seed);
+          if (checked[r]) digest_inputs(slot + 4 * nb, 2);
           for (size_t s = 0; s < series.size(); ++s) {
+            const Kernel& k = *series[s];
             for (size_t b = 0; b < nb; ++b) {
-              if (pristine[b])
-                cudaMemcpyAsync(dev_bufs[b], pristine[b], inputs[b].size(),
-                                cudaMemcpyDeviceToDevice, stream);
+              if (plan.buffers[b].role == "inout") fill_device(b, seed);
+              else if (plan.buffers[b].role == "out" && refresh) poison_device(b);
             }
-            cudaMemsetAsync(flush, r & 0xFF, flush_bytes, stream);
+            poison_state(k);
+            cudaMemsetAsync(flush, (int)(g & 0xFF), flush_bytes, stream);
             size_t e = (size_t)r * series.size() + s;
             cudaEventRecord(ev_start[e], stream);
-            const Launch& l = launch_of(*series[s]);
-            int rc = series[s]->launch(args.data(), l.grid, l.block, l.smem, stream);
-            if (rc != 0) check((cudaError_t)rc, series[s]->who, "launching a timed run");
+            const Launch& l = launch_of(k);
+            int rc = k.launch(args.data(), l.grid, l.block, l.smem, stream);
+            if (rc != 0) check((cudaError_t)rc, k.who, "launching a timed run");
             cudaEventRecord(ev_stop[e], stream);
+            if (!checked[r]) continue;
+            if (&k == &candidate) {
+              for (size_t b = 0; b < nb; ++b)
+                if (!is_in(b) && bytes[b])
+                  cudaMemcpyAsync(got[b], dev_bufs[b], bytes[b], cudaMemcpyDeviceToDevice, stream);
+              digest_inputs(slot + 4 * nb + 1, 2);
+              count_guards(slot + 6 * nb);
+            } else {
+              for (size_t b = 0; b < nb; ++b)
+                if (!is_in(b) && bytes[b])
+                  cudaMemcpyAsync(want[b], dev_bufs[b], bytes[b], cudaMemcpyDeviceToDevice, stream);
+            }
+          }
+          if (checked[r] && compare_timed)
+            compare_device(plan.numpy_reference ? want_seed[g % plan.seeds.size()] : want, got, slot,
+                           slot + 3 * nb);
+        }
+        check(cudaGetLastError(), "harness", "enqueueing timed runs");
+        // Wait launch by launch, so that a run that hangs is named.
+        auto t0 = std::chrono::steady_clock::now();
+        bool told = false;
+        for (size_t done = 0; done < need;) {
+          cudaError_t q = cudaEventQuery(ev_stop[done]);
+          if (q == cudaSuccess) {
+            done++;
+            told = false;
+            t0 = std::chrono::steady_clock::now();
+            continue;
+          }
+          if (q != cudaErrorNotReady) check(q, series[done % series.size()]->who, "a timed run");
+          if (!told && std::chrono::steady_clock::now() - t0 > std::chrono::seconds(1)) {
+            phase("case=%zu timing waiting=%s", ci, series[done % series.size()]->who.c_str());
+            told = true;
+          }
+          std::this_thread::sleep_for(std::chrono::microseconds(20));
+        }
+        check(cudaStreamSynchronize(stream), "harness", "the checks of the timed runs");
+        std::vector<unsigned long long> h((size_t)reps * per);
+        check(cudaMemcpy(h.data(), d_rep, h.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost),
+              "harness", "reading the checks of the timed runs");
+        cudaFree(d_rep);
+        for (int r = 0; r < reps; ++r) {
+          if (!checked[r]) continue;
+          const unsigned long long* slot = h.data() + r * per;
+          std::string when = "at timed launch " + std::to_string(rep_global[r] + 1);
+          checked_launches++;
+          for (size_t b = 0; b < nb; ++b) {
+            const std::string& name = plan.buffers[b].name;
+            if (!is_in(b) && compare_timed && slot[3 * b]) {
+              if (!timed_mismatches)
+                first_bad = "{\"launch\": " + std::to_string(rep_global[r] + 1) + ", \"buffer\": \"" +
+                            json_escape(name) + "\", \"index\": " + std::to_string(slot[3 * nb + b]) + "}";
+              timed_mismatches += slot[3 * b];
+              timed_unwritten += slot[3 * b + 1];
+            }
+            if (is_in(b) && bytes[b] && slot[4 * nb + 2 * b] != slot[4 * nb + 2 * b + 1])
+              input_changes.push_back("{\"buffer\": \"" + json_escape(name) + "\", \"when\": \"" + when + "\"}");
+            if (slot[6 * nb + b])
+              guard_hits.push_back("{\"buffer\": \"" + json_escape(name) + "\", \"bytes\": " +
+                                   std::to_string(slot[6 * nb + b]) + ", \"when\": \"" + when + "\"}");
           }
         }
-        check(cudaStreamSynchronize(stream), "harness", "timed runs");
         out.assign(series.size(), {});
         for (int r = 0; r < reps; ++r) {
           for (size_t s = 0; s < series.size(); ++s) {
@@ -842,21 +1453,33 @@ int main(int argc, char** argv) {
       int clock_after = nvml.sm_clock_mhz();
       for (auto e : ev_start) cudaEventDestroy(e);
       for (auto e : ev_stop) cudaEventDestroy(e);
-      cj << "{\"candidate\": " << stats_json(stats_of(times[0]))
+      std::ostringstream tj;
+      tj << "{\"candidate\": " << stats_json(stats_of(times[0]))
          << ", \"reference\": " << (series.size() > 1 ? stats_json(stats_of(times[1])) : "null")
-         << ", \"warmup_rounds\": " << warm_rounds << ", \"sm_clock_mhz\": ["
-         << clock_before << ", " << clock_after << "], \"candidate_ms\": [";
-      for (size_t i = 0; i < times[0].size(); ++i) cj << (i ? ", " : "") << num(times[0][i]);
-      cj << "]}";
-    } else {
-      cj << "null";
+         << ", \"warmup_rounds\": " << warm_rounds << ", \"sm_clock_mhz\": [" << clock_before
+         << ", " << clock_after << "], \"fresh_inputs\": " << (fresh ? "true" : "false")
+         << ", \"checked_launches\": " << checked_launches << ", \"compared\": "
+         << (compare_timed ? "true" : "false") << ", \"mismatches\": " << timed_mismatches
+         << ", \"unwritten\": " << timed_unwritten << ", \"first_bad\": " << first_bad
+         << ", \"candidate_ms\": [";
+      for (size_t i = 0; i < times[0].size(); ++i) tj << (i ? ", " : "") << num(times[0][i]);
+      tj << "]}";
+      timed_json = tj.str();
     }
-    cj << "}";
+    cj << timed_json << ", \"input_changes\": [";
+    for (size_t i = 0; i < input_changes.size(); ++i) cj << (i ? ", " : "") << input_changes[i];
+    cj << "], \"guard_violations\": [";
+    for (size_t i = 0; i < guard_hits.size(); ++i) cj << (i ? ", " : "") << guard_hits[i];
+    cj << "]}";
     g_cases_json.push_back(cj.str());
     for (size_t b = 0; b < nb; ++b) {
-      cudaFree(dev_bufs[b]);
-      if (pristine[b]) cudaFree(pristine[b]);
+      if (got[b]) cudaFree(got[b]);
+      if (want[b]) cudaFree(want[b]);
     }
+    for (auto& per_seed : want_seed)
+      for (void* p : per_seed)
+        if (p) cudaFree(p);
+    free_case();
   }
   write_result("done", "", "");
   return 0;

@@ -2,6 +2,7 @@
 // bit for bit in NumPy by optiml/harness/inputs.py. Plain C++; under nvcc the same functions also
 // run on the device (the runner fills a profiler's inputs there).
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -21,6 +22,27 @@ OPTIML_HD static inline uint64_t splitmix64(uint64_t z) {
 OPTIML_HD static inline double uniform01(uint64_t seed, uint64_t buffer, uint64_t i) {
   uint64_t z = splitmix64(seed * 0x9E3779B97F4A7C15ull + (buffer + 1) * 0xD1B54A32D192ED03ull + i);
   return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+// How an input's values are drawn (optiml.harness.inputs mirrors each bit for bit):
+//   UNIFORM  lo + u * (hi - lo) (integers: the floor of it)
+//   CONSTANT every element `lo`
+//   SPIKES   uniform, except the first 4 elements, the last 40 and about one in 1021 more: floats
+//            +-extra, integers lo or hi - 1 (the ends of the range)
+//   SKEWED   about half the elements `extra` (a hot key), the others uniform
+enum DistMode { UNIFORM = 0, CONSTANT = 1, SPIKES = 2, SKEWED = 3 };
+static const uint64_t SECOND_STREAM = 0x632BE59BD9B4E019ull;
+
+OPTIML_HD static inline bool spike_at(uint64_t seed, uint64_t buffer, uint64_t i, uint64_t n) {
+  if (i < 4 || i + 40 >= n) return true;
+  return splitmix64((seed + SECOND_STREAM) * 0x9E3779B97F4A7C15ull + (buffer + 1) * 0xD1B54A32D192ED03ull + i) % 1021 == 0;
+}
+
+// An order-independent 64-bit digest of memory: the sum of a keyed mix of each 8-byte word with its
+// index (bytes past the last whole word are one more word, zero-padded). A candidate cannot keep
+// a changed input's digest without knowing the per-run key.
+OPTIML_HD static inline uint64_t digest_word(uint64_t key, uint64_t index, uint64_t word) {
+  return splitmix64(key ^ (word * 0xD6E8FEB86659FD93ull) ^ (index * 0x9E3779B97F4A7C15ull));
 }
 
 OPTIML_HD static inline uint16_t float_to_half_bits(float f) {
@@ -86,5 +108,70 @@ OPTIML_HD static inline float bf16_bits_to_float(uint16_t b) {
   float f;
   memcpy(&f, &x, 4);
   return f;
+}
+
+// ---- elements: the type codes of the runner's plan, and how an input element is made ---------
+
+enum Code { F64, F32, F16, BF16, I8, I16, I32, I64, U8, U16, U32, U64 };
+
+template <typename T>
+OPTIML_HD static inline void put(void* dst, T v) { memcpy(dst, &v, sizeof(T)); }
+template <typename T>
+OPTIML_HD static inline T get(const void* src) { T v; memcpy(&v, src, sizeof(T)); return v; }
+
+// Stores one element: `v` for floating-point types, `iv` for integer types.
+OPTIML_HD static inline void store(Code code, void* dst, double v, int64_t iv) {
+  switch (code) {
+    case F64: put<double>(dst, v); break;
+    case F32: put<float>(dst, (float)v); break;
+    case F16: put<uint16_t>(dst, float_to_half_bits((float)v)); break;
+    case BF16: put<uint16_t>(dst, float_to_bf16_bits((float)v)); break;
+    case I8: put<int8_t>(dst, (int8_t)iv); break;
+    case I16: put<int16_t>(dst, (int16_t)iv); break;
+    case I32: put<int32_t>(dst, (int32_t)iv); break;
+    case I64: put<int64_t>(dst, iv); break;
+    case U8: put<uint8_t>(dst, (uint8_t)iv); break;
+    case U16: put<uint16_t>(dst, (uint16_t)iv); break;
+    case U32: put<uint32_t>(dst, (uint32_t)iv); break;
+    case U64: put<uint64_t>(dst, (uint64_t)iv); break;
+  }
+}
+
+struct Dist {
+  int mode = UNIFORM;
+  double lo = 0, hi = 0, extra = 0;
+};
+
+// Element i of an input, as inputs.py makes it. The same rounding on host and device: no fused
+// multiply-add on either.
+OPTIML_HD static inline void fill_value(Code code, bool is_float, size_t size, unsigned char* base,
+                                        size_t i, size_t n, Dist d, uint64_t seed,
+                                        uint64_t buffer_index) {
+  unsigned char* p = base + i * size;
+  if (d.mode == CONSTANT) {
+    store(code, p, d.lo, (int64_t)d.lo);
+    return;
+  }
+  double u = uniform01(seed, buffer_index, i);
+  if (d.mode == SPIKES && spike_at(seed, buffer_index, i, n)) {
+    if (is_float) store(code, p, u < 0.5 ? -d.extra : d.extra, 0);
+    else store(code, p, 0, u < 0.5 ? (int64_t)d.lo : (int64_t)d.hi - 1);
+    return;
+  }
+  if (d.mode == SKEWED && uniform01(seed + SECOND_STREAM, buffer_index, i) < 0.5) {
+    store(code, p, d.extra, (int64_t)d.extra);
+    return;
+  }
+  double span = d.hi - d.lo;
+#ifdef __CUDA_ARCH__
+  double scaled = __dmul_rn(u, span), value = __dadd_rn(d.lo, scaled);
+#else
+  double scaled = u * span, value = d.lo + scaled;
+#endif
+  if (is_float) {
+    store(code, p, value, 0);
+  } else {
+    store(code, p, 0, (int64_t)d.lo + (int64_t)floor(scaled));
+  }
 }
 
