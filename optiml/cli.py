@@ -24,7 +24,8 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 EXIT_CODES = """Exit codes:
   0 ok, 1 internal error, 2 usage, 3 file missing or unreadable, 4 no such kernel, 5 bad spec,
   6 nvcc not found, 7 no NVIDIA GPU, 8 compile error, 9 runtime error, 10 timeout, 11 wrong result,
-  12 ncu not found, 13 profiling failed;
+  12 ncu not found, 13 profiling failed, 14 forbidden code in a candidate, 15 an `in` buffer
+  modified, 16 faster than the physical floor (work skipped);
   llm: 20 no API key, 21 authentication failed, 22 provider unreachable, 23 other LLM error"""
 
 VERDICT_EXIT = {
@@ -33,6 +34,9 @@ VERDICT_EXIT = {
     "runtime_error": ExitCode.RUNTIME_ERROR,
     "timeout": ExitCode.TIMEOUT,
     "wrong_result": ExitCode.WRONG_RESULT,
+    "forbidden_code": ExitCode.FORBIDDEN_CODE,
+    "modified_input": ExitCode.MODIFIED_INPUT,
+    "below_floor": ExitCode.BELOW_FLOOR,
 }
 
 
@@ -232,6 +236,8 @@ def _print_verdict(v) -> None:
     style = "green" if v.ok else "red"
     out.print(f"[{style}]{v.status}[/{style}] {v.kernel}: ", end="")
     out.print(v.message, markup=False)
+    if v.check:
+        out.print(f"[dim]{'checked' if v.ok else 'decided by'}: {v.check}[/dim]")
     for m in v.messages:
         if m.severity in ("error", "warning"):
             err.print(str(m), markup=False)
@@ -245,6 +251,7 @@ def _print_verdict(v) -> None:
             "candidate ms (IQR)",
             "reference ms (IQR)",
             "speedup",
+            "floor ms",
             "SM MHz",
         ):
             table.add_column(col, justify="left" if col in ("size", "grid × block") else "right")
@@ -267,6 +274,7 @@ def _print_verdict(v) -> None:
                 if t and t.reference
                 else "",
                 f"{t.speedup:.2f}×" if t and t.speedup else "",
+                f"{c.floor.ms:.4f}" if c.floor else "",
                 "/".join(str(x) for x in t.sm_clock_mhz) if t else "",
             )
         out.print(table)

@@ -27,6 +27,9 @@ class ExitCode(IntEnum):
     WRONG_RESULT = 11
     NO_NCU = 12
     PROFILE_FAILED = 13
+    FORBIDDEN_CODE = 14
+    MODIFIED_INPUT = 15
+    BELOW_FLOOR = 16
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import logging
 import multiprocessing
 import queue
 import re
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from optiml.cuda.source import Kernel, SourceFile
 from optiml.errors import OptimlError
 from optiml.executors import Executor, LocalExecutor, parse_gpus
 from optiml.executors import Job as KernelJob
+from optiml.harness import procs
 from optiml.harness.build import cache_dir
 from optiml.profile.model import Profile
 from optiml.search.optimize import Event
@@ -243,7 +245,15 @@ def optimize_work(
 
 
 def _optimize_process(args: tuple, make_executor: ExecutorFactory, out: Any, stop: Any) -> None:
-    """The job's process: its events, then ("done", Optimized) or ("error", exception)."""
+    """The job's process: its events, then ("done", Optimized) or ("error", exception). A cancel
+    (or SIGTERM) kills the runner, sanitizer and profiler process groups in flight at once."""
+    procs.kill_children_on_terminate()
+
+    def watch() -> None:
+        stop.wait()
+        procs.kill_all()
+
+    threading.Thread(target=watch, daemon=True).start()
     try:
         result = optimize_work(*args, make_executor, lambda e: out.put(("event", e)), stop.is_set)
         out.put(("done", result))
@@ -280,6 +290,9 @@ def run_in_process(job: Job, make_executor: ExecutorFactory, forward) -> Optimiz
                 raise value
     finally:
         proc.join(timeout=10)
+        if proc.is_alive():
+            proc.terminate()  # its SIGTERM handler kills the process groups it started
+            proc.join(timeout=5)
         if proc.is_alive():
             proc.kill()
 

@@ -57,7 +57,7 @@ def test_launcher_exports_what_the_runner_looks_up():
     symbols = subprocess.run(
         ["nm", "-D", "--defined-only", str(build.path)], capture_output=True, text=True
     ).stdout
-    for name in ("optiml_launch", "optiml_attributes", "optiml_occupancy"):
+    for name in ("optiml_launch", "optiml_attributes", "optiml_occupancy", "optiml_state"):
         assert f" T {name}" in symbols
     assert build.resources.name == "void axpby<float, 256>(int, float, float const*, float, float*)"
     again = build_kernel(source, source.kernel("axpby"), instantiation="<float, 256>", arch="sm_90")
@@ -220,3 +220,31 @@ def test_a_failing_numpy_reference_is_one_clear_error(tmp_path):
         match=r"the NumPy reference `rmsnorm` failed at rows=8192, cols=1024, seed 1: ValueError",
     ):
         evaluate(source, kernel, spec, None, EvalOptions(arch="sm_90", time=False))
+
+
+def test_the_launcher_reaches_a_files_device_variables():
+    source = SourceFile(
+        """
+__device__ unsigned launches;
+static __device__ float partial[64], other;
+namespace scratch { __device__ int flags[4]; }
+__constant__ float table[4];
+__device__ const int fixed = 3;
+#ifdef NEVER_DEFINED
+__device__ int hidden;
+#endif
+/* @optiml
+ *   args: y: out float[n]
+ *   launch: grid = cdiv(n, 64), block = 64
+ *   sizes: n = 1000, 77
+ */
+__global__ void count(float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i == 0) launches++;
+    if (i < n) y[i] = launches + partial[i % 64] + scratch::flags[i % 4] + table[i % 4] + fixed;
+}
+"""
+    )
+    assert source.device_variables == ["launches", "partial", "other", "scratch::flags"]
+    build = build_kernel(source, source.kernel("count"), instantiation="", arch="sm_90")
+    assert build.ok, build.log

@@ -118,6 +118,7 @@ class SourceFile:
         self.tree: Tree = _parser().parse(self._bytes)
         self.kernels: list[Kernel] = []
         self.device_functions: list[str] = []
+        self.device_variables: list[str] = []  # writable file-scope `__device__` variables
         self.main_span: Span | None = None
         self._globals: dict[str, str] = {}
         self._launch_nodes: list[Node] = []
@@ -271,6 +272,7 @@ class SourceFile:
                     self._globals[self.node_text(name)] = self.node_text(value).strip()
             elif t == "declaration":
                 self._globals.update(self._bindings_of(child))
+                self.device_variables.extend(_device_variables(self, child, namespace))
 
     def _function(
         self,
@@ -493,3 +495,30 @@ def comment_body_lines(comment: Comment) -> list[tuple[int, str]]:
         out.append((offset, kept))
         offset += len(raw) + 1
     return out
+
+
+def _device_variables(src: SourceFile, decl: Node, namespace: tuple[str, ...]) -> list[str]:
+    """The qualified names a file-scope declaration gives to writable `__device__` variables
+    (not `__constant__`, `const` or `constexpr`, not functions): state a kernel can leave behind
+    for its next launch."""
+    kinds = {c.type for c in decl.children}
+    if "__device__" not in kinds:
+        return []
+    parent = decl.parent
+    while parent is not None:  # variable templates, and what a preprocessor condition may drop
+        if parent.type == "template_declaration" or parent.type.startswith("preproc_"):
+            return []
+        parent = parent.parent
+    words = {src.node_text(c) for c in decl.children if c.type in ("type_qualifier", "storage_class_specifier")}
+    if words & {"const", "constexpr", "__constant__", "extern"}:
+        return []
+    names = []
+    for d in decl.children_by_field_name("declarator"):
+        while d.type in ("init_declarator", "array_declarator", "attributed_declarator"):
+            inner = d.child_by_field_name("declarator")
+            if inner is None:
+                break
+            d = inner
+        if d.type == "identifier":
+            names.append("::".join((*namespace, src.node_text(d))))
+    return names

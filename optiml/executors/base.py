@@ -52,8 +52,11 @@ class Executor(ABC):
         """Nsight Compute on the candidate at the first problem size."""
 
     @abstractmethod
-    async def sanitize(self, job: Job, tool: str) -> SanitizerReport:
-        """compute-sanitizer (memcheck, racecheck) on the candidate at a small size."""
+    async def sanitize(
+        self, job: Job, tool: str, sizes: list[dict[str, int]] | None = None
+    ) -> SanitizerReport:
+        """compute-sanitizer (memcheck, initcheck, racecheck, synccheck) on the candidate, two
+        launches at each of `sizes` (default: the spec's smallest)."""
 
     async def close(self) -> None:  # noqa: B027 (optional hook)
         """Release what the executor holds (worker processes, connections)."""

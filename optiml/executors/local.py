@@ -112,9 +112,13 @@ class LocalExecutor(Executor):
             profile_kernel, source, kernel, spec, full=full, flags=job.flags
         )
 
-    async def sanitize(self, job: Job, tool: str) -> SanitizerReport:
+    async def sanitize(
+        self, job: Job, tool: str, sizes: list[dict[str, int]] | None = None
+    ) -> SanitizerReport:
         source, kernel, spec = job.target
-        return await self.run_on_gpu(sanitize, source, kernel, spec, tool, flags=job.flags)
+        return await self.run_on_gpu(
+            sanitize, source, kernel, spec, tool, sizes=sizes, flags=job.flags
+        )
 
     async def close(self) -> None:
         self._compile.shutdown(wait=False, cancel_futures=True)

@@ -1,8 +1,8 @@
 """Building what an evaluation runs: the translation unit of one kernel plus its launcher, compiled
 to a shared object (or a cubin for static reports), content-addressed in a cache; and the runner.
 
-The launcher exports three C functions the runner looks up: `optiml_launch`, `optiml_attributes`
-and `optiml_occupancy`. Every object gets its own symbols (loaded with RTLD_LOCAL), so a reference
+The launcher exports the C functions the runner looks up: `optiml_launch`, `optiml_attributes`,
+`optiml_occupancy` and `optiml_state` (the file's writable `__device__` variables). Every object gets its own symbols (loaded with RTLD_LOCAL), so a reference
 and a candidate that define the same kernel never clash.
 """
 
@@ -76,7 +76,22 @@ OPTIML_EXPORT int optiml_attributes(int* regs, int* local_bytes, int* static_sme
 OPTIML_EXPORT int optiml_occupancy(int threads, size_t smem, int* blocks) {{
   return (int)cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, optiml_kernel(), threads, smem);
 }}
+OPTIML_EXPORT int optiml_state(int i, void** address, size_t* bytes) {{
+  switch (i) {{
+{_state_cases(source)}  }}
+  return -1;
+}}
 """
+
+
+def _state_cases(source: SourceFile) -> str:
+    """The file's writable `__device__` variables, one `case` each, for `optiml_state`: the runner
+    puts noise into them between launches when a judge asks whether a kernel keeps state."""
+    return "".join(
+        f"    case {i}: *bytes = sizeof({name}); "
+        f"return (int)cudaGetSymbolAddress(address, {name});\n"
+        for i, name in enumerate(source.device_variables)
+    )
 
 
 _LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)

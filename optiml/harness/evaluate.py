@@ -1,17 +1,27 @@
-"""One evaluation of a candidate against its reference: compile both (in parallel, cached), write a
-plan, run the runner in its own process under a wall-clock limit, and turn what comes back — or
-the lack of it — into a `Verdict`.
+"""One evaluation of a candidate against its reference: screen the candidate (only device code may
+differ from the original), compile both (in parallel, cached) and, where the reference's code
+allows, an oracle (the reference promoted to double), stream a plan to the runner, run it in its
+own process group under a wall-clock limit, and turn what comes back — or the lack of it — into a
+`Verdict` that names the check that decided it.
+
+What the runner checks is in runner.cpp's header; what is decided here from its result: a candidate
+that changed an `in` buffer (`modified_input`), wrote past a buffer (`runtime_error`, the guard
+regions), gave a wrong output at a checked run or at a checked timed launch (`wrong_result`), or
+took less time than the bytes its work must move allow on this device (`below_floor`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import importlib.util
 import json
 import os
+import secrets
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -22,11 +32,17 @@ import numpy as np
 from optiml.cuda.source import Kernel, SourceFile
 from optiml.cuda.types import DTYPES
 from optiml.errors import ExitCode, OptimlError
-from optiml.harness import inputs
+from optiml.expr import Number
+from optiml.harness import inputs, procs
 from optiml.harness.build import DEFAULT_FLAGS, Build, build_kernel, runner_binary
+from optiml.harness.ceilings import device_ceilings, floor_of
 from optiml.harness.gpu import default_arch
+from optiml.harness.inputs import Dist, Mode
 from optiml.harness.nvcc import CompilerMessage, find_toolkit
+from optiml.harness.promote import NotPromotable, Promoted, promote_to_double
+from optiml.harness.screen import screen
 from optiml.harness.verdict import CaseResult, DeviceInfo, Verdict
+from optiml.harness.work import least_bytes
 from optiml.spec import Case, Spec, parse_spec
 
 DEFAULT_SEEDS = (1, 2, 3, 4, 5, 6, 7, 8)
@@ -36,6 +52,21 @@ class ReferenceFailed(OptimlError):
     """The spec's NumPy reference could not produce the expected outputs."""
 
     exit_code = ExitCode.BAD_SPEC
+
+
+@dataclass(frozen=True)
+class CasePlan:
+    """One case beyond the spec's plain sizes: a judge's unseen size, other input values (`dists`
+    per buffer: a mode over a range), other values of scalars, a tolerance scaled with the inputs'
+    magnitude, elements the reference leaves non-finite not compared (`lenient`)."""
+
+    sizes: dict[str, int]
+    dists: dict[str, Dist] = field(default_factory=dict)
+    scalars: dict[str, Number] = field(default_factory=dict)
+    tol_scale: float = 1.0
+    lenient: bool = False
+    timed: bool | None = None  # None: as the options say
+    note: str = ""  # said after the size in labels, e.g. "inputs: spikes"
 
 
 @dataclass
@@ -54,6 +85,14 @@ class EvalOptions:
     warmup_max: int = 30
     flush_factor: float = 2.0
     max_mismatches: int = 10
+    cases: list[CasePlan] | None = None  # None: the sizes (above) as the spec declares them
+    timed_checks: float = 0.25  # share of timed launches checked, and the last of every round (0: none)
+    fresh_inputs: bool = True  # every timed launch on inputs of its own, from a per-run seed
+    guard_bytes: int = 4096  # guard region before and after every buffer
+    dependence: int = 4  # dependence probes per input at timed cases (the floor's read bytes)
+    state_poison: bool = False  # noise into the candidate's __device__ variables between launches
+    oracle: bool = True  # judge outputs outside the tolerance against the promoted reference
+    floor: bool = True  # a time below the physical floor is a verdict
     workdir: Path | None = None
     env: dict[str, str] = field(default_factory=dict)  # e.g. CUDA_VISIBLE_DEVICES for a worker
 
@@ -105,81 +144,179 @@ def evaluate(
         nvcc_version=tk.version,
         date=_now(),
     )
+
+    def refused(status: str, check: str, message: str, **more) -> Verdict:
+        return Verdict(
+            status=status,
+            check=check,
+            message=message,
+            wall_s=time.perf_counter() - start,
+            **base,
+            **more,
+        )
+
+    if candidate is not None:
+        findings = screen(source, candidate, kernel.name)
+        if findings:
+            f = findings[0]
+            more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
+            return refused(
+                "forbidden_code", "screen", f"{candidate.path}:{f.line}:{f.column}: {f.message}{more}"
+            )
     # Same types and pointer depths; `const` and `__restrict__` on a pointee may be added or dropped
     # (a call through the original signature stays valid).
     if [(p.type_text, p.pointer_depth) for p in cand_kernel.params] != [
         (p.type_text, p.pointer_depth) for p in kernel.params
     ]:
         sig = ", ".join(p.declared for p in kernel.params)
-        return Verdict(
-            status="compile_error",
-            message=f"the candidate's `{kernel.name}` must keep the parameters ({sig})",
-            wall_s=time.perf_counter() - start,
-            **base,
+        return refused(
+            "compile_error", "signature", f"the candidate's `{kernel.name}` must keep the parameters ({sig})"
         )
 
     cand_spec = candidate_spec(spec, cand_source, cand_kernel) if candidate is not None else spec
     same = reference is not None and reference.kernel is kernel and candidate is None
-    with ThreadPoolExecutor(max_workers=3) as pool:
+    with ThreadPoolExecutor(max_workers=4) as pool:
         runner_f = pool.submit(runner_binary)
         cand_f = pool.submit(
             _build, Target(cand_source, cand_kernel), cand_spec, opts, opts.candidate_flags
         )
         ref_f = pool.submit(_build, reference, spec, opts) if reference and not same else None
+        oracle_f = (
+            pool.submit(_oracle, reference, spec, opts)
+            if reference is not None and not same and opts.oracle
+            else None
+        )
         cand_build = cand_f.result()
         ref_build = ref_f.result() if ref_f else (cand_build if same else None)
+        oracle = oracle_f.result() if oracle_f else None
         runner = runner_f.result()
     compile_s = time.perf_counter() - start
 
     if ref_build is not None and not ref_build.ok and not same:
-        return Verdict(
-            status="compile_error",
-            message=f"the reference does not compile: {_first_error(ref_build.messages)}",
+        return refused(
+            "compile_error",
+            "compile",
+            f"the reference does not compile: {_first_error(ref_build.messages)}",
             messages=ref_build.messages,
             compile_s=compile_s,
-            wall_s=time.perf_counter() - start,
-            **base,
         )
     if not cand_build.ok:
-        return Verdict(
-            status="compile_error",
-            message=_first_error(cand_build.messages),
+        return refused(
+            "compile_error",
+            "compile",
+            _first_error(cand_build.messages),
             messages=cand_build.messages,
             compile_s=compile_s,
-            wall_s=time.perf_counter() - start,
-            **base,
         )
 
     seeds = opts.seeds or DEFAULT_SEEDS[: spec.seeds]
-    sizes = opts.sizes or spec.sizes
-    cases = [spec.case(s) for s in sizes]
-    cand_cases = [cand_spec.case(s) for s in sizes] if cand_spec is not spec else None
+    plans = opts.cases or [CasePlan(sizes=s) for s in (opts.sizes or spec.sizes)]
+    cases = [_case(spec, cp) for cp in plans]
+    cand_cases = (
+        [_case(cand_spec, cp) for cp in plans] if cand_spec is not spec else None
+    )
+    nonce = secrets.token_hex(16)
+    plan = write_plan(
+        spec,
+        cases,
+        seeds,
+        opts,
+        candidate_cases=cand_cases,
+        plans=plans,
+        nonce=nonce,
+        numpy_reference=reference is None,
+        oracle=oracle[0] if oracle else None,
+    )
+    expected = _numpy_expected(spec, cases, plans, seeds) if reference is None else []
     with tempfile.TemporaryDirectory(prefix="optiml-eval-", dir=opts.workdir) as tmp:
         work = Path(tmp)
-        expected = _numpy_expected(spec, cases, seeds, work) if reference is None else None
-        plan = work / "plan.txt"
-        plan.write_text(write_plan(spec, cases, seeds, opts, expected, cand_cases))
-        result_path = work / "result.json"
         run_start = time.perf_counter()
         outcome = _run_isolated(
             [
                 str(runner),
-                str(plan),
-                str(result_path),
+                "-",
+                "fd:{result}",
                 str(ref_build.path) if ref_build else "-",
                 str(cand_build.path),
+                *([str(oracle[1].path)] if oracle else []),
             ],
             opts,
             work,
+            [plan.encode(), *expected],
         )
         run_s = time.perf_counter() - run_start
-        tolerances = {b.name: spec.tolerance(DTYPES[b.dtype]) for b in spec.buffers}
-        verdict = _verdict_of(outcome, result_path, cases, base, opts, tolerances)
+    tolerances = {b.name: spec.tolerance(DTYPES[b.dtype]) for b in spec.buffers}
+    verdict = _verdict_of(outcome, cases, base, opts, tolerances, nonce=nonce)
+    if verdict.ok and opts.floor:
+        verdict = _below_floor(verdict, spec, cases, opts) or verdict
     verdict.messages = cand_build.messages
     verdict.compile_s = compile_s
     verdict.run_s = run_s
     verdict.wall_s = time.perf_counter() - start
     return verdict
+
+
+def _case(spec: Spec, plan: CasePlan) -> Case:
+    case = spec.case(plan.sizes)
+    if plan.scalars:
+        case = case.model_copy(update={"scalars": {**case.scalars, **plan.scalars}})
+    return case
+
+
+@functools.lru_cache(maxsize=32)
+def _promoted(text: str, path: str, kernel: str, spec_json: str) -> Promoted | None:
+    source = SourceFile(text, path)
+    try:
+        return promote_to_double(source, kernel, Spec.model_validate_json(spec_json))
+    except NotPromotable:
+        return None
+
+
+def _oracle(target: Target, spec: Spec, opts: EvalOptions) -> tuple[Promoted, Build] | None:
+    """The reference with its floating-point types promoted to double, built; None where its code
+    does not allow it or it does not compile (outputs outside the tolerance are then wrong)."""
+    if not any(DTYPES[b.dtype].is_float for b in spec.buffers if b.role != "in"):
+        return None
+    promoted = _promoted(target.source.text, target.source.path, target.kernel.name, spec.model_dump_json())
+    if promoted is None:
+        return None
+    build = build_kernel(
+        promoted.source,
+        promoted.source.kernel(promoted.kernel),
+        instantiation=promoted.instantiation,
+        arch=opts.arch,
+        flags=opts.flags,
+    )
+    return (promoted, build) if build.ok else None
+
+
+def _below_floor(verdict: Verdict, spec: Spec, cases: list[Case], opts: EvalOptions) -> Verdict | None:
+    """`below_floor` where a timed case's fastest launch took less than the bytes its work must
+    move allow on this device; each timed case gets its floor recorded either way."""
+    if verdict.device is None:
+        return None
+    ceilings = device_ceilings(verdict.device, opts.env)
+    if ceilings is None:
+        return None
+    for case, result in zip(cases, verdict.cases, strict=False):
+        if result.timing is None:
+            continue
+        least = least_bytes(spec, case, result.dependence, verdict.device.l2_bytes)
+        result.floor = floor_of(least, ceilings)
+        fastest = result.timing.candidate.min_ms
+        if least and fastest < result.floor.ms:
+            gbs = least / (fastest * 1e-3) / 1e9
+            return verdict.model_copy(
+                update={
+                    "status": "below_floor",
+                    "check": "physical floor",
+                    "message": f"{fastest:.4g} ms at {result.label} is below the physical floor of "
+                    f"{result.floor.ms:.4g} ms: its work reads and writes at least "
+                    f"{least / 1e6:.4g} MB, which would take {gbs / 1e3:.3g} TB/s, past this "
+                    f"device's {ceilings.best_gbs / 1e3:.3g} TB/s ceiling: work was skipped",
+                }
+            )
+    return None
 
 
 def _build(
@@ -235,49 +372,98 @@ def _fmt(value: float | int) -> str:
     return str(value) if isinstance(value, int) else repr(float(value))
 
 
+def default_dist(spec: Spec, case: Case, buffer: str) -> Dist:
+    """A buffer's inputs as the spec declares them: uniform over its range."""
+    d = DTYPES[spec.buffer(buffer).dtype]
+    lo, hi = case.ranges.get(buffer, (d.low, d.high))
+    return Dist(lo, hi)
+
+
+def probe_values(spec: Spec, case: Case, buffer: str) -> tuple[float, float]:
+    """What a dependence probe writes into one element: the ends of a declared range, else far
+    outside the inputs' usual magnitude on both sides (an element that matters changes the
+    outputs with at least one of them: a max with the high one, a min with the low one)."""
+    d = DTYPES[spec.buffer(buffer).dtype]
+    if buffer in case.ranges or not d.is_float:
+        lo, hi = case.ranges.get(buffer, (d.low, d.high))
+        if d.is_float:
+            return float(lo), float(hi - (hi - lo) / 1024)
+        return float(lo), float(hi - 1)
+    return 64.0, -64.0
+
+
 def write_plan(
     spec: Spec,
     cases: list[Case],
     seeds: tuple[int, ...],
     opts: EvalOptions,
-    expected: dict[tuple[int, int, str], Path] | None = None,
     candidate_cases: list[Case] | None = None,
     *,
+    plans: list[CasePlan] | None = None,
+    nonce: str = "",
+    numpy_reference: bool = False,
+    oracle: Promoted | None = None,
     profile_only: bool = False,
+    launches: int = 1,
+    poison_outputs: bool = True,
 ) -> str:
     """The runner's plan: buffers, how parameters map to them, and every case fully evaluated.
-    `profile_only`: the runner launches the candidate once and checks nothing (for a profiler)."""
+    `profile_only`: the runner launches the candidate (`launches` times) and checks nothing (for
+    a profiler or a sanitizer); without `poison_outputs` it leaves `out` buffers unwritten."""
+    key = secrets.randbits(64)
     lines = [
+        f"nonce {nonce}",
         "seeds " + " ".join(str(s) for s in seeds),
         f"timing {opts.reps_min} {opts.reps_max} {opts.target_ms} {opts.warmup_max} {opts.flush_factor}",
+        f"timed_checks {opts.timed_checks!r} {secrets.randbits(63) | 1 if opts.fresh_inputs else 0}",
+        f"key {key}",
+        f"guard {0 if profile_only else opts.guard_bytes}",
+        f"dependence {opts.dependence}",
         f"max_mismatches {opts.max_mismatches}",
     ]
-    if expected is not None:
+    if numpy_reference:
         lines.append("numpy_reference")
     if profile_only:
-        lines.append("profile_only")
+        lines += ["profile_only", f"launches {launches}"]
+        if not poison_outputs:
+            lines.append("no_poison")
+    if opts.state_poison:
+        lines.append("state_poison")
+    if oracle is not None:
+        lines.append(f"oracle_smem_scale {oracle.smem_scale}")
     index = {b.name: i for i, b in enumerate(spec.buffers)}
     for b in spec.buffers:
         rtol, atol = spec.tolerance(DTYPES[b.dtype])
-        lines.append(f"buffer {b.name} {b.role} {b.dtype} {rtol!r} {atol!r}")
+        promoted = f" {oracle.buffers.get(b.name, b.dtype)}" if oracle is not None else ""
+        lines.append(f"buffer {b.name} {b.role} {b.dtype} {rtol!r} {atol!r}{promoted}")
     scalar_types = {s.name: s.dtype for s in spec.scalars}
     for name in spec.params:
-        lines.append(
-            f"param buffer {index[name]}" if name in index else f"param scalar {scalar_types[name]}"
-        )
+        if name in index:
+            lines.append(f"param buffer {index[name]}")
+        else:
+            promoted = f" {oracle.scalars.get(name, scalar_types[name])}" if oracle else ""
+            lines.append(f"param scalar {scalar_types[name]}{promoted}")
     for ci, c in enumerate(cases):
-        lines.append(f"case {c.label}")
+        cp = plans[ci] if plans else CasePlan(sizes=c.sizes)
+        lines.append(f"case {c.label}{f' ({cp.note})' if cp.note else ''}")
         g, b = c.grid, c.block
-        timed = opts.time and (opts.time_all_sizes or ci == 0)
+        timed = opts.time and (opts.time_all_sizes or ci == 0) if cp.timed is None else cp.timed
         lines.append(f"launch {g[0]} {g[1]} {g[2]} {b[0]} {b[1]} {b[2]} {c.smem} {int(timed)}")
         if candidate_cases is not None:
             cc = candidate_cases[ci]
             g, b = cc.grid, cc.block
             lines.append(f"candidate_launch {g[0]} {g[1]} {g[2]} {b[0]} {b[1]} {b[2]} {cc.smem}")
+        if cp.tol_scale != 1.0:
+            lines.append(f"tol_scale {cp.tol_scale!r}")
+        if cp.lenient:
+            lines.append("lenient_nonfinite")
         for buf in spec.buffers:
-            d = DTYPES[buf.dtype]
-            lo, hi = c.ranges.get(buf.name, (d.low, d.high))
-            lines.append(f"length {c.lengths[buf.name]} {_fmt(lo)} {_fmt(hi)}")
+            dist = cp.dists.get(buf.name) or default_dist(spec, c, buf.name)
+            a, b2 = probe_values(spec, c, buf.name)
+            lines.append(
+                f"length {c.lengths[buf.name]} {_fmt(dist.lo)} {_fmt(dist.hi)} {int(dist.mode)} "
+                f"{_fmt(float(dist.extra))} {_fmt(a)} {_fmt(b2)}"
+            )
         for name in spec.params:
             if name in index:
                 lines.append("scalar -")
@@ -288,31 +474,43 @@ def write_plan(
                 elif not isinstance(value, int):
                     value = int(value)
                 lines.append(f"scalar {_fmt(value)}")
-        if expected is not None:
-            for seed in seeds:
-                for buf in spec.buffers:
-                    path = expected.get((ci, seed, buf.name))
-                    lines.append(f"expected {path if path else '-'}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\nend\n"
 
 
 def launch_once(
-    spec: Spec, case: Case, arch: str, kernel: Path, work: Path, *, seed: int = 1
+    spec: Spec,
+    case: Case,
+    arch: str,
+    kernel: Path,
+    work: Path,
+    *,
+    seed: int = 1,
+    launches: int = 1,
+    poison_outputs: bool = True,
 ) -> list[str]:
-    """The runner's command that launches `kernel` (a built shared object) once at `case` on
-    `seed`'s inputs and checks nothing: what a profiler or a sanitizer watches. The plan is
-    written into `work`, and the runner saves its result there."""
+    """The runner's command that launches `kernel` (a built shared object) at `case` on `seed`'s
+    inputs (`launches` times, the inputs made anew before each) and checks nothing: what a
+    profiler or a sanitizer watches. The plan is written into `work`, the result goes there."""
     plan = work / "plan.txt"
     plan.write_text(
-        write_plan(spec, [case], (seed,), EvalOptions(arch=arch, time=False), profile_only=True)
+        write_plan(
+            spec,
+            [case],
+            (seed,),
+            EvalOptions(arch=arch, time=False),
+            profile_only=True,
+            launches=launches,
+            poison_outputs=poison_outputs,
+        )
     )
     return [str(runner_binary()), str(plan), str(work / "result.json"), str(kernel), str(kernel)]
 
 
 def _numpy_expected(
-    spec: Spec, cases: list[Case], seeds: tuple[int, ...], work: Path
-) -> dict[tuple[int, int, str], Path]:
-    """Run the spec's NumPy reference on the runner's own inputs; write its outputs for the runner."""
+    spec: Spec, cases: list[Case], plans: list[CasePlan], seeds: tuple[int, ...]
+) -> list[bytes]:
+    """Run the spec's NumPy reference on the runner's own inputs: its outputs, case by case, seed
+    by seed, buffer by buffer, as the bytes that follow the plan on the runner's input."""
     ref = spec.reference
     module_spec = importlib.util.spec_from_file_location("optiml_reference", ref.path)
     module = importlib.util.module_from_spec(module_spec)
@@ -325,8 +523,8 @@ def _numpy_expected(
     fn = getattr(module, ref.function, None)
     if fn is None:
         raise ReferenceFailed(f"{ref.path} has no function `{ref.function}`")
-    out: dict[tuple[int, int, str], Path] = {}
-    for ci, c in enumerate(cases):
+    out: list[bytes] = []
+    for c, cp in zip(cases, plans, strict=True):
         for seed in seeds:
             arrays: dict[str, np.ndarray] = {}
             for bi, b in enumerate(spec.buffers):
@@ -335,8 +533,10 @@ def _numpy_expected(
                 if b.role == "out":
                     arr = np.zeros(n, dtype=np.float32 if b.dtype == "bf16" else d.np_dtype())
                 else:
-                    lo, hi = c.ranges.get(b.name, (d.low, d.high))
-                    arr = inputs.generate(b.dtype, bi, n, seed, lo, hi)
+                    dist = cp.dists.get(b.name) or default_dist(spec, c, b.name)
+                    arr = inputs.generate(
+                        b.dtype, bi, n, seed, dist.lo, dist.hi, Mode(dist.mode), dist.extra
+                    )
                     if b.dtype == "bf16":
                         arr = (arr.astype(np.uint32) << 16).view(np.float32)
                 arrays[b.name] = arr
@@ -355,14 +555,17 @@ def _numpy_expected(
             for b in outputs:
                 d = DTYPES[b.dtype]
                 arr = np.asarray(arrays[b.name]).reshape(-1)
+                if arr.size != c.lengths[b.name]:
+                    raise ReferenceFailed(
+                        f"the NumPy reference `{ref.function}` gave {arr.size} values for `{b.name}` "
+                        f"at {c.label}; it has {c.lengths[b.name]}"
+                    )
                 data = (
                     inputs._float_to_bf16_bits(arr)
                     if b.dtype == "bf16"
                     else arr.astype(d.np_dtype())
                 )
-                path = work / f"expected-{ci}-{seed}-{b.name}.bin"
-                data.tofile(path)
-                out[(ci, seed, b.name)] = path
+                out.append(data.tobytes())
     return out
 
 
@@ -375,25 +578,70 @@ class _Outcome:
     stderr: str
     stdout: str
     seconds: float
+    result: str = ""  # what the runner wrote on its result descriptor
 
 
-def _run_isolated(cmd: list[str], opts: EvalOptions, work: Path) -> _Outcome:
-    """Run in a new session so that a hung kernel's process (and anything it started) can be
-    killed as a group at the limit; output goes to files so a chatty kernel cannot block us."""
+def _run_isolated(cmd: list[str], opts: EvalOptions, work: Path, stdin: list[bytes]) -> _Outcome:
+    """Run in a new process group so that a hung kernel's process (and anything it started) can
+    be killed whole at the limit. The plan (and a NumPy reference's outputs) go in on standard
+    input; the result comes back on a pipe (`fd:{result}` in `cmd`), never through a file a
+    candidate could read or forge; output goes to files so a chatty kernel cannot block us."""
     out_path, err_path = work / "stdout.txt", work / "stderr.txt"
     env = {**os.environ, **opts.env}
     start = time.perf_counter()
+    read_end, write_end = os.pipe()
+    chunks: list[bytes] = []
+    cmd = [part.replace("{result}", str(write_end)) for part in cmd]
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen(
-            cmd, stdout=out, stderr=err, start_new_session=True, env=env, cwd=work
-        )
         try:
-            rc: int | None = proc.wait(timeout=opts.timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            rc = None
-    return _Outcome(rc, _tail(err_path), _tail(out_path), time.perf_counter() - start)
+            with procs.spawned(
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=err,
+                env=env,
+                cwd=work,
+                pass_fds=(write_end,),
+            ) as proc:
+                os.close(write_end)
+                write_end = -1
+                reader = threading.Thread(target=_drain, args=(read_end, chunks), daemon=True)
+                feeder = threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True)
+                reader.start()
+                feeder.start()
+                try:
+                    rc: int | None = proc.wait(timeout=opts.timeout_s)
+                except subprocess.TimeoutExpired:
+                    procs.kill_group(proc.pid)
+                    proc.wait()
+                    rc = None
+                feeder.join(timeout=5)
+                reader.join(timeout=5)
+        finally:
+            if write_end >= 0:
+                os.close(write_end)
+            os.close(read_end)
+    return _Outcome(
+        rc,
+        _tail(err_path),
+        _tail(out_path),
+        time.perf_counter() - start,
+        b"".join(chunks).decode("utf-8", errors="replace"),
+    )
+
+
+def _drain(fd: int, chunks: list[bytes]) -> None:
+    while data := os.read(fd, 1 << 16):
+        chunks.append(data)
+
+
+def _feed(pipe, data: list[bytes]) -> None:
+    try:
+        for chunk in data:
+            pipe.write(chunk)
+        pipe.close()
+    except (BrokenPipeError, OSError, ValueError):  # the runner died or was killed: its verdict says
+        pass
 
 
 def _tail(path: Path, limit: int = 4000) -> str:
@@ -403,11 +651,12 @@ def _tail(path: Path, limit: int = 4000) -> str:
 
 def _verdict_of(
     outcome: _Outcome,
-    result_path: Path,
     cases: list[Case],
     base: dict,
     opts: EvalOptions,
     tolerances: dict[str, tuple[float, float]] | None = None,
+    *,
+    nonce: str = "",
 ) -> Verdict:
     phases = [line[6:] for line in outcome.stderr.splitlines() if line.startswith("phase ")]
     where = _describe_phase(phases[-1], cases) if phases else "before the first kernel ran"
@@ -416,80 +665,140 @@ def _verdict_of(
         for line in (outcome.stdout + outcome.stderr).splitlines()
         if not line.startswith("phase ")
     )[-2000:]
+
+    def verdict(status: str, check: str, message: str, **more) -> Verdict:
+        return Verdict(status=status, check=check, message=message, log_tail=log_tail, **base, **more)
+
     if outcome.returncode is None:
-        return Verdict(
-            status="timeout",
-            message=f"did not finish within {opts.timeout_s:g} s, {where}",
-            log_tail=log_tail,
-            **base,
-        )
+        return verdict("timeout", "time limit", f"did not finish within {opts.timeout_s:g} s, {where}")
     try:
-        data = json.loads(result_path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        data = json.loads(outcome.result)
+    except json.JSONDecodeError:
         rc = outcome.returncode
         why = (
             f"killed by signal {-rc} ({signal.Signals(-rc).name})"
             if rc < 0
             else f"exited with code {rc}"
         )
-        return Verdict(
-            status="runtime_error", message=f"the runner {why} {where}", log_tail=log_tail, **base
+        return verdict("runtime_error", "runner", f"the runner {why} {where}")
+    if data.get("nonce") != nonce:
+        return verdict(
+            "runtime_error", "runner", "the result did not come from the runner (its nonce differs)"
         )
     device = DeviceInfo(**data["device"]) if data.get("device") else None
     results = [CaseResult(**c) for c in data.get("cases", [])]
     status = data["status"]
     if status == "runtime_error":
         who = data.get("failed", "")
-        prefix = "the reference failed: " if who == "reference" else ""
-        return Verdict(
-            status="runtime_error",
-            message=f"{prefix}{data['message']} ({where})",
+        prefix = {"reference": "the reference failed: ", "oracle": "the oracle failed: "}.get(who, "")
+        return verdict(
+            "runtime_error",
+            "runner",
+            f"{prefix}{data['message']} ({where})",
             cases=results,
             device=device,
-            log_tail=log_tail,
-            **base,
         )
-    if status == "harness_error" and data.get("failed") in ("candidate", "reference", "kernel"):
+    if status == "harness_error" and data.get("failed") in ("candidate", "reference", "kernel", "oracle"):
         # e.g. a shared object that does not load (an undefined symbol): the kernel's fault
-        return Verdict(
-            status="runtime_error",
-            message=f"{data['failed']}: {data['message']}",
-            device=device,
-            log_tail=log_tail,
-            **base,
+        return verdict(
+            "runtime_error", "runner", f"{data['failed']}: {data['message']}", device=device
         )
     if status != "done":
         raise RuntimeError(f"runner: {data.get('message')}")  # a plan OptiML wrote wrong: a bug
+    checked = sum(len(c.seeds) for c in results)
+    if len(results) != len(cases) or checked == 0:
+        return verdict(
+            "runtime_error",
+            "checked cases",
+            f"the runner checked {checked} case(s) of {len(cases)} size(s): nothing is proven",
+            cases=results,
+            device=device,
+        )
+    for c in results:
+        for g in c.guard_violations:
+            return verdict(
+                "runtime_error",
+                "guard regions",
+                f"wrote outside `{g.buffer}` at {c.label}, {g.when}: {g.bytes} byte(s) of the "
+                "guard regions around it changed",
+                cases=results,
+                device=device,
+            )
+    for c in results:
+        for change in c.input_changes:
+            return verdict(
+                "modified_input",
+                "input checksums",
+                f"changed `{change.buffer}`, which the spec declares `in`, at {c.label}, {change.when}",
+                cases=results,
+                device=device,
+            )
     bad = [(c, s, b) for c in results for s in c.seeds for b in s.buffers if b.mismatches]
     if bad:
         c, s, b = bad[0]
-        m = b.first[0]
-        what = "was not written" if m.unwritten else f"is {m.got}, expected {m.expected}"
-        unwritten = f" ({b.unwritten} unwritten)" if b.unwritten else ""
-        message = f"{b.name}[{m.index}] {what} at {c.label}, seed {s.seed}: {b.mismatches} of the elements differ{unwritten}"
-        rtol, atol = (tolerances or {}).get(b.name, (0.0, 0.0))
-        if isinstance(b.max_abs_error, float) and b.mismatches > b.unwritten and (rtol or atol):
-            # How far off, against what was allowed: rounding (a reordered sum) or a bug.
-            message += f"; the largest difference is {b.max_abs_error:.3g}, allowed {atol:g} + {rtol:g}·|expected|"
-        return Verdict(
-            status="wrong_result",
-            message=message,
+        return verdict(
+            "wrong_result",
+            "outputs",
+            _mismatch_message(c, s, b, (tolerances or {}).get(b.name, (0.0, 0.0))),
             cases=results,
             device=device,
-            log_tail=log_tail,
-            **base,
         )
+    for c in results:
+        t = c.timing
+        if t is not None and t.mismatches:
+            fb = t.first_bad
+            at = f": first `{fb.buffer}`[{fb.index}] at timed launch {fb.launch}" if fb else ""
+            unwritten = f" ({t.unwritten} unwritten)" if t.unwritten else ""
+            return verdict(
+                "wrong_result",
+                "timed launches' outputs",
+                f"correct when checked, but {t.mismatches} output element(s){unwritten} of "
+                f"{t.checked_launches} checked timed launches at {c.label} were wrong{at}; "
+                "each timed launch had fresh inputs",
+                cases=results,
+                device=device,
+            )
     timed = [c for c in results if c.timing]
+    seeds_n = len(results[0].seeds)
     if timed and timed[0].timing.reference:
         t = timed[0].timing
-        msg = f"correct at {len(results)} size(s) × {len(results[0].seeds)} seeds; {t.candidate.median_ms:.4g} ms vs {t.reference.median_ms:.4g} ms ({t.speedup:.2f}×) at {timed[0].label}"
+        msg = f"correct at {len(results)} size(s) × {seeds_n} seeds; {t.candidate.median_ms:.4g} ms vs {t.reference.median_ms:.4g} ms ({t.speedup:.2f}×) at {timed[0].label}"
     elif timed:
-        msg = f"correct at {len(results)} size(s) × {len(results[0].seeds)} seeds; {timed[0].timing.candidate.median_ms:.4g} ms at {timed[0].label}"
+        msg = f"correct at {len(results)} size(s) × {seeds_n} seeds; {timed[0].timing.candidate.median_ms:.4g} ms at {timed[0].label}"
     else:
-        msg = f"correct at {len(results)} size(s) × {len(results[0].seeds) if results else 0} seeds"
-    return Verdict(
-        status="ok", message=msg, cases=results, device=device, log_tail=log_tail, **base
-    )
+        msg = f"correct at {len(results)} size(s) × {seeds_n} seeds"
+    checks = ["outputs", "guard regions", "input checksums"]
+    if any(c.timing and c.timing.compared for c in results):
+        checks.append("timed launches' outputs")
+    return verdict("ok", ", ".join(checks), msg, cases=results, device=device)
+
+
+def _mismatch_message(c: CaseResult, s, b, tolerance: tuple[float, float]) -> str:
+    m = b.first[0]
+    what = "was not written" if m.unwritten else f"is {m.got}, expected {m.expected}"
+    unwritten = f" ({b.unwritten} unwritten)" if b.unwritten else ""
+    message = f"{b.name}[{m.index}] {what} at {c.label}, seed {s.seed}: {b.mismatches} of the elements differ{unwritten}"
+    rtol, atol = tolerance
+    if isinstance(b.max_abs_error, float) and b.mismatches > b.unwritten and (rtol or atol):
+        # How far off, against what was allowed: rounding (a reordered sum) or a bug.
+        message += f"; the largest difference is {b.max_abs_error:.3g}, allowed {atol:g} + {rtol:g}·|expected|"
+        if b.oracle is not None:
+            message += (
+                f"; against the exact result (the reference in double) it is off by "
+                f"{_tolerances(b.oracle.candidate)} tolerances, the reference by "
+                f"{_tolerances(b.oracle.reference)}"
+            )
+        elif isinstance(b.need_atol, float) and isinstance(b.need_rtol, float):
+            message += (
+                f"; it would pass with atol = {b.need_atol:.2g} (rtol {rtol:g}) or rtol = "
+                f"{b.need_rtol:.2g} (atol {atol:g}) — no exact oracle was available to say which "
+                "of the two is closer to the truth"
+            )
+    return message
+
+
+def _tolerances(x: float | str) -> str:
+    return f"{x:.3g}" if isinstance(x, float) else str(x)
 
 
 def _describe_phase(phase: str, cases: list[Case]) -> str:
@@ -498,13 +807,20 @@ def _describe_phase(phase: str, cases: list[Case]) -> str:
         label = cases[int(fields["case"])].label
     except (KeyError, ValueError, IndexError):
         return f"at {phase}"
+    who_of = {
+        "kernel": "the kernel",
+        "reference": "the reference",
+        "candidate": "the candidate",
+        "oracle": "the oracle (the reference in double)",
+    }
     if "kernel" in fields:
-        who = {
-            "kernel": "the kernel",
-            "reference": "the reference",
-            "candidate": "the candidate",
-        }.get(fields["kernel"], fields["kernel"])
+        who = who_of.get(fields["kernel"], fields["kernel"])
+        if "dependence" in phase:
+            return f"while probing which inputs {who}'s outputs depend on at {label}"
         return f"while running {who} at {label}, seed {fields.get('seed')}"
+    if "waiting" in fields:
+        who = who_of.get(fields["waiting"], fields["waiting"])
+        return f"while timing at {label}: waiting for a launch of {who}"
     if "warmup" in phase:
         return f"while warming up at {label}"
     return f"while timing at {label}"

@@ -1,13 +1,16 @@
-"""compute-sanitizer on one kernel: the runner launches the candidate once (a profile-only plan) at a
-small problem size under `memcheck` (out-of-bounds and misaligned accesses, leaks are not ours) or
-`racecheck` (shared-memory hazards), and the tool's error summary becomes a `SanitizerReport`."""
+"""compute-sanitizer on one kernel: the runner launches the candidate twice (a profile-only plan,
+inputs made anew before each launch, buffers allocated to their exact sizes) at each of the given
+problem sizes under `memcheck` (out-of-bounds and misaligned accesses; leaks are not ours),
+`initcheck` (reads of global memory never written: the `out` buffers are left unwritten for it),
+`racecheck` (shared-memory hazards) or `synccheck` (barriers not every thread reaches), and the
+tool's error summary becomes a `SanitizerReport`. Each run is a process group of its own, killed
+whole at its time limit."""
 
 from __future__ import annotations
 
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -16,6 +19,7 @@ from pydantic import BaseModel
 
 from optiml.cuda.source import Kernel, SourceFile
 from optiml.errors import ExitCode, OptimlError
+from optiml.harness import procs
 from optiml.harness.build import DEFAULT_FLAGS, build_kernel
 from optiml.harness.evaluate import launch_once
 from optiml.harness.gpu import default_arch
@@ -26,11 +30,14 @@ class SanitizerMissing(OptimlError):
     exit_code = ExitCode.NO_NCU
 
 
+TOOLS = ("memcheck", "initcheck", "racecheck", "synccheck")
+
+
 class SanitizerReport(BaseModel):
-    tool: str  # memcheck | racecheck | synccheck
+    tool: str  # memcheck | initcheck | racecheck | synccheck
     errors: int
     ok: bool
-    size: str  # the problem size it ran at
+    size: str  # the problem sizes it ran at
     messages: list[str]  # the tool's first error lines
     seconds: float
 
@@ -58,64 +65,70 @@ def sanitize(
     spec: Spec,
     tool: str,
     *,
-    sizes: dict[str, int] | None = None,
+    sizes: list[dict[str, int]] | dict[str, int] | None = None,
+    launches: int = 2,
     flags: tuple[str, ...] = DEFAULT_FLAGS,
     arch: str | None = None,
     timeout_s: float = 300,
     env: dict[str, str] | None = None,
 ) -> SanitizerReport:
-    """Run the kernel (its variant's launch and instantiation) once under compute-sanitizer."""
+    """Run the kernel (its variant's launch and instantiation) `launches` times under
+    compute-sanitizer at each of `sizes` (default: the spec's smallest)."""
     exe = find_sanitizer()
     arch = arch or spec.arch or default_arch()
     build = build_kernel(source, kernel, instantiation=spec.instantiation, arch=arch, flags=flags)
     if not build.ok:
         first = next((m for m in build.messages if m.severity == "error"), None)
         raise OptimlError(f"the kernel does not compile: {first or 'nvcc failed'}")
-    chosen = sizes or min(spec.sizes, key=lambda s: sum(spec.case(s).lengths.values()))
-    case = spec.case(chosen)
+    if sizes is None:
+        sizes = [min(spec.sizes, key=lambda s: sum(spec.case(s).lengths.values()))]
+    elif isinstance(sizes, dict):
+        sizes = [sizes]
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="optiml-sanitize-") as tmp:
-        work = Path(tmp)
-        cmd = [
-            str(exe),
-            "--tool",
-            tool,
-            "--error-exitcode",
-            "99",
-            "--leak-check",
-            "no",
-            *launch_once(spec, case, arch, build.path, work),
-        ]
-        try:
-            p = subprocess.run(
-                cmd,
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                env={**os.environ, **(env or {})},
-                cwd=work,
-            )
-            log = p.stdout + p.stderr
-        except subprocess.TimeoutExpired:
-            return SanitizerReport(
-                tool=tool,
-                errors=1,
-                ok=False,
-                size=case.label,
-                messages=[f"did not finish within {timeout_s:g} s"],
-                seconds=time.perf_counter() - start,
-            )
-    m = _SUMMARY.search(log)
-    errors = int(m.group(1)) if m else (0 if p.returncode == 0 else 1)
-    lines = [line.strip("= ").strip() for line in log.splitlines() if line.startswith("=========")]
-    messages = [line for line in lines if line and "ERROR SUMMARY" not in line][:8]
-    if m is None and p.returncode != 0 and not messages:
-        messages = [log.strip()[-300:]]
+    errors, messages, labels = 0, [], []
+    for chosen in sizes:
+        case = spec.case(chosen)
+        labels.append(case.label)
+        with tempfile.TemporaryDirectory(prefix="optiml-sanitize-") as tmp:
+            work = Path(tmp)
+            cmd = [
+                str(exe),
+                "--tool",
+                tool,
+                "--error-exitcode",
+                "99",
+                *(["--leak-check", "no"] if tool == "memcheck" else []),
+                *launch_once(
+                    spec,
+                    case,
+                    arch,
+                    build.path,
+                    work,
+                    launches=launches,
+                    poison_outputs=tool != "initcheck",
+                ),
+            ]
+            left = max(1.0, timeout_s - (time.perf_counter() - start))
+            run = procs.run(cmd, timeout=left, env={**os.environ, **(env or {})}, cwd=str(work))
+        if run.returncode is None:
+            errors += 1
+            messages.append(f"did not finish within {timeout_s:g} s at {case.label}")
+            break
+        log = run.stdout + run.stderr
+        m = _SUMMARY.search(log)
+        found = int(m.group(1)) if m else (0 if run.returncode == 0 else 1)
+        lines = [line.strip("= ").strip() for line in log.splitlines() if line.startswith("=========")]
+        found_messages = [line for line in lines if line and "ERROR SUMMARY" not in line][:8]
+        if m is None and run.returncode != 0 and not found_messages:
+            found_messages = [log.strip()[-300:]]
+        if found or run.returncode != 0:
+            errors += max(found, 1)
+            messages += [f"{msg} (at {case.label})" for msg in found_messages]
     return SanitizerReport(
         tool=tool,
         errors=errors,
-        ok=errors == 0 and p.returncode == 0,
-        size=case.label,
-        messages=messages,
+        ok=errors == 0,
+        size="; ".join(labels),
+        messages=messages[:8],
         seconds=time.perf_counter() - start,
     )

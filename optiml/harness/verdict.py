@@ -1,5 +1,5 @@
 """What an evaluation says about a candidate: the typed `Verdict`, with every check and timing it
-rests on, and the device and tools it was measured with."""
+rests on, the check that decided it, and the device and tools it was measured with."""
 
 from __future__ import annotations
 
@@ -10,7 +10,16 @@ from pydantic import BaseModel, Field
 
 from optiml.harness.nvcc import CompilerMessage
 
-Status = Literal["ok", "compile_error", "runtime_error", "timeout", "wrong_result"]
+Status = Literal[
+    "ok",
+    "compile_error",
+    "forbidden_code",
+    "runtime_error",
+    "timeout",
+    "wrong_result",
+    "modified_input",
+    "below_floor",
+]
 
 
 class Mismatch(BaseModel):
@@ -20,12 +29,27 @@ class Mismatch(BaseModel):
     unwritten: bool = False
 
 
+class OracleCheck(BaseModel):
+    """Errors against the reference promoted to double, in units of the tolerance (|x - exact| /
+    (atol + rtol |exact|), the largest over the buffer): a candidate outside the tolerance of the
+    reference is still correct where it is within the tolerance of the exact result, or no
+    further from it than the reference."""
+
+    candidate: float | str
+    reference: float | str
+    accepted: bool
+
+
 class BufferCheck(BaseModel):
     name: str
     mismatches: int
     unwritten: int
+    skipped: int = 0  # elements the reference left non-finite, not compared (lenient cases)
     max_abs_error: float | str
     max_rel_error: float | str
+    need_atol: float | str = 0.0  # the tolerance the mismatches would have needed
+    need_rtol: float | str = 0.0
+    oracle: OracleCheck | None = None
     first: list[Mismatch] = Field(default_factory=list)
 
 
@@ -50,12 +74,24 @@ class TimingStats(BaseModel):
         return self.q3_ms - self.q1_ms
 
 
+class FirstBad(BaseModel):
+    launch: int
+    buffer: str
+    index: int
+
+
 class CaseTiming(BaseModel):
     candidate: TimingStats
     reference: TimingStats | None = None
     warmup_rounds: int
     sm_clock_mhz: list[int]
     candidate_ms: list[float] = Field(default_factory=list)
+    fresh_inputs: bool = False  # each timed launch had inputs of its own, from a per-run seed
+    checked_launches: int = 0  # timed launches whose outputs and inputs were checked
+    compared: bool = False  # outputs compared (not when a kernel is timed against itself)
+    mismatches: int = 0
+    unwritten: int = 0
+    first_bad: FirstBad | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -84,12 +120,44 @@ class LaunchConfig(BaseModel):
         return self.block[0] * self.block[1] * self.block[2]
 
 
+class Dependence(BaseModel):
+    """Of `samples` elements of an input, how many the candidate's outputs changed with."""
+
+    buffer: str
+    samples: int
+    sensitive: int
+
+
+class InputChange(BaseModel):
+    buffer: str
+    when: str
+
+
+class GuardViolation(BaseModel):
+    buffer: str
+    bytes: int
+    when: str
+
+
+class Floor(BaseModel):
+    """The least time the case's work can take on the device: the bytes it must move over the
+    device's measured bandwidth ceiling (with an allowance)."""
+
+    bytes: int
+    ms: float
+    ceiling_gbs: float
+
+
 class CaseResult(BaseModel):
     label: str
     launch: dict[str, LaunchConfig]  # "candidate" and "reference"
     attributes: dict[str, KernelAttributes | None] = Field(default_factory=dict)
     seeds: list[SeedCheck]
     timing: CaseTiming | None = None
+    dependence: list[Dependence] = Field(default_factory=list)
+    input_changes: list[InputChange] = Field(default_factory=list)
+    guard_violations: list[GuardViolation] = Field(default_factory=list)
+    floor: Floor | None = None
 
     @property
     def ok(self) -> bool:
@@ -110,6 +178,7 @@ class DeviceInfo(BaseModel):
 class Verdict(BaseModel):
     status: Status
     message: str
+    check: str = ""  # the check that decided it (for `ok`: what it passed)
     file: str
     kernel: str
     candidate_file: str | None = None

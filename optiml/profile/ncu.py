@@ -27,6 +27,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from optiml.errors import ExitCode, NcuMissing, OptimlError
+from optiml.harness import procs
 
 # The sections whose figures the diagnosis reads; the full set collects them whole, with their rules.
 SEARCH_SECTIONS = (
@@ -302,16 +303,10 @@ def run_ncu(
         *program,
     ]  # fmt: skip
     start = time.perf_counter()
-    try:
-        p = subprocess.run(
-            cmd,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            env={**os.environ, **(env or {})},
-        )
-    except subprocess.TimeoutExpired:
-        raise NcuError(f"ncu did not finish within {timeout_s:g} s") from None
+    # ncu and the runner it starts are one process group, killed whole at the limit or a cancel
+    p = procs.run(cmd, timeout=timeout_s, env={**os.environ, **(env or {})})
+    if p.returncode is None:
+        raise NcuError(f"ncu did not finish within {timeout_s:g} s")
     seconds = time.perf_counter() - start
     report = Path(str(out) + ".ncu-rep")
     log = p.stdout + p.stderr

@@ -1,34 +1,238 @@
-"""The judge: before a variant is offered as faster, deterministic checks confirm it — correct at a
-problem size and seeds the search never saw, no constant equal to a problem size that the input did
-not have, time that grows with the size as the input's does (no skipped work), and compute-sanitizer's
-memcheck and racecheck clean — plus an LLM's review where a provider is configured."""
+"""The judge: before a variant is offered as faster, checks that nothing about the search could
+have predicted confirm it. Every draw comes from the operating system's entropy, so neither a
+candidate nor anyone reading this repository can know the sizes, seeds or values in advance.
+
+- unseen sizes and seeds: three sizes none of the spec's is — below the smallest declared, in
+  between, and above the largest where the device's memory allows — spanning at least 8x in work,
+  each dimension that the spec varies made odd with a random remainder modulo 64 (tails of every
+  vector width and unroll factor), checked on fresh seeds and timed, with the dependence probes
+  that give each size's physical floor (an evaluation below it is `below_floor`);
+- work scaling: from the smallest to the largest of those sizes the candidate's time must grow
+  at least as fast as the bytes its work must move allow at twice the device's bandwidth ceiling:
+  a time that does not grow with the work means work skipped at some sizes (the *input's* times
+  play no part: a naive kernel's time need not be proportional to its work);
+- inputs beyond the declared: the same candidate on other values than the spec's uniform ones —
+  spikes at the ends and at random places (a dropped tail or a skipped element shows), a shifted
+  and a wide range, negatives only, zeros, all equal, tiny (denormal) values, skewed integer keys —
+  within any range the spec declares, with absolute tolerances scaled to the values' magnitude,
+  and float scalars at other values (unless the spec fixes none... see `_scalar_variations`);
+- device state: the candidate's writable `__device__` variables filled with noise before every
+  launch (state one launch leaves for the next then gives wrong results), and function-local
+  `static` variables in device code, which no harness can reset, reported;
+- no hard-coded sizes; compute-sanitizer's memcheck, initcheck, racecheck and synccheck, two
+  launches each at the spec's smallest size and the smallest unseen one;
+- an LLM's review where a provider is configured.
+"""
 
 from __future__ import annotations
 
 import logging
+import math
+import random
+import secrets
 from dataclasses import replace
 from typing import Any
 
 from optiml.cuda.kernel_ast import KernelAST
 from optiml.cuda.source import SourceFile
+from optiml.cuda.types import DTYPES
 from optiml.errors import OptimlError
 from optiml.executors.base import Executor, Job
-from optiml.harness.evaluate import EvalOptions
+from optiml.expr import ExprError
+from optiml.harness.evaluate import CasePlan, EvalOptions
+from optiml.harness.inputs import Dist, Mode
+from optiml.harness.sanitize import TOOLS
+from optiml.harness.verdict import Verdict
 from optiml.search.trajectory import Check, JudgeVerdict, Measurement
-from optiml.spec import Spec
+from optiml.spec import Case, Spec
 
 logger = logging.getLogger(__name__)
 
-UNSEEN_SEEDS = (9001, 9002)
-SCALING_TOLERANCE = 2.0  # the candidate's time ratio between two sizes within 2x of the input's
+SPAN = 8.0  # the unseen sizes' work spans at least this factor
+SCALING_ALLOWANCE = 2.0  # added time for added work may beat the bandwidth ceiling by no more
+MEMORY_SHARE = 0.25  # of the device's memory, for one case's buffers (the harness keeps copies)
 
 
-def unseen_sizes(spec: Spec) -> dict[str, int]:
-    """A problem size none of the spec's sizes is: about 3/4 of the first size, and odd."""
-    first = spec.sizes[0]
-    out = {k: max(3, (v * 3) // 4) | 1 for k, v in first.items()}
-    while out in spec.sizes:
-        out = {k: v + 2 for k, v in out.items()}
+def _work(spec: Spec, sizes: dict[str, int]) -> int:
+    case = spec.case(sizes)
+    return sum(case.lengths[b.name] * DTYPES[b.dtype].size for b in spec.buffers)
+
+
+def _free_vars(spec: Spec) -> list[str]:
+    """The size variables the spec itself varies (a variable with one declared value may be
+    fixed by the kernel's code, e.g. a head dimension); all of them for a spec of one size."""
+    varying = [v for v in spec.size_vars if len({s[v] for s in spec.sizes}) > 1]
+    return varying or list(spec.size_vars)
+
+
+def _sized(spec: Spec, base: dict[str, int], free: list[str], t: float, rng: random.Random):
+    """`base` with the free variables scaled by `t`, each then given a random odd remainder
+    modulo 64; None where the spec cannot be evaluated there."""
+    sizes = dict(base)
+    for v in free:
+        x = max(1, round(base[v] * t))
+        sizes[v] = x - x % 64 + rng.randrange(1, 64, 2) if x > 64 else rng.randrange(1, 64, 2)
+    try:
+        case = spec.case(sizes)
+    except (ExprError, ValueError, ZeroDivisionError, OverflowError):
+        return None
+    if case.grid[1] > 65535 or case.grid[2] > 65535 or case.grid[0] > 2**31 - 1:
+        return None
+    return sizes
+
+
+def _at_work(spec, base, free, target: float, rng) -> dict[str, int] | None:
+    """A size whose work is close to `target` (bisection on one scale of the free variables)."""
+    lo, hi = 1e-4, 1e4
+    best = None
+    base_work = _work(spec, base)
+    for _ in range(40):
+        t = math.sqrt(lo * hi)
+        sizes = _sized(spec, base, free, t, random.Random(0))
+        if sizes is None:
+            hi = t
+            continue
+        w = _work(spec, sizes)
+        best = t
+        if w < target:
+            lo = t
+        else:
+            hi = t
+        if abs(w - target) < 0.02 * target:
+            break
+    if best is None or base_work == 0:
+        return None
+    return _sized(spec, base, free, best, rng)
+
+
+def unseen_sizes(spec: Spec, rng: random.Random, memory_bytes: int | None = None) -> list[dict[str, int]]:
+    """Three sizes none of the spec's is, spanning at least `SPAN`x in work: below the smallest
+    declared, in between, above the largest (as far as the device's memory allows)."""
+    works = {i: _work(spec, s) for i, s in enumerate(spec.sizes)}
+    largest = spec.sizes[max(works, key=works.get)]
+    w_max = max(works.values())
+    limit = (memory_bytes or 16 << 30) * MEMORY_SHARE
+    free = _free_vars(spec)
+    big = min(w_max * rng.uniform(1.15, 1.5), limit)
+    small = big / rng.uniform(SPAN * 1.1, SPAN * 1.6)
+    mid = math.sqrt(small * big) * rng.uniform(0.8, 1.25)
+    out: list[dict[str, int]] = []
+    for target in (small, mid, big):
+        sizes = _at_work(spec, largest, free, target, rng)
+        if sizes is not None and sizes not in spec.sizes and sizes not in out:
+            out.append(sizes)
+    return out
+
+
+def _float_inputs(spec: Spec) -> list[str]:
+    return [b.name for b in spec.buffers if b.role != "out" and DTYPES[b.dtype].is_float]
+
+
+def value_variations(spec: Spec, case: Case, rng: random.Random) -> list[CasePlan]:
+    """Input values other than the spec's uniform draw, within any range it declares."""
+    plans: list[CasePlan] = []
+
+    def each(make) -> dict[str, Dist]:
+        out = {}
+        for b in spec.buffers:
+            if b.role == "out":
+                continue
+            d = DTYPES[b.dtype]
+            lo, hi = case.ranges.get(b.name, (d.low, d.high))
+            dist = make(b, d, lo, hi, b.name in case.ranges)
+            if dist is not None:
+                out[b.name] = dist
+        return out
+
+    def spikes(b, d, lo, hi, declared):
+        if d.is_float and not declared:
+            return Dist(lo, hi, Mode.SPIKES, 64.0 * max(abs(lo), abs(hi), 1.0))
+        if d.is_float:
+            return Dist(lo, hi, Mode.SPIKES, hi - (hi - lo) / 1024)
+        return Dist(lo, hi, Mode.SPIKES)
+
+    def scaled(offset: float, scale: float):
+        def make(b, d, lo, hi, declared):
+            if not d.is_float or declared:
+                return None
+            return Dist(lo * scale + offset, hi * scale + offset)
+
+        return make
+
+    def constant(b, d, lo, hi, declared):
+        if d.is_float:
+            return Dist(lo + (hi - lo) * rng.uniform(0.55, 0.9), 0, Mode.CONSTANT)
+        return Dist(int(lo) + rng.randrange(max(1, int(hi) - int(lo))), 0, Mode.CONSTANT)
+
+    def zeros(b, d, lo, hi, declared):
+        if not declared or lo <= 0 < hi:
+            return Dist(0, 0, Mode.CONSTANT)
+        return None
+
+    def skewed(b, d, lo, hi, declared):
+        if d.is_float:
+            return None
+        return Dist(lo, hi, Mode.SKEWED, int(lo) + rng.randrange(max(1, int(hi) - int(lo))))
+
+    def narrow_top(b, d, lo, hi, declared):
+        if not d.is_float or not declared:
+            return None
+        return Dist(hi - (hi - lo) / 16, hi)
+
+    shift = rng.uniform(3, 6)
+    wide = rng.choice((100.0, 1000.0))
+    for note, make, tol_scale in (
+        ("inputs: spikes", spikes, 1.0),
+        ("inputs: shifted", scaled(shift, 1.0), 1.0 + shift),
+        ("inputs: wide", scaled(0.0, wide), wide),
+        ("inputs: negative", scaled(-0.5, 0.5), 1.0),
+        ("inputs: tiny", scaled(0.0, 1e-40), 1.0),
+        ("inputs: zeros", zeros, 1.0),
+        ("inputs: all equal", constant, 1.0),
+        ("inputs: skewed keys", skewed, 1.0),
+        ("inputs: top of the range", narrow_top, 1.0),
+    ):
+        dists = each(make)
+        if dists:
+            plans.append(
+                CasePlan(
+                    sizes=case.sizes,
+                    dists=dists,
+                    tol_scale=tol_scale,
+                    lenient=True,
+                    timed=False,
+                    note=note,
+                )
+            )
+    scalars = _scalar_variations(spec, rng)
+    if scalars:
+        label = ", ".join(f"{k}={v:.4g}" for k, v in scalars.items())
+        plans.append(CasePlan(sizes=case.sizes, scalars=scalars, timed=False, note=f"scalars: {label}"))
+    return plans
+
+
+def _scalar_variations(spec: Spec, rng: random.Random) -> dict[str, float]:
+    """Float scalars whose value is a literal that no other expression of the spec uses, at
+    another value of the same sign and a similar magnitude (a candidate that wires in the spec's
+    value fails; one that reads the scalar cannot)."""
+    from optiml.expr import Expr
+
+    used: set[str] = set()
+    for b in spec.buffers:
+        used |= Expr.parse(b.length).names()
+        if b.value_range:
+            used |= Expr.parse(b.value_range[0]).names() | Expr.parse(b.value_range[1]).names()
+    for text in [*spec.launch.grid, *spec.launch.block, spec.launch.smem]:
+        used |= Expr.parse(text).names()
+    out = {}
+    for s in spec.scalars:
+        if not DTYPES[s.dtype].is_float or s.name in used:
+            continue
+        expr = Expr.parse(s.value)
+        if expr.names():
+            continue
+        value = float(expr.evaluate({}))
+        out[s.name] = value * rng.uniform(1.3, 2.0) if value else rng.uniform(0.25, 1.0)
     return out
 
 
@@ -48,6 +252,31 @@ def hardcoded_constants(
     return sorted((literals(candidate) - literals(original)) & values)
 
 
+def local_statics(source: SourceFile) -> list[str]:
+    """Function-local `static` variables of device code that are not constants: state that lives
+    from one launch to the next and that no harness can reach to reset."""
+    found = []
+
+    def walk(node, in_device: bool):
+        if node.type == "function_definition":
+            head = source.node_text(node)[: max(0, node.child_by_field_name("body").start_byte - node.start_byte)] if node.child_by_field_name("body") else ""
+            in_device = in_device or "__device__" in head or "__global__" in head
+        if in_device and node.type == "declaration" and node.parent is not None and node.parent.type != "translation_unit":
+            words = {source.node_text(c) for c in node.children if c.type in ("storage_class_specifier", "type_qualifier")}
+            if "static" in words and not words & {"const", "constexpr", "__constant__"}:
+                line = node.start_point[0] + 1
+                found.append(f"line {line}: {source.node_text(node).strip()[:60]}")
+        for child in node.children:
+            walk(child, in_device)
+
+    walk(source.tree.root_node, False)
+    return found
+
+
+def _failed_case(v: Verdict) -> str:
+    return f"{v.status} ({v.check}): {v.message}"
+
+
 async def judge(
     executor: Executor,
     job: Job,
@@ -57,37 +286,87 @@ async def judge(
     sanitize: bool = True,
     llm_review: Any | None = None,
 ) -> JudgeVerdict:
-    """Judge `job`'s candidate. `at_first_size` is its confirmed measurement at the first size (for
-    the scaling check); `llm_review`, if given, is an async callable returning a dict verdict."""
+    """Judge `job`'s candidate. `at_first_size` is its confirmed measurement at the first size;
+    `llm_review`, if given, is an async callable returning a dict verdict."""
+    rng = random.Random(secrets.randbits(64))
     checks: list[Check] = []
     spec = job.spec
-    unseen = unseen_sizes(spec)
-    label = ", ".join(f"{k}={v}" for k, v in unseen.items())
-    v = await executor.evaluate(
-        job, replace(options, sizes=[unseen], seeds=UNSEEN_SEEDS, time=True, time_all_sizes=True)
+    candidate = job.candidate or job.source
+
+    def os_seeds(k: int = 2) -> tuple[int, ...]:
+        return tuple(secrets.randbits(62) | 1 for _ in range(k))
+
+    # Unseen sizes and seeds, timed, each with its physical floor.
+    sizes = unseen_sizes(spec, rng, at_first_size.memory_bytes)
+    label = "; ".join(", ".join(f"{k}={v}" for k, v in s.items()) for s in sizes)
+    sized = await executor.evaluate(
+        job,
+        replace(
+            options,
+            cases=[CasePlan(sizes=s, timed=True) for s in sizes],
+            seeds=os_seeds(),
+            dependence=16,
+            time_all_sizes=True,
+        ),
     )
     checks.append(
         Check(
-            name="unseen size and seeds",
-            ok=v.status == "ok",
-            detail=f"{v.status} at {label} with seeds {UNSEEN_SEEDS}: {v.message}",
+            name="unseen sizes and seeds",
+            ok=sized.status == "ok",
+            detail=f"ok at {label}" if sized.ok else _failed_case(sized),
         )
     )
-    m = Measurement.of(v)
-    if v.status == "ok" and m.speedup and at_first_size.speedup:
-        # time(unseen)/time(first) for candidate and input: equal if both do the same work
-        cand = m.candidate_ms / at_first_size.candidate_ms
-        ref = m.reference_ms / at_first_size.reference_ms
-        ratio = cand / ref
-        checks.append(
-            Check(
-                name="time scales with the size",
-                ok=1 / SCALING_TOLERANCE <= ratio <= SCALING_TOLERANCE,
-                detail=f"from the first size to {label} the candidate's time changes {cand:.2f}x, "
-                f"the input's {ref:.2f}x",
+    if sized.ok:
+        checks.append(_scaling(sized))
+
+    # Inputs and scalars beyond the spec's uniform draw, at the smallest unseen size.
+    if sizes:
+        small = spec.case(sizes[0])
+        plans = value_variations(spec, small, rng)
+        if plans:
+            varied = await executor.evaluate(
+                job, replace(options, cases=plans, seeds=os_seeds(), time=False)
             )
+            names = ", ".join(p.note.split(": ", 1)[1] for p in plans)
+            checks.append(
+                Check(
+                    name="inputs beyond the declared",
+                    ok=varied.ok,
+                    detail=f"ok at {small.label} with {names}" if varied.ok else _failed_case(varied),
+                )
+            )
+
+    # Device state.
+    state = local_statics(candidate) if job.candidate is not None else []
+    original_state = set(local_statics(job.source))
+    state = [s for s in state if s not in original_state]
+    variables = [v for v in candidate.device_variables if v not in set(job.source.device_variables)]
+    if variables and sizes:
+        poisoned = await executor.evaluate(
+            job,
+            replace(
+                options,
+                cases=[CasePlan(sizes=sizes[0], timed=False)],
+                seeds=os_seeds(),
+                time=False,
+                state_poison=True,
+            ),
         )
-    constants = hardcoded_constants(job.source, job.candidate or job.source, job.kernel.name, spec)
+        if not poisoned.ok:
+            state.append(
+                f"results change when {', '.join(variables)} are reset between launches: "
+                + _failed_case(poisoned)
+            )
+    checks.append(
+        Check(
+            name="no state across launches",
+            ok=not state,
+            detail="none" if not state else "; ".join(state)
+            + " (a kernel that keeps state between launches is not reentrant)",
+        )
+    )
+
+    constants = hardcoded_constants(job.source, candidate, job.kernel.name, spec)
     checks.append(
         Check(
             name="no hard-coded sizes",
@@ -98,14 +377,16 @@ async def judge(
         )
     )
     if sanitize:
-        for tool in ("memcheck", "racecheck"):
+        smallest = min(spec.sizes, key=lambda s: _work(spec, s))
+        where = [smallest, *sizes[:1]]
+        for tool in TOOLS:
             try:
-                report = await executor.sanitize(job, tool)
+                report = await executor.sanitize(job, tool, where)
             except OptimlError as e:
                 checks.append(Check(name=tool, ok=False, detail=f"could not run: {e}"))
                 continue
             detail = (
-                f"0 errors at {report.size}"
+                f"0 errors, 2 launches at {report.size}"
                 if report.ok
                 else f"{report.errors} error(s) at {report.size}: {'; '.join(report.messages[:2])}"
             )
@@ -124,3 +405,25 @@ async def judge(
                 Check(name="LLM review", ok=llm["accept"], detail=str(llm.get("reason", "")))
             )
     return JudgeVerdict(accepted=all(c.ok for c in checks), checks=checks, llm=llm)
+
+
+def _scaling(v: Verdict) -> Check:
+    """From the smallest to the largest timed size, the candidate's added time must be at least
+    what the added bytes of its work take at `SCALING_ALLOWANCE` times the device's ceiling."""
+    timed = [c for c in v.cases if c.timing and c.floor]
+    if len(timed) < 2:
+        return Check(name="work scaling", ok=True, detail="not measured (no floor on this device)")
+    timed.sort(key=lambda c: c.floor.bytes)
+    lo, hi = timed[0], timed[-1]
+    added_bytes = hi.floor.bytes - lo.floor.bytes
+    added_ms = hi.timing.candidate.min_ms - lo.timing.candidate.min_ms
+    need_ms = added_bytes / (hi.floor.ceiling_gbs * SCALING_ALLOWANCE * 1e9) * 1e3
+    ratio = hi.floor.bytes / lo.floor.bytes if lo.floor.bytes else float("inf")
+    ok = added_ms >= need_ms
+    return Check(
+        name="work scaling",
+        ok=ok,
+        detail=f"from {lo.label} to {hi.label} the work's bytes grow {ratio:.3g}x "
+        f"(+{added_bytes / 1e6:.4g} MB) and the time by {added_ms:+.4g} ms"
+        + ("" if ok else f", less than the {need_ms:.4g} ms those bytes need at twice the device's ceiling"),
+    )

@@ -124,12 +124,14 @@ class Measurement(BaseModel):
     profile_s: float = 0.0
     device: str | None = None
     sm_count: int | None = None
+    memory_bytes: int | None = None
 
     @classmethod
     def of(cls, v: Verdict) -> Measurement:
         m = cls(status=v.status, message=v.message, compile_s=v.compile_s, run_s=v.run_s)
         if v.device is not None:
             m.device, m.sm_count = v.device.name, v.device.sm_count
+            m.memory_bytes = v.device.memory_bytes
         timed = [c for c in v.cases if c.timing]
         if timed:
             t = timed[0].timing

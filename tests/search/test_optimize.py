@@ -68,19 +68,23 @@ class StandInExecutor(Executor):
             return Verdict(status="compile_error", message="does not compile", **base)
         if self.wrong and self.wrong in source.text:
             return Verdict(status="wrong_result", message="y[3] is 1, expected 2", **base)
-        case = spec.case((options.sizes or spec.sizes)[0])
-        launch = LaunchConfig(grid=list(case.grid), block=list(case.block), smem=case.smem)
-        ms = cost(source.text)
+        # Every case asked for (a judge's several sizes and values), its time in proportion to
+        # its work; by default the first size.
+        sizes = [p.sizes for p in options.cases] if options.cases else (options.sizes or spec.sizes)[:1]
+        first = sum(spec.case(spec.sizes[0]).lengths.values())
         # The input against itself is one object: the runner times it once, with no reference.
         same = source.text == job.source.text
 
         def stats(m: float) -> TimingStats:
             return TimingStats(median_ms=m, q1_ms=m * 0.999, q3_ms=m * 1.001, min_ms=m, reps=20)
 
-        return Verdict(
-            status="ok",
-            message="correct",
-            cases=[
+        cases = []
+        for size in sizes:
+            case = spec.case(size)
+            launch = LaunchConfig(grid=list(case.grid), block=list(case.block), smem=case.smem)
+            scale = sum(case.lengths.values()) / first
+            ms = cost(source.text) * scale
+            cases.append(
                 CaseResult(
                     label=case.label,
                     launch={"candidate": launch, "reference": launch},
@@ -110,14 +114,13 @@ class StandInExecutor(Executor):
                     ],
                     timing=CaseTiming(
                         candidate=stats(ms),
-                        reference=None if same else stats(BASE_MS),
+                        reference=None if same else stats(BASE_MS * scale),
                         warmup_rounds=1,
                         sm_clock_mhz=[1980, 1980],
                     ),
                 )
-            ],
-            **base,
-        )
+            )
+        return Verdict(status="ok", message="correct", cases=cases, **base)
 
     async def profile(self, job: Job, *, full: bool = False) -> Profile:
         self.calls.append("profile (full)" if full else "profile")
@@ -161,7 +164,7 @@ class StandInExecutor(Executor):
             bottleneck=Bottleneck(kind="dram", explanation="DRAM throughput is at 80 % of peak"),
         )
 
-    async def sanitize(self, job: Job, tool: str) -> SanitizerReport:
+    async def sanitize(self, job: Job, tool: str, sizes=None) -> SanitizerReport:
         self.calls.append(tool)
         return SanitizerReport(
             tool=tool, errors=0, ok=True, size="n=1000003", messages=[], seconds=0.1
@@ -198,9 +201,14 @@ def test_finds_confirms_and_judges_the_vectorized_saxpy():
     )
     assert t.judge.accepted and {c.name for c in t.judge.checks} >= {
         "memcheck",
+        "initcheck",
         "racecheck",
+        "synccheck",
         "no hard-coded sizes",
-        "unseen size and seeds",
+        "unseen sizes and seeds",
+        "inputs beyond the declared",
+        "no state across launches",
+        "work scaling",
     }
     assert [e.phase for e in events][0] == "baseline" and events[-1].phase == "done"
     assert t.evaluations == 12 and len(t.progress) >= 11

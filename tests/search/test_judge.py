@@ -1,0 +1,163 @@
+"""The judge's draws and rules, without a GPU: unseen sizes nobody can predict that span the work
+and cover tails, input values within what the spec declares, scalars it leaves free, state a kernel
+keeps across launches, and work scaling measured against the work model (never the input's
+times: a naive kernel whose time is not proportional to its work must not make an honest rewrite
+look like a cheat)."""
+
+from __future__ import annotations
+
+import random
+
+from optiml.cuda.source import SourceFile
+from optiml.harness.inputs import Mode
+from optiml.harness.verdict import (
+    CaseResult,
+    CaseTiming,
+    Floor,
+    LaunchConfig,
+    TimingStats,
+    Verdict,
+)
+from optiml.search.judge import (
+    SPAN,
+    _scalar_variations,
+    _scaling,
+    _work,
+    local_statics,
+    unseen_sizes,
+    value_variations,
+)
+from optiml.spec import load
+from tests.support import FIXTURES
+
+
+def spec_of(name: str, kernel: str):
+    return load(FIXTURES / name, kernel)[2]
+
+
+def test_unseen_sizes_differ_each_run_span_the_work_and_cover_tails():
+    spec = spec_of("softmax.cu", "softmax_rows")
+    draws = [unseen_sizes(spec, random.Random(seed), 141 << 30) for seed in range(6)]
+    assert len({str(d) for d in draws}) == 6  # nothing to predict
+    for sizes in draws:
+        assert len(sizes) == 3 and not any(s in spec.sizes for s in sizes)
+        works = sorted(_work(spec, s) for s in sizes)
+        assert works[-1] / works[0] >= SPAN
+        assert works[-1] > max(_work(spec, s) for s in spec.sizes)  # above the declared
+        for s in sizes:
+            assert all(v % 2 == 1 for v in s.values())  # every vector width has a tail
+
+
+def test_unseen_sizes_stay_within_the_devices_memory():
+    spec = spec_of("saxpy.cu", "saxpy")
+    small_gpu = 1 << 30
+    for seed in range(4):
+        for s in unseen_sizes(spec, random.Random(seed), small_gpu):
+            assert _work(spec, s) <= small_gpu * 0.25 * 1.05
+
+
+def test_a_size_the_spec_never_varies_is_kept():
+    # rmsnorm-like spec with one fixed dimension: the kernel's code may depend on it
+    source = SourceFile(
+        """
+/* @optiml
+ *   args: x: in float[rows * hidden], y: out float[rows * hidden]
+ *   launch: grid = rows, block = 256
+ *   sizes: rows, hidden = (4096, 1024), (1001, 1024)
+ */
+__global__ void norm(const float* x, float* y, int rows, int hidden) {}
+"""
+    )
+    from optiml.spec import parse_spec
+
+    spec = parse_spec(source, source.kernel("norm"))
+    for s in unseen_sizes(spec, random.Random(1), 80 << 30):
+        assert s["hidden"] == 1024 and s["rows"] not in (4096, 1001)
+
+
+def test_input_values_vary_within_a_declared_range_and_freely_otherwise():
+    spec = spec_of("histogram.cu", "histogram_global")
+    case = spec.case(spec.sizes[-1])
+    plans = value_variations(spec, case, random.Random(3))
+    (keys,) = [b.name for b in spec.buffers if b.role == "in"]
+    lo, hi = case.ranges[keys]
+    notes = {p.note for p in plans}
+    assert {"inputs: spikes", "inputs: all equal", "inputs: skewed keys"} <= notes
+    for p in plans:
+        d = p.dists.get(keys)
+        if d is None:
+            continue
+        if d.mode == Mode.CONSTANT:
+            assert lo <= d.lo < hi
+        else:
+            assert (d.lo, d.hi) == (lo, hi)
+        if d.mode == Mode.SKEWED:
+            assert lo <= d.extra < hi
+
+    softmax = spec_of("softmax.cu", "softmax_rows")
+    plans = value_variations(softmax, softmax.case(softmax.sizes[-1]), random.Random(3))
+    by_note = {p.note: p for p in plans}
+    wide = by_note["inputs: wide"]
+    assert wide.dists["input"].hi >= 100 and wide.tol_scale >= 100 and wide.lenient
+    assert by_note["inputs: spikes"].dists["input"].extra >= 64
+    assert by_note["inputs: negative"].dists["input"].hi <= 0
+
+
+def test_only_free_float_scalars_are_varied():
+    spec = spec_of("saxpy.cu", "saxpy")  # a = 2.5, n a size
+    varied = _scalar_variations(spec, random.Random(0))
+    assert set(varied) == {"a"} and varied["a"] != 2.5 and varied["a"] > 0
+
+
+def test_function_local_statics_in_device_code_are_state():
+    source = SourceFile(
+        """
+__device__ int* slots() { static int s[64]; return s; }
+__device__ float f(float x) { static const float k = 2; return k * x; }
+int host() { static int calls; return ++calls; }
+__global__ void k(float* y) { static __shared__ float t[32]; y[0] = slots()[0]; }
+"""
+    )
+    found = local_statics(source)
+    assert len(found) == 1 and "static int s[64]" in found[0] and found[0].startswith("line 2")
+
+
+def timed_case(label: str, ms: float, least: int) -> CaseResult:
+    t = TimingStats(median_ms=ms, q1_ms=ms, q3_ms=ms, min_ms=ms, reps=20)
+    return CaseResult(
+        label=label,
+        launch={"candidate": LaunchConfig(grid=[1, 1, 1], block=[1, 1, 1], smem=0)},
+        seeds=[],
+        timing=CaseTiming(candidate=t, reference=t, warmup_rounds=1, sm_clock_mhz=[1, 1]),
+        floor=Floor(bytes=least, ms=least / 4.8e12 * 1e3, ceiling_gbs=4800.0),
+    )
+
+
+def verdict_of(*cases: CaseResult) -> Verdict:
+    return Verdict(
+        status="ok",
+        message="",
+        file="f.cu",
+        kernel="k",
+        reference="k",
+        arch="sm_90",
+        nvcc_version="13.0",
+        date="2026-12-04",
+        cases=list(cases),
+    )
+
+
+def test_scaling_is_judged_against_the_work_not_the_input():
+    # An honest kernel: latency-bound at the small size (its time far above its floor), at the
+    # roofline at the large one. Its time grows 10x for 64x the bytes, which a comparison with a
+    # naive input's times would have called a cheat.
+    honest = verdict_of(
+        timed_case("n=1M", 0.02, 8 << 20), timed_case("n=64M", 0.2, 512 << 20)
+    )
+    assert _scaling(honest).ok
+    # Work skipped at the large size: the time does not grow with the bytes.
+    skipping = verdict_of(
+        timed_case("n=1M", 0.02, 8 << 20), timed_case("n=64M", 0.03, 512 << 20)
+    )
+    check = _scaling(skipping)
+    assert not check.ok and "less than" in check.detail
