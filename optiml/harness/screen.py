@@ -19,7 +19,9 @@ uses, macros standing for qualifiers.
 
 from __future__ import annotations
 
+import bisect
 import re
+import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from difflib import SequenceMatcher
@@ -363,19 +365,6 @@ def _qualifiers(node: Node) -> frozenset[str]:
     return frozenset(out)
 
 
-def _tokens(sf: SourceFile, nodes: Iterable[Node]) -> tuple[str, ...]:
-    """The tokens of some nodes, comments left out, a directive's argument with its spacing
-    normalized: what two items are compared by."""
-    out: list[str] = []
-    for node in nodes:
-        for n in walk(node):
-            if n.child_count or n.type == "comment" or n.start_byte == n.end_byte:
-                continue
-            text = sf.node_text(n)
-            out.append(" ".join(text.split()) if n.type == "preproc_arg" else text)
-    return tuple(out)
-
-
 def _function_declarator(node: Node) -> Node | None:
     """The function declarator of a declaration that declares a function (not a pointer to one)."""
     d = node.child_by_field_name("declarator")
@@ -411,6 +400,252 @@ def _brackets_balanced(tokens: Iterable[str]) -> bool:
     return not stack
 
 
+# ---- what the screen reads off one file ----------------------------------------------------------
+
+
+class _Index:
+    """What the screen reads off one file, in one walk of its tree: its items and their tokens,
+    which of them are host code, its macros, includes, namespaces and type names."""
+
+    def __init__(self, sf: SourceFile):
+        self._sf = weakref.ref(sf)  # not the file itself: the cache of indexes is keyed by it
+        self.starts: list[int] = []  # the byte offset of each token
+        self.texts: list[str] = []  # and its text
+        self.macro_nodes: list[Node] = []
+        self.macro_defs: dict[str, tuple[str | None, str]] = {}  # name -> (params, text)
+        self.include_nodes: list[Node] = []
+        self.namespace_nodes: list[Node] = []
+        self.enums: set[str] = set()
+        self.classes: set[str] = set()  # structs, classes, unions and enums defined here
+        self.device_fns: set[str] = set()
+        aliases: list[tuple[set[str], set[str]]] = []
+        for n in walk(sf.tree.root_node):
+            t = n.type
+            if n.child_count == 0:
+                if t != "comment" and n.start_byte != n.end_byte:
+                    text = sf.node_text(n)
+                    self.starts.append(n.start_byte)
+                    self.texts.append(" ".join(text.split()) if t == "preproc_arg" else text)
+            elif t in _MACROS:
+                self._macro(n)
+            elif t == "preproc_include":
+                self.include_nodes.append(n)
+            elif t == "namespace_definition" and n.child_by_field_name("name") is not None:
+                self.namespace_nodes.append(n)
+            elif t in (*_TYPES, "enum_specifier") and (name := n.child_by_field_name("name")):
+                if t == "enum_specifier":
+                    self.enums.add(sf.node_text(name))
+                if n.child_by_field_name("body") is not None:
+                    self.classes.add(sf.node_text(name))
+            elif t == "function_definition" and _space(n) & _DEVICE_SPACES:
+                if (d := _declared(n)) is not None:
+                    self.device_fns.add(sf.node_text(d).split("<")[0])
+            elif t in ("type_definition", "alias_declaration"):
+                names = n.children_by_field_name("declarator") or [n.child_by_field_name("name")]
+                own = {sf.node_text(d) for d in names if d is not None}
+                words = {sf.node_text(x) for x in walk(n) if x.child_count == 0}
+                aliases.append((own, words - own))
+        self.macro_keys = {self.tokens((n,)) for n in self.macro_nodes}
+        self.include_keys = {self.tokens((n,)) for n in self.include_nodes}
+        self.namespaces = {
+            sf.node_text(n.child_by_field_name("name")) for n in self.namespace_nodes
+        }
+        # name -> the tokens of its text
+        self.macros = {name: _fragment_tokens(text) for name, (_, text) in self.macro_defs.items()}
+        self.tainted = _tainted(aliases)
+        self.items = list(_items(sf, sf.tree.root_node))
+        self.keys = [(it.scope, self.tokens(it.nodes)) for it in self.items]
+        self.host = [_is_host(self, it) for it in self.items]
+
+    @property
+    def sf(self) -> SourceFile:
+        sf = self._sf()
+        assert sf is not None, "a file's index outlived the file"
+        return sf
+
+    def _macro(self, n: Node) -> None:
+        self.macro_nodes.append(n)
+        params, value = n.child_by_field_name("parameters"), n.child_by_field_name("value")
+        self.macro_defs[self.sf.node_text(n.child_by_field_name("name"))] = (
+            self.sf.node_text(params) if params is not None else None,
+            self.sf.node_text(value) if value is not None else "",
+        )
+
+    def tokens(self, nodes: Iterable[Node]) -> tuple[str, ...]:
+        """The tokens of some nodes, comments left out, a directive's argument with its spacing
+        normalized: what two items are compared by."""
+        out: list[str] = []
+        for node in nodes:
+            lo = bisect.bisect_left(self.starts, node.start_byte)
+            hi = bisect.bisect_left(self.starts, node.end_byte)
+            out.extend(self.texts[lo:hi])
+        return tuple(out)
+
+
+_INDEXES: weakref.WeakKeyDictionary[SourceFile, _Index] = weakref.WeakKeyDictionary()
+
+
+def _index(sf: SourceFile) -> _Index:
+    """The file's index, made once per SourceFile: the original is screened against many
+    candidates."""
+    ix = _INDEXES.get(sf)
+    if ix is None:
+        ix = _INDEXES[sf] = _Index(sf)
+    return ix
+
+
+def _tainted(aliases: list[tuple[set[str], set[str]]]) -> set[str]:
+    """Type aliases that stand for a reserved type (`using E = decltype(cudaSuccess);`), given
+    each alias's names and the words of its definition."""
+    _, launcher_free = _launcher_names()
+    tainted: set[str] = set()
+    grew = True
+    while grew:
+        grew = False
+        for own, words in aliases:
+            if own <= tainted:
+                continue
+            if "decltype" in words or any(
+                _RESERVED_PREFIX.match(w) or w in launcher_free or w in tainted for w in words
+            ):
+                tainted |= own
+                grew = True
+    return tainted
+
+
+def _is_main(sf: SourceFile, it: _Item) -> bool:
+    name = _declared(it.node) if it.node.type == "function_definition" else None
+    return not it.scope and name is not None and sf.node_text(name) == "main"
+
+
+def _is_host(ix: _Index, it: _Item) -> bool:
+    """Whether an item is host code, which must be the original's: anything but device code,
+    device data, constants, compile-time declarations, device headers and macros."""
+    sf, node, t = ix.sf, it.node, it.node.type
+    if t == "function_definition":
+        return not it.space & _DEVICE_SPACES
+    if t == "declaration":
+        if _function_declarator(node) is not None:
+            return not _space(node) & _DEVICE_SPACES
+        return _host_data(ix, node)
+    if t == "preproc_include":
+        return not _device_header(sf, node)
+    if t == "preproc_call":
+        directive, arg = _directive(sf, node)
+        return directive not in ("#error", "#warning") and (directive, arg) != ("#pragma", "once")
+    if t == "using_declaration":
+        return not _device_namespace(sf, node)
+    if t == "template_instantiation":
+        name = _declared(node)
+        base = sf.node_text(name).split("<")[0] if name is not None else ""
+        return not (_space(node) & _DEVICE_SPACES or base in ix.device_fns)
+    return t not in _COMPILE_TIME
+
+
+def _host_data(ix: _Index, node: Node) -> bool:
+    """Whether a file-scope variable is host data that must be the original's: not device-side,
+    not constexpr, not a const scalar with a constant initializer."""
+    quals = _qualifiers(node)
+    if quals & _DEVICE_DATA:
+        return False
+    if "extern" in quals:
+        return True
+    return "constexpr" not in quals and _not_const_scalar(ix, node) is not None
+
+
+def _not_const_scalar(ix: _Index, node: Node) -> Node | None:
+    """None where a declaration is of const scalars with constant initializers (nothing runs to
+    initialize them); else the node that makes it otherwise."""
+    sf = ix.sf
+    type_node = node.child_by_field_name("type")
+    if type_node is None:
+        return node
+    type_name = sf.node_text(type_node)
+    scalar = type_node.type in ("primitive_type", "sized_type_specifier") or (
+        type_node.type in ("type_identifier", "placeholder_type_specifier")
+        and (type_name in SCALAR_TYPES or type_name in ix.enums)
+    )
+    if not scalar:
+        return type_node
+    const = "const" in _qualifiers(node)
+    for d in node.children_by_field_name("declarator"):
+        top = d.child_by_field_name("declarator") if d.type == "init_declarator" else d
+        if top is not None and top.type == "pointer_declarator":
+            if not any(
+                sf.node_text(c) == "const" for c in top.children if c.type == "type_qualifier"
+            ):
+                return d
+        elif not const:
+            return d
+        value = d.child_by_field_name("value") if d.type == "init_declarator" else None
+        if value is not None and (bad := _not_constant(sf, value, ix.macro_defs, frozenset())):
+            return bad
+    return None
+
+
+def _not_constant(
+    sf: SourceFile, node: Node, defs: dict[str, tuple[str | None, str]], seen: frozenset[str]
+) -> Node | None:
+    """The first part of an initializer that may not be a constant: a call (casts aside), a
+    lambda, a function-like macro, an object-like macro whose text is not a constant."""
+    t = node.type
+    if t == "identifier":
+        name = sf.node_text(node)
+        if name in seen or name not in defs:
+            return None
+        params, body = defs[name]
+        fragment = _fragment(f"int x = ({body});")
+        init = next((n for n in walk(fragment.tree.root_node) if n.type == "init_declarator"), None)
+        value = init.child_by_field_name("value") if init is not None else None
+        if params is not None or value is None or fragment.tree.root_node.has_error:
+            return node
+        return node if _not_constant(fragment, value, defs, seen | {name}) else None
+    if t == "call_expression":
+        fn = node.child_by_field_name("function")
+        name = fn.child_by_field_name("name") if fn is not None else None
+        cast = fn is not None and (
+            fn.type == "primitive_type"
+            or (fn.type == "template_function" and sf.node_text(name) == "static_cast")
+        )
+        args = node.child_by_field_name("arguments")
+        if not cast:
+            return node
+        return _not_constant(sf, args, defs, seen) if args is not None else None
+    if t not in _CONSTANT_PARTS:
+        return node
+    for c in node.named_children:
+        if (bad := _not_constant(sf, c, defs, seen)) is not None:
+            return bad
+    return None
+
+
+def _directive(sf: SourceFile, node: Node) -> tuple[str, str]:
+    """`#pragma` and `once` of a `preproc_call`, spacing normalized."""
+    d, a = node.child_by_field_name("directive"), node.child_by_field_name("argument")
+    return (
+        " ".join(sf.node_text(d).split()) if d is not None else "",
+        " ".join(sf.node_text(a).split()) if a is not None else "",
+    )
+
+
+def _device_header(sf: SourceFile, node: Node) -> bool:
+    """An include of a CUDA device or maths header (by a path that stays in it)."""
+    path = node.child_by_field_name("path")
+    if path is None or path.type not in ("system_lib_string", "string_literal"):
+        return False
+    name = sf.node_text(path)[1:-1].strip()
+    if ".." in name or name.startswith("/") or "\\" in name:
+        return False
+    return name in DEVICE_HEADERS or name.startswith(DEVICE_HEADER_PREFIXES)
+
+
+def _device_namespace(sf: SourceFile, node: Node) -> bool:
+    """`using namespace nvcuda;` and the like: a device library's namespace."""
+    if not any(c.type == "namespace" for c in node.children) or not node.named_children:
+        return False
+    return sf.node_text(node.named_children[-1]).split("::")[0].strip() in DEVICE_NAMESPACES
+
+
 # ---- the screen -----------------------------------------------------------------------------------
 
 
@@ -418,56 +653,33 @@ class _Screen:
     """One screening: the two files' items, what the host code kept uses, and the findings."""
 
     def __init__(self, original: SourceFile, candidate: SourceFile, kernel: str):
-        self.orig = original
         self.cand = candidate
         self.kernel = kernel
         self.found: dict[tuple[int, int, str], Finding] = {}
-        # Per file (keyed by id: both live as long as the screening): macros, enums, device names.
-        self._defs: dict[int, dict[str, tuple[str | None, str]]] = {}
-        self._enum_names: dict[int, frozenset[str]] = {}
-        self._device_fns: dict[int, frozenset[str]] = {}
-        self.orig_items = list(_items(original, original.tree.root_node))
-        self.items = list(_items(candidate, candidate.tree.root_node))
-        self.orig_keys = {self._key(original, it) for it in self.orig_items}
-        self.orig_host = [
-            self._key(original, it) for it in self.orig_items if self._is_host(original, it)
-        ]
-        self.orig_macros = {
-            _tokens(original, (n,)) for n in walk(original.tree.root_node) if n.type in _MACROS
-        }
-        self.orig_includes = {
-            _tokens(original, (n,))
-            for n in walk(original.tree.root_node)
-            if n.type == "preproc_include"
-        }
-        self.orig_namespaces = self._namespaces(original)
-        # The candidate's macros, name -> the tokens of their text.
-        self.macros = {
-            name: _fragment_tokens(text) for name, (_, text) in self._macro_defs(candidate).items()
-        }
+        self.o, self.c = _index(original), _index(candidate)
+        self.orig_keys = set(self.o.keys)
+        self.orig_host = [k for k, host in zip(self.o.keys, self.o.host, strict=True) if host]
+        self.macros = self.c.macros
         launcher_words, self.launcher_free = _launcher_names()
         # The host code kept from the original, and the words no new macro may take: its own
         # (but `main`'s, which is blanked before compiling) and the launcher's.
         self.kept_host = [
-            it
-            for it in self.items
-            if self._is_host(candidate, it) and self._key(candidate, it) in self.orig_keys
+            (it, key)
+            for it, key, host in zip(self.c.items, self.c.keys, self.c.host, strict=True)
+            if host and key in self.orig_keys
         ]
         self.host_words = set(launcher_words)
-        for it in self.kept_host:
-            if not self._is_main(candidate, it):
-                self.host_words.update(
-                    t for t in _tokens(candidate, it.nodes) if _IDENTIFIER.match(t)
-                )
-        self.tainted = self._tainted_aliases(candidate)
+        for it, key in self.kept_host:
+            if not _is_main(candidate, it):
+                self.host_words.update(t for t in key[1] if _IDENTIFIER.match(t))
 
     def run(self) -> list[Finding]:
         self._host_order()
-        for it in self.items:
-            if self._key(self.cand, it) in self.orig_keys:
+        for it, key, host in zip(self.c.items, self.c.keys, self.c.host, strict=True):
+            if key in self.orig_keys:
                 continue
             self._common(it)
-            if self._is_host(self.cand, it):
+            if host:
                 self._host_item(it)
             else:
                 self._item(it)
@@ -486,46 +698,13 @@ class _Screen:
 
     # -- host code: the original's, in its order ---------------------------------------------------
 
-    def _key(self, sf: SourceFile, it: _Item) -> tuple:
-        return (it.scope, _tokens(sf, it.nodes))
-
-    def _is_main(self, sf: SourceFile, it: _Item) -> bool:
-        name = _declared(it.node) if it.node.type == "function_definition" else None
-        return not it.scope and name is not None and sf.node_text(name) == "main"
-
-    def _is_host(self, sf: SourceFile, it: _Item) -> bool:
-        """Whether an item is host code, which must be the original's: anything but device code,
-        device data, constants, compile-time declarations, device headers and macros."""
-        node, t = it.node, it.node.type
-        if t == "function_definition":
-            return not it.space & _DEVICE_SPACES
-        if t == "declaration":
-            if _function_declarator(node) is not None:
-                return not _space(node) & _DEVICE_SPACES
-            return self._host_data(sf, node)
-        if t == "preproc_include":
-            return not self._device_header(sf, node)
-        if t == "preproc_call":
-            directive, arg = self._directive(sf, node)
-            return directive not in ("#error", "#warning") and (directive, arg) != (
-                "#pragma",
-                "once",
-            )
-        if t == "using_declaration":
-            return not self._device_namespace(sf, node)
-        if t == "template_instantiation":
-            name = _declared(node)
-            base = sf.node_text(name).split("<")[0] if name is not None else ""
-            return not (_space(node) & _DEVICE_SPACES or base in self._device_names(sf))
-        return t not in _COMPILE_TIME
-
     def _host_order(self) -> None:
         """The host code kept must stand in the original's order: what is out of the longest
         common order of the two is reported as moved."""
-        kept = [self._key(self.cand, it) for it in self.kept_host]
+        kept = [key for _, key in self.kept_host]
         matcher = SequenceMatcher(None, self.orig_host, kept, autojunk=False)
         in_order = {j + k for _, j, size in matcher.get_matching_blocks() for k in range(size)}
-        for j, it in enumerate(self.kept_host):
+        for j, (it, _) in enumerate(self.kept_host):
             if j not in in_order:
                 self._add(it.first, f"{self._what(it)} moved: host code keeps the original's order")
 
@@ -533,7 +712,7 @@ class _Screen:
         """Host code that is not the original's: what it is and why it may not be there."""
         node, t = it.node, it.node.type
         what = self._what(it)
-        named = {self._what(o, self.orig) for o in self.orig_items if o.scope == it.scope}
+        named = {self._what(o, self.o.sf) for o in self.o.items if o.scope == it.scope}
         verb = "changed" if what in named and "`" in what else "added"
         if t == "function_definition":
             self._add(
@@ -571,7 +750,7 @@ class _Screen:
         if t == "declaration":
             return f"file-scope variable `{name}`"
         if t == "preproc_call":
-            return f"`{self._directive(sf, node)[0]}`"
+            return f"`{_directive(sf, node)[0]}`"
         text = " ".join(sf.node_text(node).split())
         return f"file-scope `{text[:40]}{'...' if len(text) > 40 else ''}`"
 
@@ -585,37 +764,15 @@ class _Screen:
 
     def _removed_macros(self) -> None:
         """A macro of the original that the kept host code uses may not be left out."""
-        defined = {
-            self.cand.node_text(n.child_by_field_name("name"))
-            for n in walk(self.cand.tree.root_node)
-            if n.type in _MACROS
-        }
-        kept = [
-            (it, set(_tokens(self.cand, it.nodes)))
-            for it in self.kept_host
-            if not self._is_main(self.cand, it)
-        ]
-        for n in walk(self.orig.tree.root_node):
-            if n.type not in _MACROS:
-                continue
-            name = self.orig.node_text(n.child_by_field_name("name"))
+        kept = [(it, set(key[1])) for it, key in self.kept_host if not _is_main(self.cand, it)]
+        for name in sorted(self.o.macro_defs.keys() - self.c.macro_defs.keys()):
             user = next((it for it, words in kept if name in words), None)
-            if name not in defined and user is not None:
+            if user is not None:
                 self._add(
                     user.first,
                     f"macro `{name}`, which this host code uses, was removed: host code stays "
                     "the original's",
                 )
-
-    def _host_data(self, sf: SourceFile, node: Node) -> bool:
-        """Whether a file-scope variable is host data that must be the original's: not device-side,
-        not constexpr, not a const scalar with a constant initializer."""
-        quals = _qualifiers(node)
-        if quals & _DEVICE_DATA:
-            return False
-        if "extern" in quals:
-            return True
-        return "constexpr" not in quals and self._not_const_scalar(sf, node) is not None
 
     def _host_data_finding(self, it: _Item, verb: str) -> None:
         node = it.node
@@ -625,7 +782,7 @@ class _Screen:
                 it.first, f"`extern` declaration of `{name}` {verb}: host code stays the original's"
             )
             return
-        bad = self._not_const_scalar(self.cand, node)
+        bad = _not_const_scalar(self.c, node)
         if bad is not None and bad.type in (
             "type_identifier",
             "qualified_identifier",
@@ -642,76 +799,6 @@ class _Screen:
                 "data and constexpr or const scalar constants may be added"
             )
         self._add(it.first, f"{self._what(it)} {verb}: {why}")
-
-    def _not_const_scalar(self, sf: SourceFile, node: Node) -> Node | None:
-        """None where a declaration is of const scalars with constant initializers (nothing runs
-        to initialize them); else the node that makes it otherwise."""
-        type_node = node.child_by_field_name("type")
-        if type_node is None:
-            return node
-        type_name = sf.node_text(type_node)
-        scalar = type_node.type in ("primitive_type", "sized_type_specifier") or (
-            type_node.type in ("type_identifier", "placeholder_type_specifier")
-            and (type_name in SCALAR_TYPES or type_name in self._enums(sf))
-        )
-        if not scalar:
-            return type_node
-        const = "const" in _qualifiers(node)
-        for d in node.children_by_field_name("declarator"):
-            top = d.child_by_field_name("declarator") if d.type == "init_declarator" else d
-            if top is not None and top.type == "pointer_declarator":
-                if not any(
-                    sf.node_text(c) == "const" for c in top.children if c.type == "type_qualifier"
-                ):
-                    return d
-            elif not const:
-                return d
-            value = d.child_by_field_name("value") if d.type == "init_declarator" else None
-            defs = self._macro_defs(sf)
-            if value is not None and (bad := self._not_constant(sf, value, defs, frozenset())):
-                return bad
-        return None
-
-    def _not_constant(
-        self,
-        sf: SourceFile,
-        node: Node,
-        defs: dict[str, tuple[str | None, str]],
-        seen: frozenset[str],
-    ) -> Node | None:
-        """The first part of an initializer that may not be a constant: a call (casts aside), a
-        lambda, a function-like macro, an object-like macro whose text is not a constant."""
-        t = node.type
-        if t == "identifier":
-            name = sf.node_text(node)
-            if name in seen or name not in defs:
-                return None
-            params, body = defs[name]
-            fragment = _fragment(f"int x = ({body});")
-            init = next(
-                (n for n in walk(fragment.tree.root_node) if n.type == "init_declarator"), None
-            )
-            value = init.child_by_field_name("value") if init is not None else None
-            if params is not None or value is None or fragment.tree.root_node.has_error:
-                return node
-            return node if self._not_constant(fragment, value, defs, seen | {name}) else None
-        if t == "call_expression":
-            fn = node.child_by_field_name("function")
-            name = fn.child_by_field_name("name") if fn is not None else None
-            cast = fn is not None and (
-                fn.type == "primitive_type"
-                or (fn.type == "template_function" and sf.node_text(name) == "static_cast")
-            )
-            args = node.child_by_field_name("arguments")
-            if not cast:
-                return node
-            return self._not_constant(sf, args, defs, seen) if args is not None else None
-        if t not in _CONSTANT_PARTS:
-            return node
-        for c in node.named_children:
-            if (bad := self._not_constant(sf, c, defs, seen)) is not None:
-                return bad
-        return None
 
     # -- what every changed item is screened for ---------------------------------------------------
 
@@ -825,15 +912,8 @@ class _Screen:
                     "like change what runs when the object is loaded",
                 )
 
-    def _directive(self, sf: SourceFile, node: Node) -> tuple[str, str]:
-        d, a = node.child_by_field_name("directive"), node.child_by_field_name("argument")
-        return (
-            " ".join(sf.node_text(d).split()) if d is not None else "",
-            " ".join(sf.node_text(a).split()) if a is not None else "",
-        )
-
     def _directive_finding(self, node: Node, *, file_scope: bool) -> None:
-        directive, arg = self._directive(self.cand, node)
+        directive, arg = _directive(self.cand, node)
         word = re.split(r"[\s(]", arg, maxsplit=1)[0] if arg else ""
         if directive == "#undef":
             self._add(node, f"`#undef {arg}`: a candidate may not undefine macros")
@@ -899,7 +979,7 @@ class _Screen:
         fd = _function_declarator(fn)
         params = fd.child_by_field_name("parameters") if fd is not None else None
         parts = [x for p in params.named_children for x in walk(p)] if params is not None else []
-        own = self._class_names(self.cand)
+        own = self.c.classes
         if any(x.type == "type_identifier" and self.cand.node_text(x) in own for x in parts):
             return  # an operand of the candidate's own type: the launcher has none
         for p in params.named_children if params is not None else []:
@@ -910,7 +990,7 @@ class _Screen:
                     and (
                         _RESERVED_PREFIX.match(word)
                         or word in self.launcher_free
-                        or word in self.tainted
+                        or word in self.c.tainted
                     )
                 ):
                     self._add(
@@ -1191,9 +1271,9 @@ class _Screen:
 
     def _new_namespaces(self) -> None:
         """A namespace the original does not have may not take a reserved name (`namespace std`)."""
-        for n in walk(self.cand.tree.root_node):
-            name = n.child_by_field_name("name") if n.type == "namespace_definition" else None
-            if name is not None and self._text(name) not in self.orig_namespaces:
+        for n in self.c.namespace_nodes:
+            name = n.child_by_field_name("name")
+            if self._text(name) not in self.o.namespaces:
                 self._name(name, "device")
                 if self._text(name) in RESERVED_NAMES:
                     self._add(name, f"namespace `{self._text(name)}` is the standard library's")
@@ -1203,7 +1283,7 @@ class _Screen:
     def _macro(self, node: Node) -> None:
         """A new or changed macro: not named like anything the launcher, CUDA or the host code
         kept uses; its text balanced and free of what the screen refuses elsewhere."""
-        if _tokens(self.cand, (node,)) in self.orig_macros:
+        if self.c.tokens((node,)) in self.o.macro_keys:
             return
         name_node = node.child_by_field_name("name")
         name = self._text(name_node)
@@ -1261,31 +1341,13 @@ class _Screen:
         )
 
     def _include(self, node: Node) -> None:
-        if (
-            self._device_header(self.cand, node)
-            or _tokens(self.cand, (node,)) in self.orig_includes
-        ):
+        if _device_header(self.cand, node) or self.c.tokens((node,)) in self.o.include_keys:
             return
         self._add(
             node,
             f"`{self._text(node)}` added: a candidate may include only CUDA device and math "
             "headers, or what the original includes",
         )
-
-    def _device_header(self, sf: SourceFile, node: Node) -> bool:
-        path = node.child_by_field_name("path")
-        if path is None or path.type not in ("system_lib_string", "string_literal"):
-            return False
-        name = sf.node_text(path)[1:-1].strip()
-        if ".." in name or name.startswith("/") or "\\" in name:
-            return False
-        return name in DEVICE_HEADERS or name.startswith(DEVICE_HEADER_PREFIXES)
-
-    def _device_namespace(self, sf: SourceFile, node: Node) -> bool:
-        """`using namespace nvcuda;` and the like: a device library's namespace."""
-        if not any(c.type == "namespace" for c in node.children) or not node.named_children:
-            return False
-        return sf.node_text(node.named_children[-1]).split("::")[0].strip() in DEVICE_NAMESPACES
 
     def _file_scope_statement(self, node: Node) -> None:
         inner = node.named_children[0] if node.named_children else node
@@ -1302,88 +1364,3 @@ class _Screen:
             )
 
     # -- what a file defines -----------------------------------------------------------------------
-
-    def _macro_defs(self, sf: SourceFile) -> dict[str, tuple[str | None, str]]:
-        """Every macro of a file: name -> (its parameters, None for an object-like macro; its
-        text), the last definition's."""
-        if id(sf) not in self._defs:
-            out: dict[str, tuple[str | None, str]] = {}
-            for n in walk(sf.tree.root_node):
-                if n.type in _MACROS:
-                    params, value = (
-                        n.child_by_field_name("parameters"),
-                        n.child_by_field_name("value"),
-                    )
-                    out[sf.node_text(n.child_by_field_name("name"))] = (
-                        sf.node_text(params) if params is not None else None,
-                        sf.node_text(value) if value is not None else "",
-                    )
-            self._defs[id(sf)] = out
-        return self._defs[id(sf)]
-
-    def _tainted_aliases(self, sf: SourceFile) -> set[str]:
-        """Type aliases that stand for a reserved type (`using E = decltype(cudaSuccess);`)."""
-        aliases = []
-        for n in walk(sf.tree.root_node):
-            if n.type in ("type_definition", "alias_declaration"):
-                names = n.children_by_field_name("declarator") or [n.child_by_field_name("name")]
-                own = {sf.node_text(d) for d in names if d is not None}
-                words = {sf.node_text(x) for x in walk(n) if x.child_count == 0} - own
-                aliases.append((own, words))
-        tainted: set[str] = set()
-        grew = True
-        while grew:
-            grew = False
-            for own, words in aliases:
-                if own <= tainted:
-                    continue
-                if (
-                    any(
-                        _RESERVED_PREFIX.match(w) or w in self.launcher_free or w in tainted
-                        for w in words
-                    )
-                    or "decltype" in words
-                ):
-                    tainted |= own
-                    grew = True
-        return tainted
-
-    def _enums(self, sf: SourceFile) -> frozenset[str]:
-        """Names of the file's enums (a const of one is a scalar)."""
-        if id(sf) not in self._enum_names:
-            self._enum_names[id(sf)] = frozenset(
-                sf.node_text(name)
-                for n in walk(sf.tree.root_node)
-                if n.type == "enum_specifier" and (name := n.child_by_field_name("name"))
-            )
-        return self._enum_names[id(sf)]
-
-    def _class_names(self, sf: SourceFile) -> frozenset[str]:
-        """Names of the structs, classes, unions and enums a file defines."""
-        return frozenset(
-            sf.node_text(name)
-            for n in walk(sf.tree.root_node)
-            if n.type in (*_TYPES, "enum_specifier")
-            and n.child_by_field_name("body") is not None
-            and (name := n.child_by_field_name("name"))
-        )
-
-    def _device_names(self, sf: SourceFile) -> frozenset[str]:
-        """Names of the file's device functions and kernels (what an explicit instantiation of
-        device code names)."""
-        if id(sf) not in self._device_fns:
-            self._device_fns[id(sf)] = frozenset(
-                sf.node_text(d).split("<")[0]
-                for n in walk(sf.tree.root_node)
-                if n.type == "function_definition"
-                and _space(n) & _DEVICE_SPACES
-                and (d := _declared(n))
-            )
-        return self._device_fns[id(sf)]
-
-    def _namespaces(self, sf: SourceFile) -> set[str]:
-        return {
-            sf.node_text(name)
-            for n in walk(sf.tree.root_node)
-            if n.type == "namespace_definition" and (name := n.child_by_field_name("name"))
-        }
