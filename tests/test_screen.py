@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,32 @@ from tests.support import FIXTURES, MANIFEST, WILD
 
 SAXPY = FIXTURES / "saxpy.cu"
 MULTI = FIXTURES / "multi_kernel_main.cu"
+# An original whose host code runs at load when a macro is defined, and uses a type with a
+# host-compiled member.
+SELF_TESTING = """#include <cstdio>
+
+struct Scaler {
+    float s;
+    __host__ __device__ float scaled(float v) const { return v * s; }
+};
+
+static int self_test() { return Scaler{2.0f}.scaled(1.0f) == 2.0f ? 0 : printf("broken\\n"); }
+#ifdef SELF_TEST
+static int self_tested = self_test();
+#endif
+
+/* @optiml
+ *   args:   x: inout float[n]
+ *   launch: grid = cdiv(n, 256), block = 256
+ *   sizes:  n = 1000
+ */
+__global__ void scale(int n, float* x)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        x[i] = Scaler{2.0f}.scaled(x[i]);
+}
+"""
 
 
 @dataclass(frozen=True)
@@ -26,7 +53,7 @@ class Case:
     edit: Callable[[str], str]  # the original's text -> the candidate's
     needle: str = ""  # the finding is on the line where this first appears in the candidate
     phrase: str = ""  # ... and its message holds this
-    base: object = SAXPY
+    base: Path | str = SAXPY  # a fixture, or an original's text
     kernel: str = "saxpy"
 
 
@@ -54,9 +81,13 @@ def in_kernel(code: str) -> Callable[[str], str]:
     return replace(SAXPY_BODY, SAXPY_BODY + code.strip("\n") + "\n")
 
 
-def _screen(base, text: str, kernel: str) -> list[Finding]:
-    original = SourceFile(base.read_text(), str(base))
-    return screen(original, SourceFile(text, str(base)), kernel)
+def _text(base: Path | str) -> str:
+    return base.read_text() if isinstance(base, Path) else base
+
+
+def _screen(base: Path | str, text: str, kernel: str) -> list[Finding]:
+    path = str(base) if isinstance(base, Path) else "original.cu"
+    return screen(SourceFile(_text(base), path), SourceFile(text, path), kernel)
 
 
 def _line_of(text: str, needle: str) -> int:
@@ -532,6 +563,29 @@ FORBIDDEN = [
         "void later",
         "host function declaration `later` added",
     ),
+    # the original's own host code, switched on or changed underneath
+    Case(
+        "define-switches-on-host-code",
+        prepend("#define SELF_TEST 1"),
+        "#define SELF_TEST",
+        "`#define SELF_TEST`: a reserved name (host code or the launcher uses it)",
+        base=SELF_TESTING,
+        kernel="scale",
+    ),
+    Case(
+        "type-used-by-host-code-changed",
+        replace("return v * s;", "return getpid() ? v : v * s;"),
+        "__host__ __device__ float scaled",
+        "`__host__ __device__` member of `Scaler`, a type host code uses",
+        base=SELF_TESTING,
+        kernel="scale",
+    ),
+    Case(
+        "line-continuation-between-tokens-of-kept-host-code",
+        replace("    const int threads = 256;", "    const int\\\n threads = 256;"),
+        "const int\\",
+        "line continuation outside a directive",
+    ),
     # what the tree cannot read
     Case(
         "digraph-directive",
@@ -561,7 +615,7 @@ FORBIDDEN = [
 
 
 def _check_found(case: Case) -> None:
-    text = case.edit(case.base.read_text())
+    text = case.edit(_text(case.base))
     found = _screen(case.base, text, case.kernel)
     line = _line_of(text, case.needle)
     assert any(f.line == line and case.phrase in f.message for f in found), (
@@ -764,8 +818,8 @@ ALLOWED = [
 
 @pytest.mark.parametrize("case", ALLOWED, ids=[c.id for c in ALLOWED])
 def test_allowed_changes_pass(case):
-    text = case.edit(case.base.read_text())
-    assert text != case.base.read_text()
+    text = case.edit(_text(case.base))
+    assert text != _text(case.base)
     assert _screen(case.base, text, case.kernel) == []
 
 

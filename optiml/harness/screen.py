@@ -267,6 +267,7 @@ class _Item:
 
     nodes: tuple[Node, ...]
     scope: tuple[str, ...]  # enclosing namespaces and linkage blocks
+    guards: frozenset[str] = frozenset()  # the words of the enclosing `#if`s' conditions
 
     @property
     def node(self) -> Node:
@@ -283,7 +284,9 @@ class _Item:
         return _space(_unwrap(self.nodes[0]))
 
 
-def _items(sf: SourceFile, node: Node, scope: tuple[str, ...] = ()) -> Iterator[_Item]:
+def _items(
+    sf: SourceFile, node: Node, scope: tuple[str, ...] = (), guards: frozenset[str] = frozenset()
+) -> Iterator[_Item]:
     """The items of a translation unit or a container, containers opened, in source order."""
     children = [c for c in _contents(node) if c.type != "comment"]
     i = 0
@@ -291,23 +294,35 @@ def _items(sf: SourceFile, node: Node, scope: tuple[str, ...] = ()) -> Iterator[
         c = children[i]
         body = c.child_by_field_name("body")
         if c.type in _CONDITIONALS or c.type == "declaration_list":
-            yield from _items(sf, c, scope)
+            yield from _items(sf, c, scope, guards | _condition_words(sf, c))
         elif c.type == "namespace_definition" and body is not None:
             name = c.child_by_field_name("name")
-            yield from _items(sf, body, (*scope, sf.node_text(name) if name else "(anonymous)"))
+            inner = (*scope, sf.node_text(name) if name else "(anonymous)")
+            yield from _items(sf, body, inner, guards)
         elif c.type == "linkage_specification" and body is not None:
             value = c.child_by_field_name("value")
             inner = (*scope, f"extern {sf.node_text(value) if value else ''}")
             if body.type == "declaration_list":
-                yield from _items(sf, body, inner)
+                yield from _items(sf, body, inner, guards)
             else:
-                yield _Item((body,), inner)
+                yield _Item((body,), inner, guards)
         elif i + 1 < len(children) and _split_attribute(sf, c, children[i + 1]):
-            yield _Item((c, children[i + 1]), scope)
+            yield _Item((c, children[i + 1]), scope, guards)
             i += 1
         else:
-            yield _Item((c,), scope)
+            yield _Item((c,), scope, guards)
         i += 1
+
+
+def _condition_words(sf: SourceFile, node: Node) -> frozenset[str]:
+    """The macro names an `#if`, `#ifdef` or `#elif` tests: defining one can switch the code
+    under it on."""
+    words = frozenset()
+    for f in ("condition", "name"):
+        part = node.child_by_field_name(f) if node.type in _CONDITIONALS else None
+        if part is not None:
+            words |= {sf.node_text(n) for n in walk(part) if n.type == "identifier"}
+    return words
 
 
 def _contents(node: Node) -> list[Node]:
@@ -387,6 +402,26 @@ def _declared(node: Node) -> Node | None:
     return d
 
 
+def _bare_splices(sf: SourceFile, node: Node) -> Iterator[tuple[int, Node]]:
+    """Backslash-newlines in `node` outside a directive, a comment or a literal, with the node
+    they stand in: the compiler joins the two lines into one token (`sys\\` + `tem(...)` calls
+    `system`), the tree does not."""
+    raw = sf._bytes
+    for m in re.finditer(rb"\\\r?\n", raw[node.start_byte : node.end_byte]):
+        at = node.start_byte + m.start()
+        inner = node.descendant_for_byte_range(at, at + 1)
+        p = inner
+        while p is not None:
+            if p.type in _LITERALS or p.type in _DIRECTIVES:
+                break
+            condition = p.child_by_field_name("condition") if p.type in _CONDITIONALS else None
+            if condition is not None and at < condition.end_byte:
+                break
+            p = p.parent
+        if p is None:
+            yield at, inner
+
+
 def _brackets_balanced(tokens: Iterable[str]) -> bool:
     """Whether (), [] and {} nest: a macro with an unbalanced one could end a function where the
     tree sees it go on."""
@@ -456,6 +491,18 @@ class _Index:
         self.items = list(_items(sf, sf.tree.root_node))
         self.keys = [(it.scope, self.tokens(it.nodes)) for it in self.items]
         self.host = [_is_host(self, it) for it in self.items]
+        # Line continuations outside directives, comments and literals: (the item's key, the
+        # token before which it stands) -> where it is.
+        self.splices = {
+            (
+                key,
+                bisect.bisect_left(self.starts, at)
+                - bisect.bisect_left(self.starts, node.start_byte),
+            ): near
+            for it, key in zip(self.items, self.keys, strict=True)
+            for node in it.nodes
+            for at, near in _bare_splices(sf, node)
+        }
 
     @property
     def sf(self) -> SourceFile:
@@ -672,6 +719,7 @@ class _Screen:
         for it, key in self.kept_host:
             if not _is_main(candidate, it):
                 self.host_words.update(t for t in key[1] if _IDENTIFIER.match(t))
+            self.host_words |= it.guards
 
     def run(self) -> list[Finding]:
         self._host_order()
@@ -685,6 +733,7 @@ class _Screen:
                 self._item(it)
         self._new_namespaces()
         self._removed_macros()
+        self._splices()
         return sorted(self.found.values(), key=lambda f: (f.line, f.column, f.message))
 
     def _add(self, node: Node, message: str) -> None:
@@ -764,7 +813,11 @@ class _Screen:
 
     def _removed_macros(self) -> None:
         """A macro of the original that the kept host code uses may not be left out."""
-        kept = [(it, set(key[1])) for it, key in self.kept_host if not _is_main(self.cand, it)]
+        kept = [
+            (it, set(key[1]) | it.guards)
+            for it, key in self.kept_host
+            if not _is_main(self.cand, it)
+        ]
         for name in sorted(self.o.macro_defs.keys() - self.c.macro_defs.keys()):
             user = next((it for it, words in kept if name in words), None)
             if user is not None:
@@ -829,7 +882,18 @@ class _Screen:
                         n,
                         "asm label: it gives a function or a variable another symbol's name",
                     )
-            self._line_continuations(node)
+
+    def _splices(self) -> None:
+        """A line continuation outside a directive that the original does not have at the same
+        place (the same item, the same token): also in an item whose tokens are the original's,
+        where joining two of them makes another program."""
+        for where, near in self.c.splices.items():
+            if where not in self.o.splices:
+                self._add(
+                    near,
+                    "line continuation outside a directive: the compiler joins these lines into "
+                    "tokens the screen does not see",
+                )
 
     def _asm_label(self, n: Node) -> bool:
         """`int f() asm("name");` at namespace or class scope (not `register ... asm("r1")` in
@@ -869,28 +933,6 @@ class _Screen:
             and body.start_byte < n.start_byte
             and n.end_byte <= body.end_byte
         )
-
-    def _line_continuations(self, node: Node) -> None:
-        """A backslash-newline outside a directive, a comment or a literal: the compiler joins the
-        two lines into one token (`sys\\` + `tem(...)` calls `system`), the tree does not."""
-        raw = self.cand._bytes
-        for m in re.finditer(rb"\\\r?\n", raw[node.start_byte : node.end_byte]):
-            at = node.start_byte + m.start()
-            inner = node.descendant_for_byte_range(at, at + 1)
-            p = inner
-            while p is not None:
-                if p.type in _LITERALS or p.type in _DIRECTIVES:
-                    break
-                condition = p.child_by_field_name("condition") if p.type in _CONDITIONALS else None
-                if condition is not None and at < condition.end_byte:
-                    break
-                p = p.parent
-            if p is None:
-                self._add(
-                    inner,
-                    "line continuation outside a directive: the compiler joins these lines into "
-                    "tokens the screen does not see",
-                )
 
     def _attribute(self, n: Node) -> None:
         """`__attribute__((...))` and `[[...]]`: only attributes that change no symbol and add
@@ -1173,15 +1215,17 @@ class _Screen:
 
     def _type(self, node: Node) -> None:
         """A struct, class or union: its member functions device functions (or defaulted), its
-        static data constant."""
+        static data constant; if the host code kept uses the type, none compiled for the host."""
         name = node.child_by_field_name("name")
         if name is not None and name.type == "type_identifier":
             self._name(name, "device")
+        used = self._text(name) if name is not None and self._text(name) in self.host_words else ""
         body = node.child_by_field_name("body")
         for m in body.named_children if body is not None else []:
-            self._member(m)
+            self._member(m, used)
 
-    def _member(self, m: Node) -> None:
+    def _member(self, m: Node, used: str = "") -> None:
+        """One member of a type; `used`: the type's name where host code uses the type."""
         inner = _unwrap(m)
         if inner.type == "friend_declaration":
             named = [
@@ -1194,7 +1238,7 @@ class _Screen:
         if t == "function_definition" or (
             t in ("field_declaration", "declaration") and _function_declarator(inner) is not None
         ):
-            self._member_function(inner)
+            self._member_function(inner, used)
         elif t in ("field_declaration", "declaration"):
             quals = _qualifiers(inner)
             initialized = inner.child_by_field_name("default_value") is not None or any(
@@ -1219,7 +1263,7 @@ class _Screen:
             self._enum(inner)
         elif t in _CONDITIONALS:
             for c in _contents(inner):
-                self._member(c)
+                self._member(c, used)
         elif t in _MACROS:
             self._macro(inner)
         elif t == "preproc_include":
@@ -1236,13 +1280,19 @@ class _Screen:
         ):
             self._add(inner, "a type member the screen cannot read")
 
-    def _member_function(self, fn: Node) -> None:
+    def _member_function(self, fn: Node, used: str) -> None:
         space = _space(fn)
         defaulted = any(
             c.type in ("default_method_clause", "delete_method_clause") for c in fn.children
         )
         if space & _DEVICE_SPACES:
             self._device_code(fn, "__host__" in space)
+            if "__host__" in space and used:
+                self._add(
+                    fn,
+                    f"`__host__ __device__` member of `{used}`, a type host code uses: it would "
+                    "run in the original's host code",
+                )
         elif not defaulted:
             self._add(
                 fn,
