@@ -594,6 +594,30 @@ FORBIDDEN = [
         "does not parse here",
     ),
     Case(
+        "digraphs-end-a-device-function",
+        append(
+            "__device__ void f(int x) {\n"
+            "    if (x) <% %>\n"
+            '    %> void evil() <% std::system("true"); %> __device__ void g() <%\n'
+            "}"
+        ),
+        "%> void evil",
+        "digraph `%>`: the compiler reads it as `}`",
+    ),
+    Case(
+        "digraph-directive-in-a-kernel",
+        in_kernel("%:define cudaLaunchKernel(...) cudaSuccess"),
+        "%:define",
+        "digraph `%:`: the compiler reads it as `#`",
+    ),
+    Case(
+        "original-macro-with-a-brace-used-in-device-code",
+        in_kernel("    CLOSE_BLOCK"),
+        "    CLOSE_BLOCK",
+        "macro `CLOSE_BLOCK` has unbalanced brackets",
+        base="#define CLOSE_BLOCK }\n" + SAXPY.read_text(),
+    ),
+    Case(
         "qualifier-macro",
         append("#define HD __host__ __device__\nHD float twice(float v) { return 2 * v; }"),
         "HD float",

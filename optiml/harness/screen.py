@@ -193,12 +193,16 @@ _CONSTANT_PARTS = frozenset(
 
 
 def walk(node: Node) -> Iterator[Node]:
-    """Every node under `node`, itself first, in source order."""
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        yield n
-        stack.extend(reversed(n.children))
+    """Every node under `node`, itself first, in source order (by a cursor: a third of the time
+    of a walk by lists of children, and the screen walks every candidate)."""
+    cursor = node.walk()
+    while True:
+        yield cursor.node
+        if cursor.goto_first_child():
+            continue
+        while not cursor.goto_next_sibling():
+            if not cursor.goto_parent():
+                return
 
 
 def _is_capability(name: str) -> bool:
@@ -402,24 +406,33 @@ def _declared(node: Node) -> Node | None:
     return d
 
 
-def _bare_splices(sf: SourceFile, node: Node) -> Iterator[tuple[int, Node]]:
-    """Backslash-newlines in `node` outside a directive, a comment or a literal, with the node
-    they stand in: the compiler joins the two lines into one token (`sys\\` + `tem(...)` calls
-    `system`), the tree does not."""
-    raw = sf._bytes
-    for m in re.finditer(rb"\\\r?\n", raw[node.start_byte : node.end_byte]):
-        at = node.start_byte + m.start()
+# Lexical hazards: what the compiler reads otherwise than tree-sitter. A backslash-newline joins two
+# lines into one token (`sys\\` + `tem(...)` calls `system`); a digraph is a bracket or a `#` to the
+# compiler (`%> void f() <%` ends a device function and starts a host one; `%:define` is `#define`),
+# not to the tree. `<::` not followed by `:` or `>` is `<` `::`, not a digraph.
+_HAZARD = re.compile(rb"\\\r?\n|<%|%>|<:(?!:[^:>])|:>|%:")
+DIGRAPHS = {"<%": "{", "%>": "}", "<:": "[", ":>": "]", "%:": "#"}
+
+
+def _hazards(sf: SourceFile, node: Node) -> Iterator[tuple[int, str, Node]]:
+    """Line continuations outside directives, comments and literals, and digraphs outside
+    comments and literals, in `node`: (byte offset, the characters, the node they stand in)."""
+    for m in _HAZARD.finditer(sf._bytes, node.start_byte, node.end_byte):
+        at, chars = m.start(), m.group().decode()
         inner = node.descendant_for_byte_range(at, at + 1)
         p = inner
         while p is not None:
-            if p.type in _LITERALS or p.type in _DIRECTIVES:
+            if p.type in _LITERALS:
                 break
-            condition = p.child_by_field_name("condition") if p.type in _CONDITIONALS else None
-            if condition is not None and at < condition.end_byte:
-                break
+            if chars not in DIGRAPHS:
+                if p.type in _DIRECTIVES:
+                    break
+                condition = p.child_by_field_name("condition") if p.type in _CONDITIONALS else None
+                if condition is not None and at < condition.end_byte:
+                    break
             p = p.parent
         if p is None:
-            yield at, inner
+            yield at, chars, inner
 
 
 def _brackets_balanced(tokens: Iterable[str]) -> bool:
@@ -487,21 +500,20 @@ class _Index:
         }
         # name -> the tokens of its text
         self.macros = {name: _fragment_tokens(text) for name, (_, text) in self.macro_defs.items()}
+        self.unbalanced = {
+            name for name, body in self.macros.items() if not _brackets_balanced(body)
+        }
         self.tainted = _tainted(aliases)
         self.items = list(_items(sf, sf.tree.root_node))
         self.keys = [(it.scope, self.tokens(it.nodes)) for it in self.items]
         self.host = [_is_host(self, it) for it in self.items]
-        # Line continuations outside directives, comments and literals: (the item's key, the
-        # token before which it stands) -> where it is.
-        self.splices = {
-            (
-                key,
-                bisect.bisect_left(self.starts, at)
-                - bisect.bisect_left(self.starts, node.start_byte),
-            ): near
+        # Lexical hazards (`_HAZARD`), placed by the item's key and the token before which they
+        # stand: one the original has at the same place is the original's.
+        self.hazards = {
+            (key, chars, self._token_index(node, at)): near
             for it, key in zip(self.items, self.keys, strict=True)
             for node in it.nodes
-            for at, near in _bare_splices(sf, node)
+            for at, chars, near in _hazards(sf, node)
         }
 
     @property
@@ -516,6 +528,12 @@ class _Index:
         self.macro_defs[self.sf.node_text(n.child_by_field_name("name"))] = (
             self.sf.node_text(params) if params is not None else None,
             self.sf.node_text(value) if value is not None else "",
+        )
+
+    def _token_index(self, node: Node, at: int) -> int:
+        """How many of `node`'s tokens start before byte `at`."""
+        return bisect.bisect_left(self.starts, at) - bisect.bisect_left(
+            self.starts, node.start_byte
         )
 
     def tokens(self, nodes: Iterable[Node]) -> tuple[str, ...]:
@@ -733,7 +751,7 @@ class _Screen:
                 self._item(it)
         self._new_namespaces()
         self._removed_macros()
-        self._splices()
+        self._hazards()
         return sorted(self.found.values(), key=lambda f: (f.line, f.column, f.message))
 
     def _add(self, node: Node, message: str) -> None:
@@ -875,7 +893,13 @@ class _Screen:
                     )
                 elif t == "identifier" and self.cand.node_text(n) == "_Pragma":
                     self._add(n, "`_Pragma` is not allowed: it issues a pragma from inside code")
-                elif t == "preproc_call" and n is not it.node:
+                elif t in ("identifier", "type_identifier") and self._text(n) in self.c.unbalanced:
+                    self._add(
+                        n,
+                        f"macro `{self._text(n)}` has unbalanced brackets: here it could end a "
+                        "function where the screen sees it go on",
+                    )
+                elif t == "preproc_call" and n != it.node:
                     self._directive_finding(n, file_scope=False)
                 elif t == "gnu_asm_expression" and self._asm_label(n):
                     self._add(
@@ -883,12 +907,21 @@ class _Screen:
                         "asm label: it gives a function or a variable another symbol's name",
                     )
 
-    def _splices(self) -> None:
-        """A line continuation outside a directive that the original does not have at the same
-        place (the same item, the same token): also in an item whose tokens are the original's,
-        where joining two of them makes another program."""
-        for where, near in self.c.splices.items():
-            if where not in self.o.splices:
+    def _hazards(self) -> None:
+        """A line continuation or a digraph the original does not have at the same place (the
+        same item, the same token): also in an item whose tokens are the original's, where
+        joining two of them makes another program."""
+        for where, near in self.c.hazards.items():
+            chars = where[1]
+            if where in self.o.hazards:
+                continue
+            if chars in DIGRAPHS:
+                self._add(
+                    near,
+                    f"digraph `{chars}`: the compiler reads it as `{DIGRAPHS[chars]}`, the screen "
+                    "does not",
+                )
+            else:
                 self._add(
                     near,
                     "line continuation outside a directive: the compiler joins these lines into "
