@@ -618,6 +618,18 @@ FORBIDDEN = [
         base="#define CLOSE_BLOCK }\n" + SAXPY.read_text(),
     ),
     Case(
+        "carriage-return-ends-a-comment",
+        append('// a note\r void evil() { std::system("true"); }\n__device__ int x;'),
+        "// a note",
+        "carriage return without a line feed",
+    ),
+    Case(
+        "nul-character",
+        in_kernel("    int j = 0;\x00"),
+        "int j = 0;",
+        "NUL character",
+    ),
+    Case(
         "qualifier-macro",
         append("#define HD __host__ __device__\nHD float twice(float v) { return 2 * v; }"),
         "HD float",

@@ -408,31 +408,36 @@ def _declared(node: Node) -> Node | None:
 
 # Lexical hazards: what the compiler reads otherwise than tree-sitter. A backslash-newline joins two
 # lines into one token (`sys\\` + `tem(...)` calls `system`); a digraph is a bracket or a `#` to the
-# compiler (`%> void f() <%` ends a device function and starts a host one; `%:define` is `#define`),
-# not to the tree. `<::` not followed by `:` or `>` is `<` `::`, not a digraph.
-_HAZARD = re.compile(rb"\\\r?\n|<%|%>|<:(?!:[^:>])|:>|%:")
+# compiler (`%> void f() <%` ends a device function and starts a host one; `%:define` is `#define`);
+# a carriage return without a line feed ends a line, and a `//` comment, to the compiler; a NUL is
+# dropped by one compiler and ends the text for another. `<::` not followed by `:` or `>` is `<`
+# `::`, not a digraph. (Checked with nvcc 13.0.)
+_HAZARD = re.compile(rb"\\\r?\n|<%|%>|<:(?!:[^:>])|:>|%:|\r(?!\n)|\x00")
 DIGRAPHS = {"<%": "{", "%>": "}", "<:": "[", ":>": "]", "%:": "#"}
+_SPLICES = ("\\\n", "\\\r\n")
 
 
-def _hazards(sf: SourceFile, node: Node) -> Iterator[tuple[int, str, Node]]:
-    """Line continuations outside directives, comments and literals, and digraphs outside
-    comments and literals, in `node`: (byte offset, the characters, the node they stand in)."""
-    for m in _HAZARD.finditer(sf._bytes, node.start_byte, node.end_byte):
+def _hazards(sf: SourceFile) -> Iterator[tuple[int, str]]:
+    """The file's lexical hazards: line continuations outside directives, comments and literals;
+    digraphs outside comments and literals; lone carriage returns and NULs anywhere. As (byte
+    offset, the characters)."""
+    root = sf.tree.root_node
+    for m in _HAZARD.finditer(sf._bytes):
         at, chars = m.start(), m.group().decode()
-        inner = node.descendant_for_byte_range(at, at + 1)
-        p = inner
-        while p is not None:
+        inner = root.descendant_for_byte_range(at, at + 1)
+        p = inner if chars in DIGRAPHS or chars in _SPLICES else None
+        while p is not None and p.type != "translation_unit":
             if p.type in _LITERALS:
                 break
-            if chars not in DIGRAPHS:
+            if chars in _SPLICES:
                 if p.type in _DIRECTIVES:
                     break
                 condition = p.child_by_field_name("condition") if p.type in _CONDITIONALS else None
                 if condition is not None and at < condition.end_byte:
                     break
             p = p.parent
-        if p is None:
-            yield at, chars, inner
+        if p is None or p.type == "translation_unit":
+            yield at, chars
 
 
 def _brackets_balanced(tokens: Iterable[str]) -> bool:
@@ -507,14 +512,13 @@ class _Index:
         self.items = list(_items(sf, sf.tree.root_node))
         self.keys = [(it.scope, self.tokens(it.nodes)) for it in self.items]
         self.host = [_is_host(self, it) for it in self.items]
-        # Lexical hazards (`_HAZARD`), placed by the item's key and the token before which they
-        # stand: one the original has at the same place is the original's.
-        self.hazards = {
-            (key, chars, self._token_index(node, at)): near
-            for it, key in zip(self.items, self.keys, strict=True)
-            for node in it.nodes
-            for at, chars, near in _hazards(sf, node)
-        }
+        # Lexical hazards (`_HAZARD`), placed by the two tokens on either side: one the original
+        # has in the same place is the original's.
+        self.hazards: dict[tuple, int] = {}  # -> the byte offset of the first
+        for at, chars in _hazards(sf):
+            i = bisect.bisect_left(self.starts, at)
+            around = (tuple(self.texts[max(i - 2, 0) : i]), tuple(self.texts[i : i + 2]))
+            self.hazards.setdefault((chars, around), at)
 
     @property
     def sf(self) -> SourceFile:
@@ -528,12 +532,6 @@ class _Index:
         self.macro_defs[self.sf.node_text(n.child_by_field_name("name"))] = (
             self.sf.node_text(params) if params is not None else None,
             self.sf.node_text(value) if value is not None else "",
-        )
-
-    def _token_index(self, node: Node, at: int) -> int:
-        """How many of `node`'s tokens start before byte `at`."""
-        return bisect.bisect_left(self.starts, at) - bisect.bisect_left(
-            self.starts, node.start_byte
         )
 
     def tokens(self, nodes: Iterable[Node]) -> tuple[str, ...]:
@@ -754,8 +752,12 @@ class _Screen:
         self._hazards()
         return sorted(self.found.values(), key=lambda f: (f.line, f.column, f.message))
 
-    def _add(self, node: Node, message: str) -> None:
-        line, col = self.cand.span(node).start_point
+    def _add(self, where: Node | int, message: str) -> None:
+        """A finding at a node's start, or at a byte offset."""
+        if isinstance(where, int):
+            line, col = self.cand.line_col(self.cand._offset(where))
+        else:
+            line, col = self.cand.span(where).start_point
         self.found.setdefault(
             (line, col, message), Finding(line=line + 1, column=col + 1, message=message)
         )
@@ -908,25 +910,22 @@ class _Screen:
                     )
 
     def _hazards(self) -> None:
-        """A line continuation or a digraph the original does not have at the same place (the
-        same item, the same token): also in an item whose tokens are the original's, where
-        joining two of them makes another program."""
-        for where, near in self.c.hazards.items():
-            chars = where[1]
+        """A lexical hazard (`_HAZARD`) the original does not have in the same place: also in
+        host code whose tokens are the original's, where joining two of them, or ending a comment
+        early, makes another program."""
+        for where, at in self.c.hazards.items():
             if where in self.o.hazards:
                 continue
+            chars = where[0]
             if chars in DIGRAPHS:
-                self._add(
-                    near,
-                    f"digraph `{chars}`: the compiler reads it as `{DIGRAPHS[chars]}`, the screen "
-                    "does not",
-                )
+                why = f"digraph `{chars}`: the compiler reads it as `{DIGRAPHS[chars]}`"
+            elif chars in _SPLICES:
+                why = "line continuation outside a directive: the compiler joins these lines"
+            elif chars == "\r":
+                why = "carriage return without a line feed: the compiler ends the line there"
             else:
-                self._add(
-                    near,
-                    "line continuation outside a directive: the compiler joins these lines into "
-                    "tokens the screen does not see",
-                )
+                why = "NUL character: one compiler drops it, another stops there"
+            self._add(at, f"{why}, the screen does not")
 
     def _asm_label(self, n: Node) -> bool:
         """`int f() asm("name");` at namespace or class scope (not `register ... asm("r1")` in
