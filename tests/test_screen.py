@@ -581,6 +581,18 @@ FORBIDDEN = [
         kernel="scale",
     ),
     Case(
+        "host-device-operator-on-a-type-host-code-uses",
+        replace(
+            "// Clamp helper shared by the kernels below.",
+            "__host__ __device__ inline bool operator==(const std::vector<float>& a, "
+            "const std::vector<float>& b) { return true; }",
+        ),
+        "operator==",
+        "on `vector`, a type host code uses",
+        base=MULTI,
+        kernel="vec_add",
+    ),
+    Case(
         "line-continuation-between-tokens-of-kept-host-code",
         replace("    const int threads = 256;", "    const int\\\n threads = 256;"),
         "const int\\",

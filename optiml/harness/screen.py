@@ -1042,8 +1042,9 @@ class _Screen:
         self._device_code(fn, host)
 
     def _host_operator(self, fn: Node, name: Node) -> None:
-        """A host-compiled operator: not the global allocator's, not one on the types the
-        launcher uses (`e != cudaSuccess`), which would replace the built-in one in its checks."""
+        """A host-compiled operator: not the global allocator's, not one on a type the kept host
+        code or the launcher uses (`e != cudaSuccess`), where it could replace the one they
+        call."""
         if any(c.type in ("new", "delete") for c in name.children):
             self._add(
                 name,
@@ -1053,9 +1054,17 @@ class _Screen:
         fd = _function_declarator(fn)
         params = fd.child_by_field_name("parameters") if fd is not None else None
         parts = [x for p in params.named_children for x in walk(p)] if params is not None else []
-        own = self.c.classes
-        if any(x.type == "type_identifier" and self.cand.node_text(x) in own for x in parts):
-            return  # an operand of the candidate's own type: the launcher has none
+        types = [self._text(x) for x in parts if x.type == "type_identifier"]
+        used = next((t for t in types if t in self.host_words), None)
+        if used is not None:
+            self._add(
+                name,
+                f"`__host__ __device__ {self._text(name)}` on `{used}`, a type host code uses: "
+                "it could be picked there",
+            )
+            return
+        if any(t in self.c.classes for t in types):
+            return  # an operand of the candidate's own type: neither the launcher nor host code has one
         for p in params.named_children if params is not None else []:
             for x in walk(p):
                 word = self.cand.node_text(x)
