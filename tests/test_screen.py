@@ -642,6 +642,14 @@ FORBIDDEN = [
         "NUL character",
     ),
     Case(
+        "align-on-a-type",
+        lambda _: LLM_SOFTMAX.replace("struct alignas(16) Online", "struct __align__(16) Online"),
+        "struct __align__",
+        "write `alignas(N)`",
+        base=FIXTURES / "softmax.cu",
+        kernel="softmax_rows",
+    ),
+    Case(
         "qualifier-macro",
         append("#define HD __host__ __device__\nHD float twice(float v) { return 2 * v; }"),
         "HD float",
@@ -711,6 +719,78 @@ OLD_KERNEL = """__global__ void saxpy(int n, float a, const float* x, float* y)
 SPEC = "/* @optiml"
 
 
+# A rewrite the way an LLM writes one: macros, constexpr constants, templates, a namespace alias,
+# cooperative groups, a __host__ __device__ constexpr helper, a struct with a device member.
+LLM_SOFTMAX = """// softmax.cu - row-wise softmax, one warp per row.
+
+#include <math.h>
+#include <cuda_runtime.h>
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+#include <cfloat>
+
+namespace cg = cooperative_groups;
+
+#define WARP_SIZE 32
+#define WARPS_PER_BLOCK 8
+#define FULL_MASK 0xffffffffu
+#define DEVICE_INLINE __device__ __forceinline__
+
+constexpr int kThreads = WARP_SIZE * WARPS_PER_BLOCK;
+static constexpr float kNegInf = -FLT_MAX;
+
+template <typename T>
+__device__ __forceinline__ T warp_max(T v) {
+#pragma unroll
+    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, o));
+    return v;
+}
+
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
+#pragma unroll
+    for (int o = WARP_SIZE / 2; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
+}
+
+__host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+struct alignas(16) Online {
+    float m, s;
+    __device__ void add(float x) {
+        float m2 = fmaxf(m, x);
+        s = s * __expf(m - m2) + __expf(x - m2);
+        m = m2;
+    }
+};
+
+/* @optiml
+ *   args:   input: in float[rows * cols], output: out float[rows * cols]
+ *   launch: grid = cdiv(rows, 8), block = 256
+ *   sizes:  rows, cols = (32768, 1024), (1000, 777)
+ *   # outputs are ~1e-3; a variant that reduces the row in another order
+ *   # (warp shuffles, online softmax) or uses __expf differs slightly.
+ *   tol:    rtol = 1e-4, atol = 1e-6
+ */
+__global__ void __launch_bounds__(kThreads) softmax_rows(const float* __restrict__ input, float* __restrict__ output, int rows, int cols)
+{
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(cg::this_thread_block());
+    const int row = blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
+    if (row >= rows) return;
+    const float* x = input + (size_t)row * cols;
+    float* y = output + (size_t)row * cols;
+    Online acc{kNegInf, 0.0f};
+    for (int j = lane; j < cols; j += WARP_SIZE) acc.add(__ldg(x + j));
+    float m = warp_max(acc.m);
+    float s = warp_sum(acc.s * __expf(acc.m - m));
+    const float inv = 1.0f / s;
+    for (int j = lane; j < cols; j += WARP_SIZE) y[j] = __expf(x[j] - m) * inv;
+    (void)warp;
+}
+"""
+
+
 def before_spec(code: str) -> Callable[[str], str]:
     """`code` right before saxpy's spec comment (where the catalog puts helpers)."""
     return replace(SPEC, code.strip("\n") + "\n\n" + SPEC)
@@ -718,6 +798,12 @@ def before_spec(code: str) -> Callable[[str], str]:
 
 ALLOWED = [
     Case("rewritten-kernel", replace(OLD_KERNEL, NEW_KERNEL)),
+    Case(
+        "llm-style-rewrite",
+        lambda _: LLM_SOFTMAX,
+        base=FIXTURES / "softmax.cu",
+        kernel="softmax_rows",
+    ),
     Case(
         "spec-comment-launch",
         replace("launch: grid = cdiv(n, 256), block = 256", "launch: grid = 264, block = 512"),

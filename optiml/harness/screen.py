@@ -787,7 +787,8 @@ class _Screen:
             self._add(
                 it.first,
                 f"{what} {verb}: a candidate of `{self.kernel}` may change only device code "
-                f"(__global__ and __device__ functions){self._macro_qualifier(node)}",
+                f"(__global__ and __device__ functions){self._macro_qualifier(node)}"
+                f"{self._align_hint(it)}",
             )
         elif t == "declaration" and _function_declarator(node) is not None:
             self._add(it.first, f"{what} {verb}: a candidate may declare only device functions")
@@ -822,6 +823,13 @@ class _Screen:
             return f"`{_directive(sf, node)[0]}`"
         text = " ".join(sf.node_text(node).split())
         return f"file-scope `{text[:40]}{'...' if len(text) > 40 else ''}`"
+
+    def _align_hint(self, it: _Item) -> str:
+        """tree-sitter-cuda reads `__align__(16)` only inside a function body; elsewhere a type or
+        a variable with it does not parse: the hint to write the standard `alignas(16)`."""
+        if "__align__" in self.c.tokens(it.nodes):
+            return "; the screen's parser does not read `__align__(N)` here: write `alignas(N)`"
+        return ""
 
     def _macro_qualifier(self, fn: Node) -> str:
         """Where a definition without qualifiers starts with a macro of the file (`HD float f()`),
@@ -879,12 +887,13 @@ class _Screen:
         """What no changed item may hold, whatever it is: parse errors (but harmless ones in a
         device function's body), line continuations outside directives, load-time attributes,
         `__managed__` memory, `_Pragma`, directives other than `#pragma unroll` in code."""
+        hint = self._align_hint(it)
         for node in it.nodes:
             for n in walk(node):
                 t = n.type
                 if (t == "ERROR" or n.is_missing) and not self._harmless_error(it, n):
                     what = f"`{t}` missing" if n.is_missing else "does not parse here"
-                    self._add(n, f"{what}: the screen cannot tell what this code is")
+                    self._add(n, f"{what}: the screen cannot tell what this code is{hint}")
                 elif t in ("attribute_specifier", "attribute"):
                     self._attribute(n)
                 elif t == "__managed__":
