@@ -395,6 +395,15 @@ FORBIDDEN = [
         "only unroll and nounroll",
     ),
     Case(
+        "macro-declares-host-code-at-file-scope",
+        append(
+            "#define ONE 1; void hidden() { *(volatile int*)0 = 0; } const int TWO = 2\n"
+            "__device__ int one = ONE;"
+        ),
+        "ONE;",
+        "macro `ONE` outside a function body holds `;`",
+    ),
+    Case(
         "macro-with-unbalanced-brace",
         append("#define CLOSE }"),
         "#define CLOSE",
@@ -875,13 +884,17 @@ ALLOWED = [
             "static const int ELEMS = 4 * sizeof(float);\n"
             "const float SCALE = 1.0f / BLOCK;\n"
             "static constexpr float taps[] = {1.0f, 2.0f, 1.0f};\n"
+            "#define TILE_W (BLOCK / 8)\n"
             "const int WIDE = TILE_W * 2;\n"
-            "#define TILE_W (BLOCK / 8)"
+            "#define TAPS {1.0f, 2.0f, 1.0f}\n"
+            "__constant__ float taps3[3] = TAPS;"
         ),
     ),
     Case(
         "namespace-with-device-helpers",
         before_spec(
+            "#include <cooperative_groups.h>\n"
+            "#include <mma.h>\n"
             "namespace helpers {\n"
             "template <typename T>\n"
             "__device__ __forceinline__ T warp_sum(T v) {\n"

@@ -12,9 +12,12 @@ pragmas, using-directives, `extern` declarations — must be the original's, tok
 (whitespace and comments aside) and in the original's order; leaving some of it out is allowed.
 
 The screen trusts the tree only where the compiler reads the file the same way, and refuses what
-the two could read differently: parse errors outside a device function's body, line continuations
-outside directives, macros with unbalanced brackets or named like what host code or the launcher
-uses, macros standing for qualifiers.
+the two could read differently: parse errors outside a device function's body, digraphs, line
+continuations outside directives, lone carriage returns, macros with unbalanced brackets or named
+like what host code or the launcher uses, macros standing for qualifiers.
+
+The screen reads each file once (`_Index`, kept while the SourceFile lives), so screening many
+candidates of one original costs a walk of each candidate's tree.
 """
 
 from __future__ import annotations
@@ -164,7 +167,8 @@ _TYPES = ("struct_specifier", "class_specifier", "union_specifier")
 _MACROS = ("preproc_def", "preproc_function_def")
 _DIRECTIVES = (*_MACROS, "preproc_call", "preproc_include", "preproc_defined")
 _LITERALS = ("comment", "string_literal", "raw_string_literal", "char_literal", "system_lib_string")
-# Items host code cannot be: compile-time declarations and macros.
+# Items not compared as host code: compile-time declarations and macros (screened by what they
+# are), and file-scope statements and parse errors (refused by themselves where they are new).
 _COMPILE_TIME = (
     *_MACROS,
     *_TYPES,
@@ -904,12 +908,8 @@ class _Screen:
                     )
                 elif t == "identifier" and self.cand.node_text(n) == "_Pragma":
                     self._add(n, "`_Pragma` is not allowed: it issues a pragma from inside code")
-                elif t in ("identifier", "type_identifier") and self._text(n) in self.c.unbalanced:
-                    self._add(
-                        n,
-                        f"macro `{self._text(n)}` has unbalanced brackets: here it could end a "
-                        "function where the screen sees it go on",
-                    )
+                elif t in ("identifier", "type_identifier") and self._text(n) in self.macros:
+                    self._macro_use(n)
                 elif t == "preproc_call" and n != it.node:
                     self._directive_finding(n, file_scope=False)
                 elif t == "gnu_asm_expression" and self._asm_label(n):
@@ -935,6 +935,31 @@ class _Screen:
             else:
                 why = "NUL character: one compiler drops it, another stops there"
             self._add(at, f"{why}, the screen does not")
+
+    def _macro_use(self, n: Node) -> None:
+        """A macro the tree does not expand: one whose brackets do not balance could end a
+        function early; outside a function body, one with a `;` or a body-like `{` could declare
+        what the screen never sees (`__device__ int v = M;` with `M` = `1; void f() {...} int w = 1`)."""
+        name = self._text(n)
+        body = self.macros[name]
+        if n.parent is not None and n.parent.type in (*_MACROS, "preproc_defined"):
+            return  # its definition, or `defined(NAME)`: not a use
+        if name in self.c.unbalanced:
+            self._add(
+                n,
+                f"macro `{name}` has unbalanced brackets: here it could end a function where the "
+                "screen sees it go on",
+            )
+            return
+        p = n.parent
+        while p is not None and p.type != "compound_statement":
+            p = p.parent
+        if p is None and (";" in body or "{" in body[1:]):
+            self._add(
+                n,
+                f"macro `{name}` outside a function body holds `;` or `{{`: it could declare "
+                "code the screen does not see",
+            )
 
     def _asm_label(self, n: Node) -> bool:
         """`int f() asm("name");` at namespace or class scope (not `register ... asm("r1")` in
@@ -1410,9 +1435,7 @@ class _Screen:
                 self._add(name_node, f"macro `{name}` issues a pragma")
             elif tok == "__managed__":
                 self._add(name_node, f"macro `{name}` declares `__managed__` memory")
-            elif tok in LOAD_ATTRIBUTES and any(
-                t in ("__attribute__", "__declspec", "[[") for t in body
-            ):
+            elif tok in LOAD_ATTRIBUTES:
                 self._add(name_node, f"macro `{name}` holds the attribute `{tok}`")
             elif _is_capability(tok) or _RUNTIME_NAME.match(tok):
                 self._add(
