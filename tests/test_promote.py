@@ -467,6 +467,116 @@ __global__ void scale(T* x, T a, int n)
     assert "x[i] = ((x[i]) * (a));" in _copy_text(half)
 
 
+# Namespaces (the copy goes into the kernel's own), a helper in an anonymous namespace, a file-scope
+# constant, a lambda, casts; a template kernel with dynamic shared memory of its type and a
+# cooperative-groups reduction; float2 with sincosf; half and bfloat16 intrinsics.
+VARIETY = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+namespace cg = cooperative_groups;
+
+constexpr float kEps = 1e-6f;
+
+namespace {
+__device__ float sq(float v) { return v * v; }
+}
+
+namespace ns {
+__device__ inline float twice(float v) { return 2.0f * v; }
+
+/* @optiml
+ *   args:   x: in float[n], y: out float[n]
+ *   launch: grid = cdiv(n, 128), block = 128
+ *   sizes:  n = 1000, 77
+ */
+__global__ void in_namespace(const float* x, float* y, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    auto f = [&](float v) { return twice(sq(v)) + kEps; };
+    if (i < n) y[i] = f(__ldg(&x[i])) + static_cast<float>(i) * 0.f + float(1) - 1.0f;
+}
+}
+
+/* @optiml
+ *   args:     x: in T[n], y: out T[cdiv(n, 128)]
+ *   launch:   grid = cdiv(n, 128), block = 128, smem = 4 * 4
+ *   sizes:    n = 1000, 77
+ *   template: T = float
+ */
+template <typename T>
+__global__ void block_sums(const T* x, T* y, int n)
+{
+    extern __shared__ T s[];
+    cg::thread_block block = cg::this_thread_block();
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    T v = i < n ? x[i] : T(0);
+    v = cg::reduce(warp, v, cg::plus<T>());
+    if (warp.thread_rank() == 0) s[warp.meta_group_rank()] = v;
+    block.sync();
+    if (threadIdx.x == 0) y[blockIdx.x] = s[0] + s[1] + s[2] + s[3];
+}
+
+/* @optiml
+ *   args:   x: in float[2 * n], y: out float[2 * n]
+ *   launch: grid = cdiv(n, 128), block = 128
+ *   sizes:  n = 1000, 77
+ */
+__global__ void rotate(const float* x, float* y, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float2 p = reinterpret_cast<const float2*>(x)[i];
+    float s, c;
+    sincosf(0.5f * i, &s, &c);
+    reinterpret_cast<float2*>(y)[i] = make_float2(c * p.x - s * p.y, s * p.x + c * p.y);
+}
+
+/* @optiml
+ *   args:   x: in half[n], y: out bfloat16[n]
+ *   launch: grid = cdiv(n, 128), block = 128
+ *   sizes:  n = 1000, 77
+ *   tol:    rtol = 2e-2, atol = 1e-3
+ */
+__global__ void sixteen_bits(const half* x, __nv_bfloat16* y, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float v = __half2float(__hadd(hexp(x[i]), __hmul(x[i], __float2half(0.25f))));
+        y[i] = __float2bfloat16(0.5f * v * (1.0f + erff(v * 0.70710678f)));
+    }
+}
+"""
+
+
+def test_namespaces_templates_vectors_and_16_bit_types(tmp_path):
+    source = _source(VARIETY, tmp_path)
+    kernels = ["in_namespace", "block_sums", "rotate", "sixteen_bits"]
+    specs = {k: parse_spec(source, source.kernel(k)) for k in kernels}
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        built = pool.map(lambda k: promote(source, k, specs[k], arch=ARCH), kernels)
+        copies = dict(zip(kernels, built, strict=True))
+    assert all(float_types_left(c) == [] for c in copies.values())
+    in_namespace = _copy_text(copies["in_namespace"])
+    assert copies["in_namespace"].kernel == "ns::optiml_f64::in_namespace"
+    assert "constexpr double kEps = 1e-6;" in in_namespace
+    assert "__device__ double sq(double v)" in in_namespace
+    assert "auto f = [&](double v) { return twice(sq(v)) + kEps; };" in in_namespace
+    assert "static_cast<double>(i) * 0. + double(1) - 1.0;" in in_namespace
+    sums = copies["block_sums"]
+    assert (sums.instantiation, sums.smem_scale) == ("<double>", 2)
+    assert "extern __shared__ T s[];" in _copy_text(sums)  # T is double in the instantiation
+    rotate = _copy_text(copies["rotate"])
+    assert "double2 p = reinterpret_cast<const double2*>(x)[i];" in rotate
+    assert "sincos(0.5 * i, &s, &c);" in rotate and "make_double2(" in rotate
+    sixteen = copies["sixteen_bits"]
+    assert sixteen.buffers == {"x": "f64", "y": "f64"}
+    assert "double v = (((exp(x[i])) + (((x[i]) * ((0.25))))));" in _copy_text(sixteen)
+    assert "y[i] = (0.5 * v * (1.0 + erf(v * 0.70710678)));" in _copy_text(sixteen)
+
+
 # ---- what gives up, and why --------------------------------------------------------------------
 
 SPEC = """/* @optiml

@@ -243,6 +243,12 @@ _NOT_CODE = frozenset({"comment", "string_literal", "char_literal", "raw_string_
 # Kinds of namespace-scope declarations that the copy holds (rewritten) when the kernel reaches them.
 _COPIED = frozenset({"function", "type", "constant", "shared", "kernel"})
 _VARIABLES = frozenset({"constant", "shared", "constant_memory", "device_variable"})
+_KIND_NAMES = {
+    "function": "functions",
+    "type": "types",
+    "constant": "constants",
+    "shared": "shared arrays",
+}
 
 
 class NotPromotable(Exception):
@@ -1010,8 +1016,8 @@ class _Promotion:
     def notes(self) -> list[str]:
         kinds: dict[str, list[str]] = {}
         for item in self.copies[:-1]:
-            kinds.setdefault(item.kind, []).append(f"`{item.name}`")
-        listed = "".join(f", {k}s {', '.join(dict.fromkeys(n))}" for k, n in kinds.items())
+            kinds.setdefault(_KIND_NAMES[item.kind], []).append(f"`{item.name}`")
+        listed = "".join(f", {k} {', '.join(dict.fromkeys(n))}" for k, n in kinds.items())
         out = [f"copied into `{NAMESPACE}`: the kernel{listed}"]
         out += [f"{what}: {n}" for what, n in self.counts.items()]
         if self.renamed:
@@ -1026,7 +1032,7 @@ class _Promotion:
             out.append(f"instantiation {self.spec.instantiation} -> {self.instantiation}")
         if self.dynamic_smem:
             out.append("dynamic shared memory holds doubles: launch with twice the spec's smem")
-        if not self.counts and not self.renamed:
+        if not (self.counts or self.renamed or self.float_templates):
             out.append("nothing to promote: the kernel computes no floating-point values")
         return out
 
