@@ -304,7 +304,8 @@ def test_the_copy_computes_the_formula_in_double(file, kernel, sizes, tmp_path):
 
 
 # A kernel that exercises the rules together: a typedef, a struct with a method, macros (one
-# with a float literal), a helper in another namespace called by its qualified name, templated
+# with a float literal), a helper in another namespace called by its qualified name (and using a
+# constant of its namespace by its plain name), a host function of the same name, templated
 # warp reductions with shuffles, dynamic shared memory, FLT_MAX, fast intrinsics, and names that
 # merely contain "float". After it, a check that the macro is float again.
 ROW_SOFTMAX = r"""
@@ -314,7 +315,8 @@ ROW_SOFTMAX = r"""
 typedef float real;
 
 namespace detail {
-__device__ __forceinline__ real squash(real v) { return __saturatef(v * SCALE + 0.5f); }
+constexpr int kTwo = 2;
+__device__ __forceinline__ real squash(real v) { return __saturatef(v * SCALE + 1.0f / kTwo); }
 }
 
 template <typename T>
@@ -330,6 +332,8 @@ __device__ T warp_sum(T v)
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
+
+float squash(float v);  // host code that shares a name with the device helper: never copied
 
 struct Acc {
     real total;
@@ -396,7 +400,9 @@ def test_the_rules_together(tmp_path):
     assert 'pragma push_macro("SQR")' not in text  # nothing to promote in it
     assert text.rstrip().endswith('#pragma pop_macro("SCALE")')
     assert "typedef double real;" in text
-    assert "return fmin(fmax(v * SCALE + 0.5, 0.0), 1.0);" in text
+    assert "return fmin(fmax(v * SCALE + 1.0 / kTwo, 0.0), 1.0);" in text
+    assert "constexpr int kTwo = 2;" in text  # unseen from the copy's namespace: copied
+    assert "double squash(double v);" not in text  # the host function
     assert "stats[r] = squash(SQR(m)) + log(s);" in text  # the copied helper, not detail::
     assert "v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));" in text
     assert "__device__ T warp_sum" not in text  # no float in it: the original serves doubles

@@ -335,7 +335,7 @@ class _Item:
 
     node: Node  # as copied: a template_declaration, function_definition, declaration, ...
     # function | type | constant | shared | device_variable | constant_memory | host_variable
-    # | enumerator | macro | kernel
+    # | host_function | enumerator | macro | kernel
     kind: str
     names: tuple[str, ...]
     namespace: tuple[str, ...]
@@ -405,10 +405,10 @@ class _FileIndex:
             self.items.append(_Item(outer, kind, tuple(names), namespace))
 
         t = node.type
-        if t == "function_definition":
-            add("kernel" if "__global__" in _qualifiers(node) else "function", [self._fn(node)])
-        elif t == "declaration" and _function_declarator(node) is not None:
-            add("function", [self._fn(node)])  # a prototype
+        if t == "function_definition" or (
+            t == "declaration" and _function_declarator(node) is not None  # a prototype
+        ):
+            add(_function_kind(node), [self._fn(node)])
         elif t == "declaration":
             kind = node.child_by_field_name("type")
             if kind is not None and kind.type in _TYPE_SPECIFIERS:
@@ -458,6 +458,15 @@ def _qualifiers(node: Node) -> set[str]:
     out = {c.type for c in node.children if not c.is_named}
     kinds = ("type_qualifier", "storage_class_specifier")
     return out | {c.text.decode() for c in node.children if c.type in kinds}
+
+
+def _function_kind(fn: Node) -> str:
+    """kernel, function (callable from device code), or host_function (never copied: device code
+    cannot call it, whatever name it shares)."""
+    q = _qualifiers(fn)
+    if "__global__" in q:
+        return "kernel"
+    return "function" if "__device__" in q or "constexpr" in q else "host_function"
 
 
 def _variable_kind(decl: Node) -> str:
@@ -950,7 +959,24 @@ class _Promotion:
                 if item.name not in changed and uses[item] & changed:
                     changed.add(item.name)
                     grew = True
+                elif item.name in changed and item.namespace != self.kernel_item.namespace:
+                    hidden = self._hidden_from_copy(item, uses[item]) - changed
+                    changed |= hidden
+                    grew |= bool(hidden)
         return changed
+
+    def _hidden_from_copy(self, item: _Item, uses: set[str]) -> set[str]:
+        """What a declaration copied from another namespace uses by its plain name from its own
+        namespace: not visible from the copy's namespace, so copied too."""
+        visible = {
+            self.kernel_item.namespace[:n] for n in range(len(self.kernel_item.namespace) + 1)
+        }
+        return {
+            name
+            for name in uses
+            for j in self.index.by_name.get(name, [])
+            if j.kind in _COPIED and j.namespace not in visible and j in self.edits
+        }
 
     @cached_property
     def copies(self) -> list[_Item]:
