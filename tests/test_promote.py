@@ -475,7 +475,8 @@ __global__ void scale(T* x, T a, int n)
 
 # Namespaces (the copy goes into the kernel's own), a helper in an anonymous namespace, a file-scope
 # constant, a lambda, casts; a template kernel with dynamic shared memory of its type and a
-# cooperative-groups reduction; float2 with sincosf; half and bfloat16 intrinsics.
+# cooperative-groups reduction; float2 with sincosf; a float4 operator; half and bfloat16
+# intrinsics.
 VARIETY = r"""
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -540,6 +541,22 @@ __global__ void rotate(const float* x, float* y, int n)
     reinterpret_cast<float2*>(y)[i] = make_float2(c * p.x - s * p.y, s * p.x + c * p.y);
 }
 
+__device__ inline float4 operator*(float4 a, float s)
+{
+    return make_float4(a.x * s, a.y * s, a.z * s, a.w * s);
+}
+
+/* @optiml
+ *   args:   x: in float[4 * n], y: out float[4 * n]
+ *   launch: grid = cdiv(n, 128), block = 128
+ *   sizes:  n = 1000, 77
+ */
+__global__ void scale4(const float* x, float* y, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) reinterpret_cast<float4*>(y)[i] = reinterpret_cast<const float4*>(x)[i] * 2.0f;
+}
+
 /* @optiml
  *   args:   x: in half[n], y: out bfloat16[n]
  *   launch: grid = cdiv(n, 128), block = 128
@@ -557,9 +574,9 @@ __global__ void sixteen_bits(const half* x, __nv_bfloat16* y, int n)
 """
 
 
-def test_namespaces_templates_vectors_and_16_bit_types(tmp_path):
+def test_namespaces_templates_vectors_operators_and_16_bit_types(tmp_path):
     source = _source(VARIETY, tmp_path)
-    kernels = ["in_namespace", "block_sums", "rotate", "sixteen_bits"]
+    kernels = ["in_namespace", "block_sums", "rotate", "scale4", "sixteen_bits"]
     specs = {k: parse_spec(source, source.kernel(k)) for k in kernels}
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
         built = pool.map(lambda k: promote(source, k, specs[k], arch=ARCH), kernels)
@@ -577,6 +594,9 @@ def test_namespaces_templates_vectors_and_16_bit_types(tmp_path):
     rotate = _copy_text(copies["rotate"])
     assert "double2 p = reinterpret_cast<const double2*>(x)[i];" in rotate
     assert "sincos(0.5 * i, &s, &c);" in rotate and "make_double2(" in rotate
+    scale4 = _copy_text(copies["scale4"])
+    assert "__device__ inline double4 operator*(double4 a, double s)" in scale4
+    assert "reinterpret_cast<const double4*>(x)[i] * 2.0;" in scale4
     sixteen = copies["sixteen_bits"]
     assert sixteen.buffers == {"x": "f64", "y": "f64"}
     assert "double v = (((exp(x[i])) + (((x[i]) * ((0.25))))));" in _copy_text(sixteen)

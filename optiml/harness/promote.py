@@ -599,13 +599,19 @@ class _Promotion:
 
     def _reach(self) -> list[_Item]:
         """The file's declarations that the kernel reaches, directly or through each other, in
-        file order, the kernel last; macros are followed through their text."""
+        file order, the kernel last; macros are followed through their text, operators through
+        the types they take (`a * s` names no `operator*`)."""
         seen: dict[int, _Item] = {}
+        used: set[str] = set()
         todo = [self.kernel_item]
         start = self.kernel_item.node.start_byte
+        operators = [
+            (i, self._uses(i.node)) for i in self.index.items if i.name.startswith("operator")
+        ]
         while todo:
             item = todo.pop()
             names = self._macro_words(item) if item.kind == "macro" else self._uses(item.node)
+            used |= names
             for name in names:
                 for found in self.index.by_name.get(name, []):
                     if found.node.id in seen or found.kind == "kernel":
@@ -614,6 +620,9 @@ class _Promotion:
                         continue  # defined after the kernel: not what the kernel sees
                     seen[found.node.id] = found
                     todo.append(found)
+            if not todo:
+                todo = [i for i, takes in operators if i.node.id not in seen and takes & used]
+                seen.update((i.node.id, i) for i in todo)
         return [*sorted(seen.values(), key=lambda i: i.node.start_byte), self.kernel_item]
 
     def _uses(self, node: Node) -> set[str]:
