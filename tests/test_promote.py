@@ -433,7 +433,7 @@ def test_the_rules_together_compute_in_double(tmp_path):
     assert 1e-9 < relative(orig["y"], want_y) <= 1e-5  # __expf and __fdividef in float
 
 
-def test_c_linkage_constant_memory_and_templates_compile(tmp_path):
+def test_c_linkage_constant_memory_integer_ptx_and_templates_compile(tmp_path):
     text = r"""
 #include <cuda_fp16.h>
 __constant__ float coeffs[4];
@@ -448,6 +448,24 @@ __global__ void poly(const float* x, float* y, int n)
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = coeffs[0] + x[i] * (coeffs[1] + x[i] * coeffs[2]);
 }
+}
+__device__ unsigned lane_id()
+{
+    unsigned id;
+    asm volatile("mov.u32 %0, %%laneid;" : "=r"(id));
+    return id;
+}
+/* @optiml
+ *   args:   x: in float[n], y: out float[n]
+ *   launch: grid = cdiv(n, 128), block = 128
+ *   sizes:  n = 1000, 77
+ */
+__global__ void by_lane(const float* x, float* y, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned warp;
+    asm("mov.u32 %0, %%warpid;" : "=r"(warp));
+    if (i < n) y[i] = x[i] * (lane_id() + 1) + 0.0f * warp;
 }
 /* @optiml
  *   args:     x: inout T[n], a = 0.5
@@ -467,6 +485,10 @@ __global__ void scale(T* x, T a, int n)
     copy = _copy_text(poly)
     assert copy.startswith("\n\n//") and 'extern "C++" {' in copy  # inside the C block
     assert "coeffs" in copy and "__constant__" not in copy  # read from the original's memory
+    lanes = promote(source, "by_lane", parse_spec(source, source.kernel("by_lane")), arch=ARCH)
+    copy = _copy_text(lanes)
+    assert 'asm("mov.u32 %0, %%warpid;" : "=r"(warp));' in copy  # integer PTX stays as written
+    assert "lane_id" in copy and "laneid" not in copy  # no float in it: called as it is
     half = promote(source, "scale", parse_spec(source, source.kernel("scale")), arch=ARCH)
     assert half.instantiation == "<double>"
     assert half.buffers == {"x": "f64"} and half.scalars == {"a": "f64", "n": "i32"}
@@ -678,7 +700,7 @@ REFUSED = {
         "    float r;\n"
         '    asm("rcp.approx.f32 %0, %1;" : "=f"(r) : "f"(x[i]));\n'
         "    if (i < n) y[i] = r;\n}",
-        "has inline PTX",
+        'has inline PTX (`asm`) on a float operand: `"=f"(r)`',
     ),
     "a __device__ float": (
         "__device__ float total;\n"

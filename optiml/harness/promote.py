@@ -509,7 +509,7 @@ def _through_pointer(declarator: Node | None) -> bool:
     return False
 
 
-def code(node: Node) -> Iterator[Node]:
+def _code(node: Node) -> Iterator[Node]:
     """Every node under `node` in source order, leaving out what is not code: comments, strings,
     the text of preprocessor lines and the conditions of `#if`s."""
     stack = [node]
@@ -589,11 +589,22 @@ class _Promotion:
         self.macros = {
             i: self._macro_value(i.node, i.name) for i in self.reached if i.kind == "macro"
         }
-        self.edits = {i: self._edits(i) for i in self.reached if i.kind in _COPIED}
         self._check_device_variables()
+        # Problems of a declaration count where it is copied, or is a template (instantiated with
+        # doubles from the copy even where its text has no float): a function without floats in
+        # its text, left as it is, never sees one.
+        self.item_problems: dict[int, list[str]] = {}
+        self.edits = {i: self._edits(i) for i in self.reached if i.kind in _COPIED}
+        self.changed = self._changed()
+        for item in self.edits:
+            if (
+                item.kind == "kernel"
+                or item.node.type == "template_declaration"
+                or set(item.names) & self.changed
+            ):
+                self.problems += self.item_problems[item.node.id]
         if self.problems:
             raise NotPromotable(self.problems)
-        self.changed = self._changed()
 
     # -- what the kernel reaches --
 
@@ -628,7 +639,7 @@ class _Promotion:
     def _uses(self, node: Node) -> set[str]:
         """Names a declaration uses (identifiers, type names, scopes), less its own locals."""
         kinds = ("identifier", "type_identifier", "namespace_identifier")
-        used = {self.index.text(n) for n in code(node) if n.type in kinds}
+        used = {self.index.text(n) for n in _code(node) if n.type in kinds}
         return used - self._locals(node)
 
     def _locals(self, node: Node) -> set[str]:
@@ -636,7 +647,7 @@ class _Promotion:
         and variables assigned where tree-sitter read a declaration as an expression
         (`cg::thread_block_tile<32> warp = ...` parses as a comparison)."""
         out = set()
-        for n in code(node):
+        for n in _code(node):
             if n.type in _DECLARING:
                 for d in n.children_by_field_name("declarator"):
                     if (name := _name(self.index, d)) is not None:
@@ -659,7 +670,7 @@ class _Promotion:
             grew = False
             for item in types:
                 if not set(item.names) <= out and any(
-                    self._promoted_leaf(n, out) for n in code(item.node)
+                    self._promoted_leaf(n, out) for n in _code(item.node)
                 ):
                     out |= set(item.names)
                     grew = True
@@ -675,7 +686,7 @@ class _Promotion:
         return False
 
     def _holds_floats(self, node: Node, promoted: set[str]) -> bool:
-        return any(self._promoted_leaf(n, promoted) for n in code(node))
+        return any(self._promoted_leaf(n, promoted) for n in _code(node))
 
     # -- names by declaration --
 
@@ -687,7 +698,7 @@ class _Promotion:
         if item.kind != "kernel":
             templates = {
                 self.index.text(c)
-                for n in code(item.node)
+                for n in _code(item.node)
                 if n.type == "type_parameter_declaration"
                 for c in n.named_children
                 if c.type == "type_identifier"
@@ -703,7 +714,7 @@ class _Promotion:
         """Sort the names declared under `node` into floats and other memory; a struct's fields
         become names its methods may use."""
         promoted = self.promoted_types | scope.templates
-        for n in code(node):
+        for n in _code(node):
             if n.type not in _DECLARING:
                 continue
             kind = n.child_by_field_name("type")
@@ -727,7 +738,7 @@ class _Promotion:
             self.index._fn(n)
             for item in self.reached
             if item.kind == "type"
-            for n in code(item.node)
+            for n in _code(item.node)
             if n.type in ("function_definition", "field_declaration", "declaration")
             and _function_declarator(n) is not None
         }
@@ -735,10 +746,12 @@ class _Promotion:
     # -- the edits of one declaration --
 
     def _edits(self, item: _Item) -> _Edits:
-        """The replacements that make one declaration compute in double; problems are collected."""
+        """The replacements that make one declaration compute in double; its problems are kept
+        apart (`item_problems`)."""
         edits = _Edits(self.source)
         scope = self.scope(item)
-        for n in code(item.node):
+        mark = len(self.problems)
+        for n in _code(item.node):
             t = n.type
             if t == "ERROR":
                 self.problems.append(f"line {n.start_point[0] + 1} of `{item.name}` does not parse")
@@ -759,7 +772,7 @@ class _Promotion:
             elif t == "cast_expression":
                 self._cast(n, n.child_by_field_name("type"), n.child_by_field_name("value"), scope)
             elif t == "gnu_asm_expression":
-                self.problems.append(f"`{item.name}` has inline PTX (`asm`), written for floats")
+                self._asm(n, item, scope)
             elif t == "union_specifier" and self._holds_floats(n, self.promoted_types):
                 self.problems.append(f"a union in `{item.name}` overlays float with other types")
             elif t == "declaration":
@@ -768,6 +781,8 @@ class _Promotion:
                 name = self.index.text(n.child_by_field_name("name"))
                 if self._macro_value(n, name) is not None:
                     self.problems.append(f"`{item.name}` defines `{name}`, a macro with floats")
+        self.item_problems[item.node.id] = self.problems[mark:]
+        del self.problems[mark:]
         return edits
 
     def _type_name(self, n: Node, item: _Item, scope: _Scope, edits: _Edits) -> None:
@@ -893,6 +908,24 @@ class _Promotion:
                 "other bytes"
             )
 
+    def _asm(self, n: Node, item: _Item, scope: _Scope) -> None:
+        """Inline PTX is written for its operands' register widths: where one is a float (a
+        16- or 32-bit float register, or a float of the code) the copy cannot keep it."""
+        for operand in _code(n):
+            if operand.type not in ("gnu_asm_input_operand", "gnu_asm_output_operand"):
+                continue
+            constraint = operand.child_by_field_name("constraint")
+            value = operand.child_by_field_name("value")
+            letters = self.index.text(constraint).strip('"=+&') if constraint is not None else ""
+            if set(letters) & {"f", "h"} or (
+                value is not None and self._names(value) & scope.floats
+            ):
+                self.problems.append(
+                    f"`{item.name}` has inline PTX (`asm`) on a float operand: "
+                    f"`{self.index.text(operand)}`"
+                )
+                return
+
     def _dynamic_shared(self, decl: Node, item: _Item, scope: _Scope) -> None:
         """`extern __shared__` of a promoted type: the launch's dynamic shared memory doubles."""
         q = _qualifiers(decl)
@@ -917,7 +950,7 @@ class _Promotion:
                 )
 
     def _names(self, node: Node) -> set[str]:
-        return {self.index.text(n) for n in code(node) if n.type == "identifier"}
+        return {self.index.text(n) for n in _code(node) if n.type == "identifier"}
 
     def _count(self, what: str) -> None:
         self.counts[what] = self.counts.get(what, 0) + 1
@@ -1212,7 +1245,7 @@ def float_types_left(promoted: Promoted) -> list[str]:
     promotion)."""
     left = []
     for ns in copy_namespaces(promoted):
-        for n in code(ns):
+        for n in _code(ns):
             t = promoted.source.node_text(n)
             if (n.type == "primitive_type" and t == "float") or (
                 n.type == "type_identifier" and (t in HALF_TYPES or t in VECTOR_TYPES)
