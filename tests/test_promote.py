@@ -496,15 +496,11 @@ __global__ void scale(T* x, T a, int n)
 
 
 # Namespaces (the copy goes into the kernel's own), a helper in an anonymous namespace, a file-scope
-# constant, a lambda, casts; a template kernel with dynamic shared memory of its type and a
-# cooperative-groups reduction; float2 with sincosf; a float4 operator; half and bfloat16
-# intrinsics.
+# constant, a lambda, casts; float2 with sincosf; a float4 operator; a template kernel with dynamic
+# shared memory of its type; half and bfloat16 intrinsics.
 VARIETY = r"""
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
-#include <cooperative_groups.h>
-#include <cooperative_groups/reduce.h>
-namespace cg = cooperative_groups;
 
 constexpr float kEps = 1e-6f;
 
@@ -526,26 +522,6 @@ __global__ void in_namespace(const float* x, float* y, int n)
     auto f = [&](float v) { return twice(sq(v)) + kEps; };
     if (i < n) y[i] = f(__ldg(&x[i])) + static_cast<float>(i) * 0.f + float(1) - 1.0f;
 }
-}
-
-/* @optiml
- *   args:     x: in T[n], y: out T[cdiv(n, 128)]
- *   launch:   grid = cdiv(n, 128), block = 128, smem = 4 * 4
- *   sizes:    n = 1000, 77
- *   template: T = float
- */
-template <typename T>
-__global__ void block_sums(const T* x, T* y, int n)
-{
-    extern __shared__ T s[];
-    cg::thread_block block = cg::this_thread_block();
-    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    T v = i < n ? x[i] : T(0);
-    v = cg::reduce(warp, v, cg::plus<T>());
-    if (warp.thread_rank() == 0) s[warp.meta_group_rank()] = v;
-    block.sync();
-    if (threadIdx.x == 0) y[blockIdx.x] = s[0] + s[1] + s[2] + s[3];
 }
 
 /* @optiml
@@ -580,6 +556,24 @@ __global__ void scale4(const float* x, float* y, int n)
 }
 
 /* @optiml
+ *   args:     x: in T[n], y: out T[cdiv(n, 128)]
+ *   launch:   grid = cdiv(n, 128), block = 128, smem = 4 * 4
+ *   sizes:    n = 1000, 77
+ *   template: T = float
+ */
+template <typename T>
+__global__ void block_sums(const T* x, T* y, int n)
+{
+    extern __shared__ T s[];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    T v = i < n ? x[i] : T(0);
+    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
+    if (threadIdx.x % 32 == 0) s[threadIdx.x / 32] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) y[blockIdx.x] = s[0] + s[1] + s[2] + s[3];
+}
+
+/* @optiml
  *   args:   x: in half[n], y: out bfloat16[n]
  *   launch: grid = cdiv(n, 128), block = 128
  *   sizes:  n = 1000, 77
@@ -598,11 +592,13 @@ __global__ void sixteen_bits(const half* x, __nv_bfloat16* y, int n)
 
 def test_namespaces_templates_vectors_operators_and_16_bit_types(tmp_path):
     source = _source(VARIETY, tmp_path)
-    kernels = ["in_namespace", "block_sums", "rotate", "scale4", "sixteen_bits"]
-    specs = {k: parse_spec(source, source.kernel(k)) for k in kernels}
+    kernels = ["in_namespace", "rotate", "scale4", "block_sums", "sixteen_bits"]
+
+    def promoted(kernel: str) -> Promoted:
+        return promote(source, kernel, parse_spec(source, source.kernel(kernel)), arch=ARCH)
+
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        built = pool.map(lambda k: promote(source, k, specs[k], arch=ARCH), kernels)
-        copies = dict(zip(kernels, built, strict=True))
+        copies = dict(zip(kernels, pool.map(promoted, kernels), strict=True))
     assert all(float_types_left(c) == [] for c in copies.values())
     in_namespace = _copy_text(copies["in_namespace"])
     assert copies["in_namespace"].kernel == "ns::optiml_f64::in_namespace"
