@@ -650,6 +650,14 @@ REFUSED = {
         "    if (i < n) atomic_max_float(y, x[i]);\n}",
         "reinterprets float memory as `int*`",
     ),
+    "a reference to a float's bits": (
+        "__global__ void k(const float* x, float* y, int n) {\n"
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    float v = x[i];\n"
+        "    int bits = reinterpret_cast<int&>(v) & 0x7fffffff;\n"
+        "    if (i < n) y[i] = bits;\n}",
+        "reinterprets float memory as `int&`",
+    ),
     "float atomicMax through integer ordering": (
         "__global__ void k(const float* x, float* y, int n) {\n"
         "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"

@@ -268,7 +268,9 @@ class Promoted:
     kernel: str  # the copy's qualified name, e.g. "optiml_f64::saxpy"
     instantiation: str  # the copy's template arguments, e.g. "<double, 256>", or ""
     buffers: dict[str, str]  # buffer parameter -> its type code in the copy ("f64" if promoted)
-    scalars: dict[str, str]  # scalar parameter -> its type code in the copy
+    # Scalar parameter -> its type code in the copy. A float scalar is best passed as the original
+    # receives it (rounded to float), widened: the copy then computes the same formula.
+    scalars: dict[str, str]
     smem_scale: int  # what the launch's dynamic shared memory is multiplied by (2 if promoted)
     static_smem: int | None  # the copy's static shared memory in bytes (None: not compiled)
     notes: list[str] = field(default_factory=list)  # what was promoted
@@ -883,12 +885,15 @@ class _Promotion:
                 )
 
     def _cast(self, n: Node, target: Node | None, value: Node | None, scope: _Scope) -> None:
-        """A pointer cast sees memory as another type: from float memory to another type it reads
-        a float's bytes; to a float type from other memory the element sizes would disagree."""
+        """A pointer or reference cast sees memory as another type: from float memory to another
+        type it reads a float's bytes; to a float type from other memory the element sizes would
+        disagree."""
         if target is None or value is None or target.type != "type_descriptor":
             return
         declarator = target.child_by_field_name("declarator")
-        if declarator is None or "pointer" not in declarator.type:
+        if declarator is None or not (
+            "pointer" in declarator.type or "reference" in declarator.type
+        ):
             return
         kind = target.child_by_field_name("type")
         to_float = kind is not None and self._holds_floats(
