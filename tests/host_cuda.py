@@ -199,10 +199,12 @@ GUARD = re.compile(r"^#define\s+(\w+)\s*$", re.M)
 RUNTIME_INCLUDE = re.compile(r"^\s*#\s*include\s*<cuda(_runtime)?\.h>.*$", re.M)
 
 
-def device_part(text: str) -> str:
-    """A file's device code as host C++ can take it: up to the end of its last kernel (the host
-    code after it, which calls the CUDA runtime, left out), without the runtime's header."""
-    end = max(k.span.end for k in SourceFile(text, "kernel.cu").kernels)
+def device_part(text: str, end: int | None = None) -> str:
+    """A file's device code as host C++ can take it: up to the end of its last kernel, or `end`
+    (the host code after it, which calls the CUDA runtime, left out), without the runtime's
+    header."""
+    if end is None:
+        end = max(k.span.end for k in SourceFile(text, "kernel.cu").kernels)
     return RUNTIME_INCLUDE.sub("", text[:end]) + "\n"
 
 
@@ -226,10 +228,11 @@ def _cp_async_on_host(text: str) -> str:
     return text
 
 
-def host_text(text: str) -> str:
-    """A kernel file as host C++: its device part, `extern __shared__` arrays pointing at the
-    dynamic shared memory, include guards lifted first (each file is one namespace of a program)."""
-    text = _cp_async_on_host(device_part(text))
+def host_text(text: str, end: int | None = None) -> str:
+    """A kernel file as host C++: its device part (up to `end` if given), `extern __shared__`
+    arrays pointing at the dynamic shared memory, include guards lifted first (each file is one
+    namespace of a program)."""
+    text = _cp_async_on_host(device_part(text, end))
     lifted = "".join(f"#undef {g}\n" for g in GUARD.findall(text))
     return lifted + EXTERN_SHARED.sub(r"\1* \2 = reinterpret_cast<\1*>(dynamic_smem);", text)
 
