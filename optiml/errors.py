@@ -29,6 +29,20 @@ class ExitCode(IntEnum):
     PROFILE_FAILED = 13
 
 
+def one_line(text: str) -> str:
+    """`text` as one printable line: a line break, a NUL or another control character that came
+    from the user's input is shown escaped (`\\r`, `\\x00`) instead of breaking the line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
+def quote(text: str, limit: int = 60) -> str:
+    """A piece of the user's input inside a message: one line, cut to `limit` characters."""
+    text = one_line(text.strip())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 @dataclass(frozen=True)
 class Position:
     """A place in a file: 1-based line and column, as editors and compilers print them."""
@@ -55,6 +69,12 @@ class OptimlError(Exception):
 
     def __str__(self) -> str:
         return f"{self.position}: {self.message}" if self.position else self.message
+
+
+class UsageError(OptimlError):
+    """A command-line value that cannot be right (an unknown `--arch`, a bad `--gpus`)."""
+
+    exit_code = ExitCode.USAGE
 
 
 class InputFileError(OptimlError):

@@ -18,6 +18,8 @@ import re
 import warnings
 from dataclasses import dataclass
 
+from optiml.errors import quote
+
 Number = int | float
 
 MAX_LENGTH = 2000  # characters of one expression
@@ -78,10 +80,9 @@ _BIT_OPS = {
 }
 
 
-def _quote(text: str, limit: int = 40) -> str:
+def _quote(text: str) -> str:
     """`text` for a message: a long expression is cut, so that an error stays one short line."""
-    text = text.strip()
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return quote(text, 40)
 
 
 def _check_text(text: str) -> None:
@@ -95,7 +96,7 @@ def _check_text(text: str) -> None:
     for i, c in enumerate(text):
         if ord(c) > 126:
             raise ExprError(
-                f"`{c}` (U+{ord(c):04X}) is not allowed in an expression; "
+                f"`{quote(c)}` (U+{ord(c):04X}) is not allowed in an expression; "
                 "use ASCII digits, names and operators",
                 i,
             )
