@@ -77,6 +77,11 @@ class UsageError(OptimlError):
     exit_code = ExitCode.USAGE
 
 
+class SourceWarning(UserWarning):
+    """Something about the user's input that OptiML works around and says so (a file that is not
+    UTF-8); the CLI prints it as one `optiml: warning:` line."""
+
+
 class InputFileError(OptimlError):
     exit_code = ExitCode.FILE
 

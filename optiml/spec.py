@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 import difflib
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -908,6 +910,19 @@ def parse_spec(source: SourceFile, kernel: Kernel) -> Spec:
             ]
         )
     return _Parser(source, kernel).parse()
+
+
+@contextmanager
+def evaluated_at_run_time(source: SourceFile, kernel: Kernel) -> Iterator[None]:
+    """Around work that evaluates a parsed spec at sizes of its own choosing (a size the spec does
+    not list, a candidate's launch at the original's sizes): an `ExprError` there is the spec's,
+    so it becomes a `SpecError` at the spec's comment, one line, instead of a traceback."""
+    try:
+        yield
+    except ExprError as e:
+        anchor = kernel.spec_comment.span if kernel.spec_comment else kernel.name_span
+        message = one_line(f"a value of the spec of `{kernel.name}` cannot be evaluated: {e}")
+        raise SpecError([(message, source.position(anchor.start, anchor.end))]) from None
 
 
 def load(path: str | Path, kernel_name: str) -> tuple[SourceFile, Kernel, Spec]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import difflib
 import re
+import warnings
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 from pathlib import Path
@@ -17,7 +18,11 @@ from pathlib import Path
 import tree_sitter_cuda
 from tree_sitter import Language, Node, Parser, Tree
 
-from optiml.errors import InputFileError, NoSuchKernel, Position
+from optiml.errors import InputFileError, NoSuchKernel, Position, SourceWarning
+
+
+def no_kernel_message(path: str) -> str:
+    return f"no kernel in {path}: it defines no __global__ function"
 
 
 @cache
@@ -125,15 +130,28 @@ class SourceFile:
 
     @classmethod
     def read(cls, path: str | Path) -> SourceFile:
+        """The file at `path`. One that is not UTF-8 is read with U+FFFD in place of each byte
+        that does not decode (that text is what is parsed and compiled), with a `SourceWarning`
+        naming the first such byte."""
         p = Path(path)
         try:
-            text = p.read_text(encoding="utf-8")
+            data = p.read_bytes()
         except FileNotFoundError:
             raise InputFileError(f"no such file: {p}") from None
         except IsADirectoryError:
             raise InputFileError(f"{p} is a directory, not a .cu file") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise InputFileError(f"cannot read {p}: {e}") from None
+        except (OSError, ValueError) as e:
+            raise InputFileError(f"cannot read {p}: {getattr(e, 'strerror', None) or e}") from None
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            text = data.decode("utf-8", errors="replace")
+            warnings.warn(
+                f"{p} is not UTF-8 (byte 0x{data[e.start]:02x} at offset {e.start} does not "
+                "decode): read with U+FFFD in place of each such byte",
+                SourceWarning,
+                stacklevel=2,
+            )
         return cls(text, str(p))
 
     # ---- positions ------------------------------------------------------------------------
@@ -207,7 +225,7 @@ class SourceFile:
             raise NoSuchKernel(f"`{name}` names several kernels ({names}): qualify it")
         known = [k.name for k in self.kernels]
         if not known:
-            raise NoSuchKernel(f"{self.path} defines no __global__ kernel")
+            raise NoSuchKernel(no_kernel_message(self.path))
         close = difflib.get_close_matches(name, known, n=1)
         hint = f"did you mean `{close[0]}`?" if close else f"kernels here: {', '.join(known)}"
         raise NoSuchKernel(f"no kernel `{name}` in {self.path}; {hint}")
