@@ -15,6 +15,7 @@ import ast
 import math
 import operator
 import re
+import threading
 import warnings
 from dataclasses import dataclass
 
@@ -41,6 +42,7 @@ _SUFFIX = re.compile(
     r"|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?(?P<any>[fF]|[uU][lL]{0,2}|[lL]{1,2}[uU]?))\b"
 )
 _DIGITS = re.compile(r"[0-9]+")
+_QUIET = threading.Lock()
 
 
 class ExprError(ValueError):
@@ -133,8 +135,9 @@ class Expr:
         lead = len(cleaned) - len(cleaned.lstrip())
         body = cleaned.strip()
         try:
-            with warnings.catch_warnings():
-                # `5(3)` or `1 is 1` make Python warn on stderr; the allow-list refuses them anyway
+            # `5(3)` or `1if` make Python's parser warn on stderr; the allow-list refuses them
+            # anyway. The warning filters are global, so two threads must not swap them at once.
+            with _QUIET, warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 tree = ast.parse(body, mode="eval").body
         except SyntaxError as e:

@@ -175,3 +175,15 @@ def test_unknown_name_is_reported_at_its_column():
     with pytest.raises(ExprError) as e:
         Expr.parse("  cdiv(n, BLOCK)").evaluate({"n": 1})
     assert e.value.column == 10
+
+
+def test_python_parser_warnings_are_not_printed():
+    """`5(3)` and `1if x else y` make Python's parser warn on stderr; a spec error is enough."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for text in ("5(3)", "1if n else 2", "0x1for"):
+            with pytest.raises(ExprError):
+                Expr.parse(text)
+    assert seen == []
