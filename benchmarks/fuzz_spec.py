@@ -132,8 +132,19 @@ def worker(conn) -> None:
                 outcomes = _run_cli(text, path)
             error = None
         except BaseException as e:  # what the fuzzing is for: anything else is a failure
-            outcomes, error = [], "".join(traceback.format_exception(e))[-4000:]
+            outcomes, error = [], _failure(e)
         conn.send((outcomes, time.perf_counter() - start, error))
+
+
+def _failure(e: BaseException) -> dict[str, str]:
+    """An exception as the report keeps it: its type, its message and where it was raised, each
+    cut short (a message can quote a 5,000-character input)."""
+    frames = traceback.format_tb(e.__traceback__)
+    return {
+        "type": type(e).__name__,
+        "message": _snippet(str(e), 600),
+        "traceback": "".join(_snippet(f, 300) for f in frames[-6:]),
+    }
 
 
 class Pool:
@@ -231,7 +242,8 @@ def main() -> None:
                         "kind": kind,
                         "seed": f"{kind}-{i}",
                         "fixture": where,
-                        "failure": error,
+                        "failure": f"{error['type']}: {error['message']}",
+                        "traceback": error["traceback"],
                         "input": _snippet(shown),
                     }
                 )
