@@ -17,7 +17,7 @@ from rich.table import Table
 
 from optiml import __version__
 from optiml.arch import resolve_arch
-from optiml.errors import ExitCode, OptimlError, SourceWarning, one_line
+from optiml.errors import ExitCode, OptimlError, SourceWarning, SpecValueError, one_line
 from optiml.expr import ExprError
 from optiml.llm.cli import llm_group
 
@@ -69,11 +69,16 @@ def handles_errors(fn):
         except OptimlError as e:
             _fail(e, kwargs.get("as_json", False))
         except ExprError as e:
-            bad_spec = OptimlError(f"a value of the spec cannot be evaluated: {e}")
-            bad_spec.exit_code = ExitCode.BAD_SPEC
-            _fail(bad_spec, kwargs.get("as_json", False))
+            _fail(
+                SpecValueError(f"a value of the spec cannot be evaluated: {e}"),
+                kwargs.get("as_json", False),
+            )
 
     return wrapper
+
+
+# click 8.2 and later raise this usage error for a group called without a command
+_HELP_FOR_NO_ARGS = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 class _Command(click.Group):
@@ -88,6 +93,9 @@ class _Command(click.Group):
             warnings.showwarning = _warning_printer(warnings.showwarning)
             try:
                 code = super().main(*args, standalone_mode=False, **kwargs)
+            except _HELP_FOR_NO_ARGS as e:  # `optiml` alone: the help, as click prints it
+                e.show()
+                sys.exit(e.exit_code)
             except click.UsageError as e:
                 hint = f"; see `{e.ctx.command_path} --help`" if e.ctx else ""
                 _error_line(e.format_message().rstrip(".") + hint)

@@ -102,6 +102,12 @@ class SpecError(OptimlError):
         super().__init__(first_message + more, first_position)
 
 
+class SpecValueError(OptimlError):
+    """A value of a parsed spec that cannot be evaluated at run time, where no position is known."""
+
+    exit_code = ExitCode.BAD_SPEC
+
+
 class ToolMissing(OptimlError):
     exit_code = ExitCode.NO_NVCC
 

@@ -290,3 +290,23 @@ def test_an_unexpected_exception_is_an_internal_error_in_one_line(monkeypatch):
         "internal error: RuntimeError: boom (OPTIML_DEBUG=1 shows where); please report it with "
         "the input"
     )
+
+
+def test_an_expr_error_that_reaches_the_command_is_a_bad_spec(monkeypatch):
+    def evaluate_file(*args):
+        raise ExprError("`m` is not a size variable, scalar argument or template value")
+
+    monkeypatch.setattr(optiml.api, "evaluate_file", evaluate_file)
+    r = invoke("eval", str(FIXTURES / "saxpy.cu"), "-k", "saxpy", "--json")
+    assert r.exit_code == 5
+    assert the_error(r) == (
+        "a value of the spec cannot be evaluated: `m` is not a size variable, scalar argument or "
+        "template value"
+    )
+    assert json.loads(r.stdout)["exit_code"] == 5
+
+
+def test_the_command_alone_shows_its_help():
+    r = invoke()
+    assert r.exit_code == 2
+    assert "Usage: " in r.output and "optiml: error" not in r.output
