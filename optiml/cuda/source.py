@@ -249,46 +249,60 @@ class SourceFile:
     # ---- scanning -------------------------------------------------------------------------
 
     def _scan(self, node: Node, namespace: tuple[str, ...], extern_c: bool) -> None:
-        for child in node.named_children:
-            t = child.type
-            if t == "function_definition":
-                self._function(child, child, namespace, extern_c, ())
-            elif t == "template_declaration":
-                fn = next(
-                    (c for c in child.named_children if c.type == "function_definition"), None
-                )
-                if fn is not None:
-                    self._function(fn, child, namespace, extern_c, self._template_params(child))
-                else:
-                    self._scan(child, namespace, extern_c)
-            elif t == "namespace_definition":
-                name_node = child.child_by_field_name("name")
-                ns = namespace + ((self.node_text(name_node),) if name_node else ())
-                body = child.child_by_field_name("body")
-                if body is not None:
-                    self._scan(body, ns, extern_c)
-            elif t == "linkage_specification":
-                body = child.child_by_field_name("body")
-                if body is None:
-                    continue
-                if body.type == "function_definition":
-                    self._function(body, child, namespace, True, ())
-                else:
-                    self._scan(body, namespace, True)
-            elif t in (
-                "preproc_if",
-                "preproc_ifdef",
-                "preproc_else",
-                "preproc_elif",
-                "declaration_list",
-            ):
-                self._scan(child, namespace, extern_c)
-            elif t == "preproc_def":
-                name, value = child.child_by_field_name("name"), child.child_by_field_name("value")
-                if name is not None and value is not None:
-                    self._globals[self.node_text(name)] = self.node_text(value).strip()
-            elif t == "declaration":
-                self._globals.update(self._bindings_of(child))
+        """Kernels, globals and launches of the file, in the order they are written. Nested
+        scopes (namespaces, `extern "C"`, preprocessor blocks) are walked with a stack of their
+        children rather than by recursion: a file of thousands of nested `#ifdef`s is a file."""
+        stack = [(iter(node.named_children), namespace, extern_c)]
+        while stack:
+            children, namespace, extern_c = stack[-1]
+            child = next(children, None)
+            if child is None:
+                stack.pop()
+                continue
+            inner = self._scan_one(child, namespace, extern_c)
+            if inner is not None:
+                scope, namespace, extern_c = inner
+                stack.append((iter(scope.named_children), namespace, extern_c))
+
+    def _scan_one(
+        self, child: Node, namespace: tuple[str, ...], extern_c: bool
+    ) -> tuple[Node, tuple[str, ...], bool] | None:
+        """Take in one top-level node; a scope to walk next (node, namespace, extern "C") or None."""
+        t = child.type
+        if t == "function_definition":
+            self._function(child, child, namespace, extern_c, ())
+        elif t == "template_declaration":
+            fn = next((c for c in child.named_children if c.type == "function_definition"), None)
+            if fn is None:
+                return child, namespace, extern_c
+            self._function(fn, child, namespace, extern_c, self._template_params(child))
+        elif t == "namespace_definition":
+            name_node = child.child_by_field_name("name")
+            ns = namespace + ((self.node_text(name_node),) if name_node else ())
+            body = child.child_by_field_name("body")
+            if body is not None:
+                return body, ns, extern_c
+        elif t == "linkage_specification":
+            body = child.child_by_field_name("body")
+            if body is not None and body.type == "function_definition":
+                self._function(body, child, namespace, True, ())
+            elif body is not None:
+                return body, namespace, True
+        elif t in (
+            "preproc_if",
+            "preproc_ifdef",
+            "preproc_else",
+            "preproc_elif",
+            "declaration_list",
+        ):
+            return child, namespace, extern_c
+        elif t == "preproc_def":
+            name, value = child.child_by_field_name("name"), child.child_by_field_name("value")
+            if name is not None and value is not None:
+                self._globals[self.node_text(name)] = self.node_text(value).strip()
+        elif t == "declaration":
+            self._globals.update(self._bindings_of(child))
+        return None
 
     def _function(
         self,
