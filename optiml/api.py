@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from optiml.cuda.kernel_ast import KernelAST
-from optiml.cuda.source import Kernel, SourceFile
-from optiml.errors import ExitCode, OptimlError, SpecError
+from optiml.cuda.source import Kernel, SourceFile, no_kernel_message
+from optiml.errors import ExitCode, NoSuchKernel, OptimlError, SpecError
 from optiml.harness.build import DEFAULT_FLAGS, Build, build_device_code, kernel_resources
 from optiml.harness.evaluate import EvalOptions, evaluate
 from optiml.harness.gpu import default_arch, require_gpu
@@ -18,7 +18,7 @@ from optiml.profile.model import Profile
 from optiml.profile.numerics import rounding_notes
 from optiml.profile.run import profile_kernel
 from optiml.profile.static import StaticReport, static_report
-from optiml.spec import Spec, load, parse_spec
+from optiml.spec import Spec, evaluated_at_run_time, load, parse_spec
 
 __all__ = [
     "CheckResult",
@@ -81,7 +81,7 @@ def check_source(
     gives the file name compiler messages use and the directory local includes are found in."""
     kernels = [source.kernel(kernel)] if kernel else list(source.kernels)
     if not kernels:
-        raise OptimlError(f"{source.path} defines no __global__ kernel")
+        raise NoSuchKernel(no_kernel_message(source.path))
     find_toolkit()
     checks: list[KernelCheck] = []
     for k in kernels:
@@ -113,7 +113,8 @@ def check_source(
         resources = kernel_resources(build.all_resources, c.kernel) if build.ok else None
         if resources is None:
             continue
-        case = _first_case(c.spec)
+        with evaluated_at_run_time(source, c.kernel):
+            case = _first_case(c.spec)
         c.report = static_report(
             c.kernel.name,
             arch,
@@ -138,7 +139,8 @@ def evaluate_file(
         cand.kernel(k.name)
     find_toolkit()
     require_gpu("eval")
-    return evaluate(source, k, spec, cand, options or EvalOptions())
+    with evaluated_at_run_time(source, k):  # a candidate's launch at the original's sizes
+        return evaluate(source, k, spec, cand, options or EvalOptions())
 
 
 def _first_case(spec: Spec | None):
@@ -157,7 +159,8 @@ def profile_file(
     """`optiml profile`: the kernel under Nsight Compute at its first size, as a `Profile`."""
     source, k, spec = load(path, kernel)
     find_toolkit()
-    return profile_kernel(source, k, spec, full=full, clock_control=clock_control, arch=arch)
+    with evaluated_at_run_time(source, k):
+        return profile_kernel(source, k, spec, full=full, clock_control=clock_control, arch=arch)
 
 
 # ---- optimize ---------------------------------------------------------------------------------
@@ -236,17 +239,18 @@ async def optimize_file_async(
         resume=saved if request.resume else None,
     )
     try:
-        outcome = await optimize(
-            request.file,
-            kernel.name,
-            executor,
-            options,
-            policy=policy,
-            on_event=on_event,
-            should_stop=should_stop,
-            source_text=request.original_text,
-            llm_review=review,
-        )
+        with evaluated_at_run_time(source, kernel):  # the judge's unseen size, say
+            outcome = await optimize(
+                request.file,
+                kernel.name,
+                executor,
+                options,
+                policy=policy,
+                on_event=on_event,
+                should_stop=should_stop,
+                source_text=request.original_text,
+                llm_review=review,
+            )
     except BaselineFailed as e:
         raise InputFailed(str(e)) from None
     finally:
@@ -282,7 +286,14 @@ class InputFailed(OptimlError):
 def write_winner(file: Path, original_text: str, winner) -> Path:
     """Put the winner in the user's file (the CLI's --write), unless the file changed meanwhile."""
     path = Path(file)
-    if path.read_text(encoding="utf-8") != original_text:
+    try:
+        current = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise OptimlError(
+            f"{path} is not UTF-8: writing the winner into it would replace the bytes that do not "
+            "decode; it is left as it is (the optimized file is in the run's folder)"
+        ) from None
+    if current != original_text:
         raise OptimlError(
             f"{path} changed while the search ran; it is left as it is (the optimized file is in the run's folder)"
         )

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
+import warnings
 from pathlib import Path
 
 import click
@@ -14,12 +16,17 @@ from rich.console import Console
 from rich.table import Table
 
 from optiml import __version__
-from optiml.errors import ExitCode, OptimlError
+from optiml.arch import resolve_arch
+from optiml.errors import ExitCode, OptimlError, SourceWarning, SpecValueError, one_line
+from optiml.expr import ExprError
 from optiml.llm.cli import llm_group
 
-# Tables keep their columns when piped (rich would otherwise fold them to 80 columns).
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+# Tables keep their columns when piped (rich would otherwise fold them to 80 columns). No emoji
+# codes: `:x:` in a user's spec is printed as written.
+out = Console(
+    highlight=False, soft_wrap=True, emoji=False, width=None if sys.stdout.isatty() else 160
+)
+err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 EXIT_CODES = """Exit codes:
   0 ok, 1 internal error, 2 usage, 3 file missing or unreadable, 4 no such kernel, 5 bad spec,
@@ -47,12 +54,17 @@ def _fail(e: OptimlError, as_json: bool) -> None:
         if pos:
             payload["position"] = {"path": pos.path, "line": pos.line, "column": pos.column}
         click.echo(json.dumps(payload))
-    err.print(f"optiml: error: {e}", markup=False)
+    _error_line(str(e))
     sys.exit(int(e.exit_code))
 
 
+def _error_line(message: str) -> None:
+    err.print(f"optiml: error: {one_line(message)}", markup=False)
+
+
 def handles_errors(fn):
-    """One line on stderr and the error's exit code for every `OptimlError`."""
+    """One line on stderr and the error's exit code for every `OptimlError`; an `ExprError` that
+    reaches here (a spec value that cannot be evaluated at run time) is a bad spec."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -60,8 +72,68 @@ def handles_errors(fn):
             return fn(*args, **kwargs)
         except OptimlError as e:
             _fail(e, kwargs.get("as_json", False))
+        except ExprError as e:
+            _fail(
+                SpecValueError(f"a value of the spec cannot be evaluated: {e}"),
+                kwargs.get("as_json", False),
+            )
 
     return wrapper
+
+
+# click 8.2 and later raise this usage error for a group called without a command
+_HELP_FOR_NO_ARGS = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+class _Command(click.Group):
+    """The `optiml` group, whose every failure is one line on stderr: click's usage errors
+    (exit 2) in the same form as OptiML's own, and an unexpected exception as an internal error
+    (exit 1) whose traceback OPTIML_DEBUG=1 shows."""
+
+    def main(self, *args, **kwargs):
+        kwargs.pop("standalone_mode", None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("default", SourceWarning)
+            warnings.showwarning = _warning_printer(warnings.showwarning)
+            try:
+                code = super().main(*args, standalone_mode=False, **kwargs)
+            except _HELP_FOR_NO_ARGS as e:  # `optiml` alone: the help, as click prints it
+                e.show()
+                sys.exit(e.exit_code)
+            except click.UsageError as e:
+                hint = f"; see `{e.ctx.command_path} --help`" if e.ctx else ""
+                _error_line(e.format_message().rstrip(".") + hint)
+                sys.exit(int(ExitCode.USAGE))
+            except click.ClickException as e:
+                _error_line(e.format_message())
+                sys.exit(e.exit_code)
+            except click.Abort:
+                _error_line("aborted")
+                sys.exit(int(ExitCode.INTERNAL))
+            except OptimlError as e:  # raised outside a command (a parameter's callback)
+                _fail(e, as_json=False)
+            except Exception as e:
+                if os.environ.get("OPTIML_DEBUG"):
+                    raise
+                _error_line(
+                    f"internal error: {type(e).__name__}: {e} (OPTIML_DEBUG=1 shows where); "
+                    "please report it with the input"
+                )
+                sys.exit(int(ExitCode.INTERNAL))
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _warning_printer(default):
+    """OptiML's warnings about the user's input as one `optiml: warning:` line each; those of
+    other libraries as Python prints them."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if issubclass(category, SourceWarning):
+            err.print(f"optiml: warning: {one_line(str(message))}", markup=False)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    return show
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
@@ -69,11 +141,15 @@ arch_option = click.option(
     "--arch",
     default=None,
     metavar="SM",
-    help="Target architecture, e.g. sm_90 (default: the spec's `arch`, else the local GPU's, else sm_90).",
+    help="Target architecture: any sm_XY, sm_XYa or sm_XYf the installed nvcc compiles for "
+    "(`nvcc --list-gpu-code`; sm_75 to sm_121 with CUDA 13.0), or `native` for the local GPU's "
+    "(default: the spec's `arch`, else the local GPU's, else sm_90).",
 )
 
 
-@click.group(epilog=EXIT_CODES, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=_Command, epilog=EXIT_CODES, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @click.version_option(__version__, prog_name="optiml")
 def main() -> None:
     """OptiML: check, time and optimize CUDA kernels against the contract in their @optiml spec."""
@@ -93,18 +169,31 @@ def main() -> None:
 def check(file: Path, kernel: str | None, arch: str | None, as_json: bool) -> None:
     """Parse FILE, check its specs, compile its kernels and report registers, spills and
     theoretical occupancy, with notes where a kernel's own rounding can fail a correct rewrite.
-    Needs nvcc, not a GPU."""
+    Needs nvcc, not a GPU. The table lists every spec error and compiler message on stderr; with
+    --json they are in the JSON, and stderr has one line for the first."""
     from optiml.api import check_file
 
-    result = check_file(file, kernel, arch)
+    result = check_file(file, kernel, resolve_arch(arch))
     if as_json:
         click.echo(json.dumps(_check_json(result), indent=2))
     else:
         _print_check(result)
     if result.compile_failed:
+        if as_json:
+            _error_line(_first_compile_error(result))
         sys.exit(int(ExitCode.COMPILE_ERROR))
     if result.spec_failed:
+        if as_json:
+            _error_line(str(next(c.spec_error for c in result.kernels if c.spec_error)))
         sys.exit(int(ExitCode.BAD_SPEC))
+
+
+def _first_compile_error(result) -> str:
+    messages = [m for c in result.kernels for m in c.messages]
+    first = next((m for m in messages if m.severity == "error"), None)
+    if first is None:
+        return f"{result.source.path} does not compile"
+    return str(first).replace(": error: ", ": ", 1)
 
 
 def _check_json(result) -> dict:
@@ -203,6 +292,7 @@ def _dims(dims) -> str:
 @click.option(
     "--timeout",
     "timeout_s",
+    type=click.FloatRange(0, None, min_open=True),
     default=60.0,
     show_default=True,
     help="Wall-clock limit of the run, seconds.",
@@ -223,7 +313,7 @@ def eval_(
     check every output element against the reference, and time both with CUDA events."""
     from optiml.api import EvalOptions, evaluate_file
 
-    opts = EvalOptions(arch=arch, timeout_s=timeout_s, time=not no_time)
+    opts = EvalOptions(arch=resolve_arch(arch), timeout_s=timeout_s, time=not no_time)
     verdict = evaluate_file(file, kernel, candidate, opts)
     if as_json:
         click.echo(verdict.model_dump_json(indent=2))
@@ -331,7 +421,11 @@ def profile(
     from optiml.api import profile_file
 
     p = profile_file(
-        file, kernel, full=section_set == "full", clock_control=clock_control, arch=arch
+        file,
+        kernel,
+        full=section_set == "full",
+        clock_control=clock_control,
+        arch=resolve_arch(arch),
     )
     if as_json:
         click.echo(p.model_dump_json(indent=2))
@@ -494,7 +588,10 @@ def optimize(
     sizes, compute-sanitizer). Writes the trajectory, an HTML report and the optimized file to
     --out; FILE itself changes only with --write."""
     from optiml.api import OptimizeRequest, optimize_file
+    from optiml.executors import parse_gpus
 
+    arch = resolve_arch(arch)
+    parse_gpus(gpus)  # a bad --gpus is a usage error before any work
     request = OptimizeRequest(
         file=file,
         kernel=kernel,
@@ -571,22 +668,29 @@ def _optimize_with_progress(request):
         TimeElapsedColumn(),
         TextColumn("[dim]{task.fields[last]}"),
     )
-    with Progress(*columns, console=err, transient=False) as bar:
-        task = bar.add_task(
-            "search", total=request.budget, phase="baseline", best="-", bottleneck="", last=""
+    # Shown from the first event on: an error before the search starts (no GPU, say) stays the
+    # one line it is.
+    bar = Progress(*columns, console=err, transient=False)
+    task = bar.add_task(
+        "search", total=request.budget, phase="baseline", best="-", bottleneck="", last=""
+    )
+
+    def on_event(e):
+        if not bar.live.is_started:
+            bar.start()
+        bar.update(
+            task,
+            completed=min(e.evaluations, request.budget),
+            phase=e.phase,
+            best=f"{e.best_speedup:.2f}x" if e.best_speedup else "-",
+            bottleneck=e.bottleneck or "",
+            last=e.last[:60],
         )
 
-        def on_event(e):
-            bar.update(
-                task,
-                completed=min(e.evaluations, request.budget),
-                phase=e.phase,
-                best=f"{e.best_speedup:.2f}x" if e.best_speedup else "-",
-                bottleneck=e.bottleneck or "",
-                last=e.last[:60],
-            )
-
+    try:
         return optimize_file(request, on_event=on_event)
+    finally:
+        bar.stop()
 
 
 @main.command()

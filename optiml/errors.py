@@ -32,6 +32,20 @@ class ExitCode(IntEnum):
     BELOW_FLOOR = 16
 
 
+def one_line(text: str) -> str:
+    """`text` as one printable line: a line break, a NUL or another control character that came
+    from the user's input is shown escaped (`\\r`, `\\x00`) instead of breaking the line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
+def quote(text: str, limit: int = 60) -> str:
+    """A piece of the user's input inside a message: one line, cut to `limit` characters."""
+    text = one_line(text.strip())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 @dataclass(frozen=True)
 class Position:
     """A place in a file: 1-based line and column, as editors and compilers print them."""
@@ -60,6 +74,17 @@ class OptimlError(Exception):
         return f"{self.position}: {self.message}" if self.position else self.message
 
 
+class UsageError(OptimlError):
+    """A command-line value that cannot be right (an unknown `--arch`, a bad `--gpus`)."""
+
+    exit_code = ExitCode.USAGE
+
+
+class SourceWarning(UserWarning):
+    """Something about the user's input that OptiML works around and says so (a file that is not
+    UTF-8); the CLI prints it as one `optiml: warning:` line."""
+
+
 class InputFileError(OptimlError):
     exit_code = ExitCode.FILE
 
@@ -78,6 +103,12 @@ class SpecError(OptimlError):
         first_message, first_position = issues[0]
         more = f" (and {len(issues) - 1} more)" if len(issues) > 1 else ""
         super().__init__(first_message + more, first_position)
+
+
+class SpecValueError(OptimlError):
+    """A value of a parsed spec that cannot be evaluated at run time, where no position is known."""
+
+    exit_code = ExitCode.BAD_SPEC
 
 
 class ToolMissing(OptimlError):

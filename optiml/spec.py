@@ -9,19 +9,28 @@ from __future__ import annotations
 import ast
 import difflib
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from optiml.arch import ARCH, arch_problem
 from optiml.cuda.source import Kernel, SourceFile, comment_body_lines
-from optiml.cuda.types import SPEC_TYPE_NAMES, DType, lookup
-from optiml.errors import Position, SpecError
-from optiml.expr import Expr, ExprError, Number
+from optiml.cuda.types import DTYPES, SPEC_TYPE_NAMES, DType, lookup
+from optiml.errors import Position, SpecError, one_line, quote
+from optiml.expr import INT_MAX, Expr, ExprError, Number
 
 KEYS = ("args", "launch", "sizes", "tol", "seeds", "reference", "template", "arch")
 MIN_SEEDS = 2
+MAX_SEEDS = 64  # every seed runs every size; more would only make a check slower
+MAX_SIZES = 64
 MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK_Z = 64  # and x, y at most 1024 (CUDA Programming Guide, compute capabilities, Table 30)
+MAX_GRID = ((1 << 31) - 1, 65535, 65535)  # x, y, z (the same table)
+MAX_VALUE_LENGTH = 10_000  # characters of one key's value, continuation lines included
+MAX_NAME_LENGTH = 255  # a kernel, function or file name of a `reference:`
 
 
 class BufferArg(BaseModel):
@@ -103,30 +112,21 @@ class Spec(BaseModel):
         return [self.case(s) for s in self.sizes]
 
     def case(self, sizes: dict[str, int]) -> Case:
+        """Every expression of the spec evaluated at one problem size; `ExprError` (and nothing
+        else) where one cannot be: a missing name, a division by zero, a value out of range."""
         env: dict[str, Number] = {**self.template_values, **sizes}
         scalars: dict[str, Number] = {}
         for s in self.scalars:
-            value = Expr.parse(s.value).evaluate(env)
-            if isinstance(value, tuple):
-                raise ExprError(f"`{s.name}` must be a single value")
+            value = _scalar(s, _number(s.value, env, f"the value of `{s.name}`"))
             scalars[s.name] = value
             env[s.name] = value
-        lengths = {
-            b.name: _positive_int(b.length, env, f"the length of `{b.name}`") for b in self.buffers
-        }
-        ranges = {
-            b.name: (
-                Expr.parse(b.value_range[0]).evaluate(env),
-                Expr.parse(b.value_range[1]).evaluate(env),
-            )
-            for b in self.buffers
-            if b.value_range
-        }
+        lengths = {b.name: _length(b, env) for b in self.buffers}
+        ranges = {b.name: _range(b, env) for b in self.buffers if b.value_range}
         grid = _dims(self.launch.grid, env, "grid")
         block = _dims(self.launch.block, env, "block")
-        smem = Expr.parse(self.launch.smem).evaluate(env)
+        smem = _number(self.launch.smem, env, "smem")
         if not isinstance(smem, int) or smem < 0:
-            raise ExprError(f"smem must be a non-negative integer, got {smem}")
+            raise ExprError(f"smem must be a non-negative integer number of bytes, got {smem}")
         return Case(
             sizes=sizes,
             scalars=scalars,
@@ -138,10 +138,58 @@ class Spec(BaseModel):
         )
 
 
-def _positive_int(text: str, env: dict[str, Number], what: str) -> int:
+def _number(text: str, env: dict[str, Number], what: str) -> Number:
     value = Expr.parse(text).evaluate(env)
+    if isinstance(value, tuple):
+        raise ExprError(f"{what} is one number, not a tuple `{quote(text, 40)}`")
+    return value
+
+
+def _positive_int(text: str, env: dict[str, Number], what: str) -> int:
+    value = _number(text, env, what)
     if not isinstance(value, int) or value <= 0:
         raise ExprError(f"{what} must be a positive integer, got {value}")
+    return value
+
+
+def _length(b: BufferArg, env: dict[str, Number]) -> int:
+    """A buffer's length in elements, whose size in bytes must also fit in 64 bits."""
+    n = _positive_int(b.length, env, f"the length of `{b.name}`")
+    size = DTYPES[b.dtype].size if b.dtype in DTYPES else 1
+    if n * size > INT_MAX:
+        raise ExprError(
+            f"`{b.name}` would have {n} elements of {size} bytes: too large, its size in bytes "
+            "must fit in 64 bits"
+        )
+    return n
+
+
+def _range(b: BufferArg, env: dict[str, Number]) -> tuple[Number, Number]:
+    """A buffer's `in [LO, HI)`: two numbers, LO below HI, so that inputs are not all alike."""
+    assert b.value_range is not None
+    lo = _number(b.value_range[0], env, f"the range start of `{b.name}`")
+    hi = _number(b.value_range[1], env, f"the range end of `{b.name}`")
+    if not lo < hi:
+        raise ExprError(f"the range of `{b.name}`, [{lo}, {hi}), is empty; write LO < HI")
+    return lo, hi
+
+
+def _scalar(s: ScalarArg, value: Number) -> Number:
+    """An integer scalar's value must be a whole number its C type can hold: the runner would
+    otherwise truncate or wrap it silently."""
+    d = DTYPES.get(s.dtype)
+    if d is None or d.is_float:
+        return value
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ExprError(
+                f"`{s.name}` is an integer (`{d.name}`); its value {value} is not whole"
+            )
+        value = int(value)
+    bits = 8 * d.size
+    lo, hi = (0, (1 << bits) - 1) if d.kind == "uint" else (-(1 << bits - 1), (1 << bits - 1) - 1)
+    if not lo <= value <= hi:
+        raise ExprError(f"`{s.name}` = {value} does not fit in its type `{d.name}` ({lo} to {hi})")
     return value
 
 
@@ -172,6 +220,10 @@ class _Text:
         lead = len(self.chars) - len(self.chars.lstrip())
         end = len(self.chars.rstrip())
         return self.slice(lead, max(lead, end))
+
+    def at(self, column: int) -> _Text:
+        """The character at `column` (an expression error's), or all of it if there is none."""
+        return self.slice(column, column + 1) if 0 <= column < len(self.chars) else self
 
     def offset(self, index: int = 0) -> int:
         if not self.offsets:
@@ -218,14 +270,14 @@ class _Parser:
                 else self.kernel.name_span.start
             )
             stop = start + 1
-        self.issues.append((message, self.source.position(start, stop)))
+        self.issues.append((one_line(message), self.source.position(start, stop)))
 
     def expr(self, text: _Text, what: str) -> Expr | None:
         t = text.strip()
         try:
             return Expr.parse(t.chars)
         except ExprError as e:
-            self.error(f"{what}: {e}", t.slice(e.column, e.column + 1) if t.chars else text)
+            self.error(f"{what}: {e}", t.at(e.column) if t.chars else text)
             return None
 
     # -- entry point --
@@ -268,7 +320,9 @@ class _Parser:
         return spec
 
     def _key_values(self, comment) -> dict[str, _Text]:
-        values: dict[str, _Text] = {}
+        # Each key's text is gathered in pieces and joined once: joining line by line would take
+        # time quadratic in the comment's length.
+        pieces: dict[str, tuple[list[str], list[int]]] = {}
         key_at: dict[str, int] = {}
         current: str | None = None
         seen_marker = False
@@ -293,11 +347,13 @@ class _Parser:
                         f"did you mean `{close[0]}`?" if close else f"known keys: {', '.join(KEYS)}"
                     )
                     self.error(
-                        f"unknown spec key `{key}`; {hint}", key_offset, key_offset + len(key)
+                        f"unknown spec key `{quote(key, 30)}`; {hint}",
+                        key_offset,
+                        key_offset + len(key),
                     )
                     current = None
                     continue
-                if key in values:
+                if key in pieces:
                     self.error(
                         f"`{key}` is given twice; give it once", key_offset, key_offset + len(key)
                     )
@@ -306,26 +362,33 @@ class _Parser:
                 current = key
                 key_at[key] = key_offset
                 start = m.end()
-                values[key] = _Text(
-                    text[start:], [offset + start + j for j in range(len(text) - start)]
+                pieces[key] = (
+                    [text[start:]],
+                    [offset + start + j for j in range(len(text) - start)],
                 )
             elif text.strip():
                 if current is None:
                     stripped = text.lstrip()
                     at = offset + len(text) - len(stripped)
                     self.error(
-                        f"`{stripped.strip()[:30]}` is outside any key; start the line with one of: {', '.join(KEYS)}",
+                        f"`{quote(stripped, 30)}` is outside any key; start the line with one of: {', '.join(KEYS)}",
                         at,
                         at + len(stripped.rstrip()),
                     )
                     continue
-                prev = values[current]
-                values[current] = _Text(
-                    prev.chars + " " + text,
-                    prev.offsets
-                    + [prev.offset(len(prev.chars))]
-                    + [offset + j for j in range(len(text))],
+                chars, offsets = pieces[current]
+                chars += [" ", text]
+                offsets.append(offsets[-1] if offsets else key_at[current])
+                offsets += [offset + j for j in range(len(text))]
+        values = {key: _Text("".join(chars), offsets) for key, (chars, offsets) in pieces.items()}
+        for key, value in values.items():
+            if len(value.chars) > MAX_VALUE_LENGTH:
+                self.error(
+                    f"`{key}` is {len(value.chars)} characters long; at most {MAX_VALUE_LENGTH}",
+                    key_at[key],
+                    key_at[key] + len(key),
                 )
+                raise SpecError(self.issues)
         for key in ("launch", "sizes"):
             if key not in values:
                 example = {
@@ -350,14 +413,14 @@ class _Parser:
                 return {}, {}
             for item in text.split_top(","):
                 parts = item.partition("=")
-                if parts is None or not parts[0].strip().chars:
+                if parts is None or not parts[0].strip().chars or not parts[1].strip().chars:
                     self.error("expected `NAME = VALUE`, e.g. `T = float`", item.strip())
                     continue
                 name, value = parts[0].strip().chars, parts[1].strip()
                 if name not in {p.name for p in tparams}:
                     names = ", ".join(p.name for p in tparams)
                     self.error(
-                        f"`{name}` is not a template parameter of `{self.kernel.name}` ({names})",
+                        f"`{quote(name, 30)}` is not a template parameter of `{self.kernel.name}` ({names})",
                         parts[0].strip(),
                     )
                     continue
@@ -378,6 +441,8 @@ class _Parser:
                     if p.name in where
                     else None
                 )
+                if p.name in where and expr is None:
+                    continue  # reported, at its column
                 try:
                     value = (expr or Expr.parse(v)).evaluate(values)
                 except ExprError as e:
@@ -404,21 +469,32 @@ class _Parser:
             return [], []
         lhs, rhs = parts
         names = [n.strip() for n in lhs.split_top(",")]
-        for n in names:
-            if not re.fullmatch(r"[A-Za-z_]\w*", n.chars):
+        for i, n in enumerate(names):
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n.chars):
                 self.error(
-                    f"`{n.chars}` is not a name; size variables are names like `n` or `rows`", n
+                    f"`{quote(n.chars, 30)}` is not a name; size variables are names like `n` or `rows`",
+                    n,
                 )
                 return [], []
+            if n.chars in (m.chars for m in names[:i]):
+                self.error(f"size variable `{n.chars}` is named twice", n)
+                return [], []
+        items = rhs.split_top(",")
+        if len(items) > MAX_SIZES:
+            self.error(
+                f"{len(items)} sizes; at most {MAX_SIZES} (each one runs with every seed)",
+                rhs.strip(),
+            )
+            return [n.chars for n in names], []
         out: list[dict[str, int]] = []
-        for item in rhs.split_top(","):
+        for item in items:
             expr = self.expr(item, "size")
             if expr is None:
                 continue
             try:
                 value = expr.evaluate({})
             except ExprError as e:
-                self.error(f"sizes are numbers: {e}", item.strip())
+                self.error(f"sizes are numbers: {e}", item.strip().at(e.column))
                 continue
             values = value if isinstance(value, tuple) else (value,)
             if len(values) != len(names):
@@ -456,7 +532,7 @@ class _Parser:
             m_sc = re.fullmatch(r"([A-Za-z_]\w*)\s*=\s*(.*)", item.chars, re.S)
             if not m_buf and not m_sc:
                 self.error(
-                    f"cannot read `{item.chars}`: write `x: in float[n]` for a pointer or `a = 2.5` for a scalar",
+                    f"cannot read `{quote(item.chars)}`: write `x: in float[n]` for a pointer or `a = 2.5` for a scalar",
                     item,
                 )
                 continue
@@ -464,7 +540,7 @@ class _Parser:
             name_text = item.slice(0, len(name))
             param = k.param(name)
             if param is None:
-                self.error(f"`{name}` is not a parameter of `{signature}`", name_text)
+                self.error(f"`{quote(name, 30)}` is not a parameter of `{signature}`", name_text)
                 continue
             if name in seen:
                 self.error(f"`{name}` is declared twice", name_text)
@@ -537,19 +613,18 @@ class _Parser:
         self, item: _Text, rest_at: int, param, template: dict[str, str]
     ) -> BufferArg | None:
         rest = item.slice(rest_at, len(item.chars))
-        m = re.fullmatch(
-            r"(\w+)\s+([A-Za-z_][\w ]*?)\s*\[(.*?)\]\s*(?:in\s*\[(.*),(.*)\)\s*)?", rest.chars, re.S
-        )
+        m = _BUFFER.fullmatch(rest.chars)
         if not m:
             self.error(
-                f"cannot read `{rest.chars.strip()}`: write `{param.name}: in {param.type_text}[n]` (role, type, [length])",
+                f"cannot read `{quote(rest.chars)}`: write `{param.name}: in {param.type_text}[n]` (role, type, [length])",
                 rest.strip(),
             )
             return None
         role, type_name = m.group(1), m.group(2)
         if role not in ("in", "out", "inout"):
             self.error(
-                f"unknown role `{role}`; use in, out or inout", rest.slice(m.start(1), m.end(1))
+                f"unknown role `{quote(role, 30)}`; use in, out or inout",
+                rest.slice(m.start(1), m.end(1)),
             )
             return None
         if role != "in" and param.const_pointee:
@@ -564,7 +639,7 @@ class _Parser:
         dtype = self._dtype(type_name, template)
         if dtype is None:
             self.error(
-                f"unknown element type `{type_name}`; use one of: {', '.join(SPEC_TYPE_NAMES)}",
+                f"unknown element type `{quote(type_name, 30)}`; use one of: {', '.join(SPEC_TYPE_NAMES)}",
                 type_at,
             )
             return None
@@ -586,10 +661,9 @@ class _Parser:
             return None
         value_range = None
         if m.group(4) is not None:
-            lo, hi = rest.slice(m.start(4), m.end(4)), rest.slice(m.start(5), m.end(5))
-            if self.expr(lo, "range start") is None or self.expr(hi, "range end") is None:
+            value_range = self._value_range(rest.slice(m.start(4), m.end(4)))
+            if value_range is None:
                 return None
-            value_range = (lo.strip().chars, hi.strip().chars)
         return BufferArg(
             name=param.name,
             role=role,
@@ -597,6 +671,24 @@ class _Parser:
             length=length.strip().chars,
             value_range=value_range,
         )
+
+    def _value_range(self, inside: _Text) -> tuple[str, str] | None:
+        """`LO, HI` of `in [LO, HI)`: two expressions of one number each."""
+        parts = inside.split_top(",")
+        if len(parts) != 2:
+            self.error(
+                "a range of input values is `in [LO, HI)`, two numbers, e.g. `in [0, nbins)`",
+                inside.strip() if inside.strip().chars else inside,
+            )
+            return None
+        for part, what in zip(parts, ("range start", "range end"), strict=True):
+            expr = self.expr(part, what)
+            if expr is None:
+                return None
+            if expr.is_tuple:
+                self.error(f"{what} is one number, not a tuple", part.strip())
+                return None
+        return parts[0].strip().chars, parts[1].strip().chars
 
     def _dtype(self, name: str, template: dict[str, str]) -> DType | None:
         return lookup(template.get(name, name))
@@ -638,26 +730,42 @@ class _Parser:
         for item in text.split_top(","):
             parts = item.partition("=")
             key = parts[0].strip().chars if parts else ""
-            if key not in ("rtol", "atol"):
+            if parts is None or key not in ("rtol", "atol"):
                 self.error("tol takes `rtol = ...` and/or `atol = ...`", item.strip())
                 continue
-            try:
-                value = float(parts[1].chars.strip().rstrip("fF"))
-            except ValueError:
-                self.error(f"{key} must be a number like 1e-5", parts[1].strip())
-                continue
-            if value < 0:
-                self.error(f"{key} must not be negative", parts[1].strip())
-                continue
-            out[key] = value
+            value = self._tolerance(key, parts[1])
+            if value is not None:
+                out[key] = value
         return out.get("rtol"), out.get("atol")
+
+    def _tolerance(self, key: str, text: _Text) -> float | None:
+        """One tolerance: a number (an expression of numbers), finite and not negative."""
+        expr = self.expr(text, key)
+        if expr is None:
+            return None
+        try:
+            value = expr.evaluate({})
+        except ExprError as e:
+            self.error(f"{key}: {e}", text.strip().at(e.column))
+            return None
+        if isinstance(value, tuple):
+            self.error(f"{key} must be a number like 1e-5, not a tuple", text.strip())
+            return None
+        if value < 0:
+            self.error(f"{key} must not be negative", text.strip())
+            return None
+        return float(value)
 
     def _seeds(self, text: _Text | None) -> int:
         if text is None:
             return MIN_SEEDS
         t = text.strip()
-        if not t.chars.isdigit() or int(t.chars) < MIN_SEEDS:
-            self.error(f"seeds must be a whole number ≥ {MIN_SEEDS}, got `{t.chars}`", t)
+        # ASCII digits only: `'²'.isdigit()` is true, and int() cannot read it
+        if not re.fullmatch(r"[0-9]{1,6}", t.chars) or not (MIN_SEEDS <= int(t.chars) <= MAX_SEEDS):
+            self.error(
+                f"seeds must be a whole number from {MIN_SEEDS} to {MAX_SEEDS}, got `{quote(t.chars, 30)}`",
+                t,
+            )
             return MIN_SEEDS
         return int(t.chars)
 
@@ -665,8 +773,15 @@ class _Parser:
         if text is None:
             return None
         t = text.strip()
-        if not re.fullmatch(r"sm_\d{2,3}a?", t.chars):
-            self.error(f"arch is a target like `sm_90`, got `{t.chars}`", t)
+        if not ARCH.fullmatch(t.chars):
+            self.error(
+                f"arch is a target like `sm_90` (sm_XY, sm_XYa or sm_XYf), got `{quote(t.chars, 30)}`",
+                t,
+            )
+            return None
+        problem = arch_problem(t.chars)
+        if problem is not None:
+            self.error(f"arch: {problem}", t)
             return None
         return t.chars
 
@@ -677,17 +792,16 @@ class _Parser:
         value = t.chars
         if value == "self":
             return Reference()
+        if len(value) > 4 * MAX_NAME_LENGTH or "\x00" in value:
+            self.error(
+                f"reference is `self`, a kernel name, or `file.py:function` (at most "
+                f"{4 * MAX_NAME_LENGTH} characters, no NUL), got `{quote(value, 30)}`",
+                t,
+            )
+            return Reference()
         if ".py:" in value:
-            path_text, function = value.rsplit(":", 1)
-            path = (Path(self.source.path).parent / path_text).resolve()
-            if not path.is_file():
-                self.error(
-                    f"NumPy reference file `{path_text}` not found next to {self.source.path}", t
-                )
-            if not function.isidentifier():
-                self.error(f"`{function}` is not a Python function name", t)
-            return Reference(kind="numpy", path=str(path), function=function)
-        if not re.fullmatch(r"[A-Za-z_][\w:]*", value):
+            return self._numpy_reference(t)
+        if not re.fullmatch(r"[A-Za-z_][\w:]*", value) or len(value) > MAX_NAME_LENGTH:
             self.error("reference is `self`, a kernel name, or `file.py:function`", t)
             return Reference()
         others = [k for k in self.source.kernels if value in (k.name, k.short_name)]
@@ -704,6 +818,26 @@ class _Parser:
                 f"reference `{value}` must take the same parameters as `{self.kernel.name}`", t
             )
         return Reference(kind="kernel", kernel=other.name)
+
+    def _numpy_reference(self, t: _Text) -> Reference:
+        """`path/to/ref.py:function`, the path relative to the `.cu` file. A path the system
+        cannot look up (too long, a loop of links) is an error of the spec, not a crash."""
+        path_text, function = t.chars.rsplit(":", 1)
+        try:
+            path = (Path(self.source.path).parent / path_text).resolve()
+            found = path.is_file()
+        except (OSError, ValueError, RuntimeError) as e:
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            self.error(f"cannot look up NumPy reference file `{quote(path_text, 40)}`: {reason}", t)
+            return Reference()
+        if not found:
+            self.error(
+                f"NumPy reference file `{quote(path_text, 40)}` not found next to {self.source.path}",
+                t,
+            )
+        if not function.isidentifier() or len(function) > MAX_NAME_LENGTH:
+            self.error(f"`{quote(function, 40)}` is not a Python function name", t)
+        return Reference(kind="numpy", path=str(path), function=function)
 
     def _check_cases(self, spec: Spec, values: dict[str, _Text]) -> None:
         sizes_text = values.get("sizes")
@@ -723,9 +857,16 @@ class _Parser:
                     launch_text.strip() if launch_text else None,
                 )
                 return
-            if c.grid[1] > 65535 or c.grid[2] > 65535:
+            if c.block[2] > MAX_BLOCK_Z:
                 self.error(
-                    f"grid {c.grid}: y and z are at most 65535 (at {c.label})",
+                    f"block {c.block}: z is at most {MAX_BLOCK_Z}",
+                    launch_text.strip() if launch_text else None,
+                )
+                return
+            if any(g > most for g, most in zip(c.grid, MAX_GRID, strict=True)):
+                self.error(
+                    f"grid {c.grid}: x is at most {MAX_GRID[0]}, y and z at most {MAX_GRID[1]} "
+                    f"(at {c.label})",
                     launch_text.strip() if launch_text else None,
                 )
                 return
@@ -740,6 +881,13 @@ class _Parser:
                 f"every size is a multiple of the block size ({b}); add one that is not (e.g. {_odd_size(cases[0])}) so bounds checks are tested",
                 sizes_text.strip() if sizes_text else None,
             )
+
+
+# `ROLE TYPE[LENGTH]` and an optional `in [LO, HI)`. Linear in the length of the text: a lazy
+# length and a range split at its last comma made a long, unclosed item take seconds.
+_BUFFER = re.compile(
+    r"(\w+)\s+([A-Za-z_]\w*(?:\s+\w+)*)\s*\[([^\[\]]*)\]\s*(?:in\s*\[(.*)\)\s*)?", re.S
+)
 
 
 def _odd_size(case: Case) -> str:
@@ -762,6 +910,19 @@ def parse_spec(source: SourceFile, kernel: Kernel) -> Spec:
             ]
         )
     return _Parser(source, kernel).parse()
+
+
+@contextmanager
+def evaluated_at_run_time(source: SourceFile, kernel: Kernel) -> Iterator[None]:
+    """Around work that evaluates a parsed spec at sizes of its own choosing (a size the spec does
+    not list, a candidate's launch at the original's sizes): an `ExprError` there is the spec's,
+    so it becomes a `SpecError` at the spec's comment, one line, instead of a traceback."""
+    try:
+        yield
+    except ExprError as e:
+        anchor = kernel.spec_comment.span if kernel.spec_comment else kernel.name_span
+        message = one_line(f"a value of the spec of `{kernel.name}` cannot be evaluated: {e}")
+        raise SpecError([(message, source.position(anchor.start, anchor.end))]) from None
 
 
 def load(path: str | Path, kernel_name: str) -> tuple[SourceFile, Kernel, Spec]:

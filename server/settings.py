@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from optiml.arch import arch_number
 from optiml.errors import OptimlError
 from optiml.executors import parse_gpus
 from optiml.llm.settings import Provider
@@ -35,8 +36,8 @@ class Settings(BaseModel):
     @field_validator("arch")
     @classmethod
     def _known_arch(cls, value: str | None) -> str | None:
-        if value is not None and value.removesuffix("a") not in ARCHES:
-            raise ValueError(f"must be one of {', '.join(ARCHES)} (or with an `a` suffix)")
+        if value is not None and f"sm_{arch_number(value)}" not in ARCHES:
+            raise ValueError(f"must be one of {', '.join(ARCHES)} (or with an `a` or `f` suffix)")
         return value
 
     @field_validator("base_url")

@@ -172,6 +172,55 @@ def test_theoretical_occupancy(threads, regs, smem, blocks, limiter):
     assert occ.occupancy == pytest.approx(blocks * ((threads + 31) // 32) / 64)
 
 
+# Newer architectures, by hand from their rows (CUDA Programming Guide, tables 30 and 31).
+OCCUPANCY_BY_ARCH = [
+    # arch, threads, registers, smem bytes -> blocks, limiter, occupancy
+    ("sm_100", 256, 10, 0, 8, "warps", 1.0),  # 64 warps, like sm_90
+    ("sm_103", 128, 255, 0, 2, "registers", 0.125),
+    ("sm_110", 1024, 32, 0, 1, "warps", 32 / 48),  # 48 warps: one 1024-thread block
+    ("sm_120", 32, 16, 0, 24, "blocks", 0.5),  # 24 blocks of one warp in 48
+    ("sm_121", 256, 32, 50 * 1024, 1, "shared_memory", 8 / 48),  # 100 KB, 1 KB reserved a block
+    ("sm_87", 256, 32, 50 * 1024, 3, "shared_memory", 24 / 48),  # 164 KB
+    ("sm_88", 256, 32, 50 * 1024, 1, "shared_memory", 8 / 48),  # like sm_86: 100 KB
+    ("sm_100f", 256, 10, 0, 8, "warps", 1.0),
+]
+
+
+@pytest.mark.parametrize(
+    ("arch", "threads", "regs", "smem", "blocks", "limiter", "fraction"), OCCUPANCY_BY_ARCH
+)
+def test_theoretical_occupancy_of_newer_architectures(
+    arch, threads, regs, smem, blocks, limiter, fraction
+):
+    occ = occupancy(arch, threads, regs, smem)
+    assert (occ.blocks_per_sm, occ.limiter) == (blocks, limiter)
+    assert occ.occupancy == pytest.approx(fraction)
+
+
+def test_every_target_of_the_installed_nvcc_has_limits():
+    from optiml.arch import nvcc_targets
+    from optiml.profile.static import table_for
+
+    targets = nvcc_targets()
+    if not targets:
+        pytest.skip("needs nvcc to list its targets")
+    assert [t for t in targets if table_for(t)[1] is not None] == []
+
+
+def test_an_architecture_without_limits_falls_back_to_the_nearest_older_one():
+    from optiml.harness.nvcc import Resources
+    from optiml.profile.static import static_report
+
+    r = Resources(mangled="k", name="k", arch="sm_130", registers=32)
+    report = static_report("k", "sm_130", r, (256, 1, 1), None)
+    assert report.notes == [
+        "no occupancy table for sm_130: the occupancy shown uses sm_121's limits"
+    ]
+    assert report.occupancy.blocks_per_sm == 6
+    old = static_report("k", "sm_50", r, (256, 1, 1), None)
+    assert old.notes == ["no occupancy table for sm_50: the occupancy shown uses sm_70's limits"]
+
+
 def test_kernel_resources_found_by_demangled_name_with_template_arguments():
     from optiml.harness.build import kernel_resources
     from optiml.harness.nvcc import Resources

@@ -1,5 +1,7 @@
 """The `optiml` command as a user meets it: one clear line and a distinct exit code for bad input,
-JSON on request, and --help everywhere. Runs the installed entry point in a subprocess."""
+JSON on request, and --help everywhere. The first tests run the entry point in a subprocess, as a
+user does; the in-process ones (click's CliRunner) stand in for nvcc and the GPU where what they
+check is the command line itself."""
 
 from __future__ import annotations
 
@@ -8,9 +10,18 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+import optiml.api
+import optiml.arch
+import optiml.harness.gpu
+from optiml.cli import main
+from optiml.expr import ExprError
+from optiml.harness.build import Build
+from optiml.harness.nvcc import Resources
 from tests.support import FIXTURES
 
 OPTIML = [sys.executable, "-m", "optiml.cli"]
@@ -122,3 +133,180 @@ def test_spec_drafts_a_comment_that_check_accepts(tmp_path):
     assert draft["spec"].startswith("/* @optiml\n")
     # the user's file is not changed by `optiml spec`
     assert (FIXTURES / "multi_kernel_main.cu").read_text() == src
+
+
+# ---- in-process, without nvcc: every bad input is one line and its exit code ------------------
+
+
+def invoke(*args: str):
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    assert "Traceback" not in result.output
+    return result
+
+
+def the_error(result) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("optiml: error: "), lines
+    return lines[0].removeprefix("optiml: error: ")
+
+
+@pytest.fixture
+def no_nvcc_needed(monkeypatch):
+    """`optiml check` with the compile stood in for: each kernel gets 32 registers."""
+
+    def build(source, instantiations, *, arch, flags=()):
+        found = [
+            Resources(mangled=k.short_name, name=f"void {k.name}()", arch=arch, registers=32)
+            for k in source.kernels
+        ]
+        return Build(
+            ok=True, path=Path("/dev/null"), messages=[], resources=None, all_resources=found
+        )
+
+    monkeypatch.setattr(optiml.api, "build_device_code", build)
+    monkeypatch.setattr(optiml.api, "find_toolkit", lambda: None)
+    monkeypatch.setattr(optiml.arch, "_toolkit", lambda: None)
+
+
+def test_an_empty_file_has_no_kernel(tmp_path):
+    f = tmp_path / "empty.cu"
+    f.write_text("")
+    r = invoke("check", str(f))
+    assert r.exit_code == 4
+    assert the_error(r) == f"no kernel in {f}: it defines no __global__ function"
+
+
+def test_a_directory_is_not_a_file(tmp_path):
+    r = invoke("check", str(tmp_path))
+    assert r.exit_code == 3
+    assert the_error(r) == f"{tmp_path} is a directory, not a .cu file"
+
+
+def test_a_file_that_is_not_utf8_is_read_with_a_warning(tmp_path):
+    f = tmp_path / "latin1.cu"
+    f.write_bytes((FIXTURES / "saxpy.cu").read_bytes().replace(b"@optiml", b"@optiml caf\xe9", 1))
+    r = invoke("spec", str(f), "--kernel", "saxpy")
+    assert r.exit_code == 0, r.stderr
+    assert r.stderr.splitlines() == [
+        f"optiml: warning: {f} is not UTF-8 (byte 0xe9 at offset "
+        f"{(FIXTURES / 'saxpy.cu').read_bytes().index(b'@optiml') + 11} does not decode): read "
+        "with U+FFFD in place of each such byte"
+    ]
+    assert "args:" in r.stdout
+
+
+def test_a_target_nvcc_does_not_accept_is_a_usage_error(monkeypatch):
+    monkeypatch.setattr(optiml.arch, "_toolkit", lambda: None)
+    r = invoke("check", str(FIXTURES / "saxpy.cu"), "--arch", "banana")
+    assert r.exit_code == 2
+    assert the_error(r) == (
+        "--arch: `banana` is not a GPU target; write one like sm_90 (sm_XY, sm_XYa or sm_XYf)"
+    )
+
+
+@pytest.mark.skipif(not optiml.arch.nvcc_targets(), reason="needs nvcc to list its targets")
+def test_a_target_nvcc_does_not_have_names_those_it_has():
+    r = invoke("eval", str(FIXTURES / "saxpy.cu"), "-k", "saxpy", "--arch", "sm_130")
+    assert r.exit_code == 2
+    line = the_error(r)
+    assert line.startswith("--arch: nvcc ") and "cannot compile for `sm_130`; nvcc" in line
+    assert line.endswith(", ".join(optiml.arch.nvcc_targets()))
+
+
+def test_native_without_a_gpu_says_so(monkeypatch):
+    monkeypatch.setattr(optiml.harness.gpu, "local_gpus", lambda: ())
+    r = invoke("check", str(FIXTURES / "saxpy.cu"), "--arch", "native", "--json")
+    assert r.exit_code == 7
+    assert the_error(r).startswith("--arch native takes the local GPU's architecture, and NVML")
+    assert json.loads(r.stdout)["exit_code"] == 7
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--budget", "-1"], "Invalid value for '--budget': -1 is not in the range x>=1; see `"),
+        (["--gpus", "x"], "--gpus takes `all` or GPU indices like `0,1`, not `x`"),
+        (["--gpus", "0,0"], "--gpus takes distinct GPU indices like `0,1`, not `0,0`"),
+        (["--gpus", "١"], "--gpus takes `all` or GPU indices like `0,1`, not `١`"),
+        (["--policy", "magic"], "Invalid value for '--policy': 'magic' is not one of"),
+    ],
+)
+def test_bad_options_are_usage_errors_before_any_work(args, message):
+    r = invoke("optimize", str(FIXTURES / "saxpy.cu"), "-k", "saxpy", *args)
+    assert r.exit_code == 2
+    assert the_error(r).startswith(message)
+
+
+def test_a_missing_argument_is_one_line():
+    r = invoke("check")
+    assert r.exit_code == 2
+    assert the_error(r).startswith("Missing argument 'FILE'; see `")
+
+
+def test_check_json_says_the_first_spec_error_in_one_line(tmp_path, no_nvcc_needed):
+    f = tmp_path / "k.cu"
+    f.write_text((FIXTURES / "saxpy.cu").read_text().replace("n = 1 << 26", "n = 10**10**10"))
+    r = invoke("check", str(f), "--json")
+    assert r.exit_code == 5
+    error = json.loads(r.stdout)["kernels"][0]["spec_errors"][0]
+    assert the_error(r) == f"{f}:{error['line']}:{error['column']}: {error['message']}"
+    assert (
+        error["message"]
+        == "sizes are numbers: `10**10**10` is too large: the value must fit in 64 bits"
+    )
+
+
+def test_check_json_reports_a_newer_architecture(no_nvcc_needed):
+    r = invoke("check", str(FIXTURES / "saxpy.cu"), "--json", "--arch", "sm_120")
+    assert r.exit_code == 0 and r.stderr == ""
+    report = json.loads(r.stdout)["kernels"][0]["report"]
+    assert report["arch"] == "sm_120" and report["occupancy"]["warps_per_sm"] == 48
+
+
+def test_a_spec_value_that_fails_at_run_time_is_a_bad_spec(monkeypatch):
+    def evaluate(*args, **kwargs):
+        raise ExprError("`n - 2000000` is negative")
+
+    monkeypatch.setattr(optiml.api, "find_toolkit", lambda: None)
+    monkeypatch.setattr(optiml.api, "require_gpu", lambda command: None)
+    monkeypatch.setattr(optiml.api, "evaluate", evaluate)
+    r = invoke("eval", str(FIXTURES / "saxpy.cu"), "-k", "saxpy")
+    assert r.exit_code == 5
+    assert the_error(r).startswith(f"{FIXTURES / 'saxpy.cu'}:")
+    assert the_error(r).endswith(
+        "a value of the spec of `saxpy` cannot be evaluated: `n - 2000000` is negative"
+    )
+
+
+def test_an_unexpected_exception_is_an_internal_error_in_one_line(monkeypatch):
+    def check_file(*args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(optiml.api, "check_file", check_file)
+    r = invoke("check", str(FIXTURES / "saxpy.cu"))
+    assert r.exit_code == 1
+    assert the_error(r) == (
+        "internal error: RuntimeError: boom (OPTIML_DEBUG=1 shows where); please report it with "
+        "the input"
+    )
+
+
+def test_an_expr_error_that_reaches_the_command_is_a_bad_spec(monkeypatch):
+    def evaluate_file(*args):
+        raise ExprError("`m` is not a size variable, scalar argument or template value")
+
+    monkeypatch.setattr(optiml.api, "evaluate_file", evaluate_file)
+    r = invoke("eval", str(FIXTURES / "saxpy.cu"), "-k", "saxpy", "--json")
+    assert r.exit_code == 5
+    assert the_error(r) == (
+        "a value of the spec cannot be evaluated: `m` is not a size variable, scalar argument or "
+        "template value"
+    )
+    assert json.loads(r.stdout)["exit_code"] == 5
+
+
+def test_the_command_alone_shows_its_help():
+    r = invoke()
+    assert r.exit_code == 2
+    assert "Usage: " in r.output and "optiml: error" not in r.output

@@ -132,3 +132,12 @@ def test_non_ascii_positions_hold_far_into_the_file():
     assert text[k.name_span.start : k.name_span.end] == "k250"
     assert k.name_span.start_point == (2 + 2 * 250, 16)
     assert text[k.spec_comment.span.start : k.spec_comment.span.end] == "/* @optiml ä */"
+
+
+def test_thousands_of_nested_scopes_are_read_without_recursion():
+    """Each nested namespace or #ifdef was one Python call deeper: 3,000 were a RecursionError."""
+    ifdefs = "#ifdef A\n" * 3000 + "__global__ void k(int n) {}\n" + "#endif\n" * 3000
+    assert [k.name for k in SourceFile(ifdefs).kernels] == ["k"]
+    namespaces = "namespace a { " * 1500 + "__global__ void k(int n) {}" + " }" * 1500
+    (kernel,) = SourceFile(namespaces).kernels
+    assert kernel.name == "a::" * 1500 + "k"

@@ -194,7 +194,7 @@ BAD = [
          */
         """,
         [
-            "5:14: seeds must be a whole number ≥ 2, got `1`",
+            "5:14: seeds must be a whole number from 2 to 64, got `1`",
         ],
     ),
     (
@@ -273,3 +273,175 @@ def test_every_fixture_spec_parses(entry):
     assert len(spec.sizes) >= 2
     cases = spec.cases()
     assert all(c.grid[0] > 0 and c.block[0] > 0 for c in cases)
+
+
+def saxpy_with(line: str, **replace: str) -> str:
+    """The docs' saxpy spec with one more line, or with keys replaced (`sizes="n = 7"`)."""
+    keys = {
+        "args": "a = 2.5, x: in float[n], y: inout float[n]",
+        "launch": "grid = cdiv(n, 256), block = 256",
+        "sizes": "n = 1 << 24, 1000003",
+        **replace,
+    }
+    body = "".join(f" *   {k}: {v}\n" for k, v in keys.items())
+    return f"/* @optiml\n{body}{line}*/\n{SAXPY_SIG}"
+
+
+UNREADABLE = [
+    (" *   seeds: ²\n", "5:13: seeds must be a whole number from 2 to 64, got `²`"),
+    (" *   seeds: 99999\n", "5:13: seeds must be a whole number from 2 to 64, got `99999`"),
+    (" *   seeds: " + "9" * 4400 + "\n", "5:13: seeds must be a whole number from 2 to 64"),
+    (" *   tol: rtol = 1e999\n", "5:18: rtol: `1e999` is too large for a double"),
+    (" *   tol: rtol = nan\n", "5:18: rtol: `nan` is not a size variable"),
+    (" *   tol: atol = (1, 2)\n", "5:18: atol must be a number like 1e-5, not a tuple"),
+    (" *   tol: rtol = -1e-5\n", "5:18: rtol must not be negative"),
+    (" *   tol: rtol\n", "5:11: tol takes `rtol = ...` and/or `atol = ...`"),
+    (" *   seedś: 3\n", "5:6: unknown spec key `seedś`; did you mean `seeds`?"),
+    (" *   reference: " + "r" * 300 + "\n", "5:17: reference is `self`, a kernel name"),
+    (
+        " *   reference: " + "d/" * 2000 + "ref.py:f\n",
+        "5:17: reference is `self`, a kernel name, or `file.py:function` (at most 1020",
+    ),
+    (
+        " *   reference: " + "d" * 300 + ".py:f\n",
+        "5:17: cannot look up NumPy reference file `ddd",
+    ),
+    (" *   arch: sm_٩٠\n", "5:12: arch is a target like `sm_90` (sm_XY, sm_XYa or sm_XYf)"),
+]
+
+
+@pytest.mark.parametrize(("line", "expected"), UNREADABLE, ids=[u[1][:40] for u in UNREADABLE])
+def test_values_that_python_cannot_read_are_spec_errors(line, expected):
+    errs = errors_of(saxpy_with(line))
+    assert len(errs) == 1 and errs[0].startswith(expected), errs
+
+
+OUT_OF_RANGE = [
+    ({"sizes": "n = 10**10**10, 7"}, "4:17: sizes are numbers: `10**10**10` is too large"),
+    ({"sizes": "n = 1 << 64, 7"}, "4:17: sizes are numbers: `1 << 64` shifts by 64"),
+    ({"sizes": "n = 1 << -1, 7"}, "4:17: sizes are numbers: `1 << -1` shifts by a negative count"),
+    ({"sizes": "n = ~2.5, 7"}, "4:17: sizes are numbers: `~` needs an integer, got 2.5"),
+    ({"sizes": "n = 1e308 * 10, 7"}, "4:17: sizes are numbers: `1e308 * 10` is too large"),
+    ({"sizes": "n = " + "9" * 150}, "4:17: size: a number of 150 digits is too large"),
+    ({"sizes": "n = " + "9" * 4300}, "4:2017: size: the expression is 4300 characters long"),
+    ({"sizes": "n = " + "(" * 80 + "1" + ")" * 80}, "4:81: size: brackets are nested more than"),
+    ({"sizes": "n = (1, 2), 7"}, "4:17: this size has 2 value(s) for 1 variable(s)"),
+    (
+        {"sizes": ", ".join(["n = 3"] + [str(i) for i in range(1, 70)])},
+        "4:17: 70 sizes; at most 64",
+    ),
+    ({"sizes": "n, n = (3, 4)"}, "4:16: size variable `n` is named twice"),
+    (
+        {"sizes": "n = 1 << 40, 7"},
+        "4:13: at size n=1099511627776: `n` = 1099511627776 does not fit in its type `int32` "
+        "(-2147483648 to 2147483647)",
+    ),
+    (
+        {"args": "a = 2.5, x: in float[n] in [(1, 2), 3), y: inout float[n]"},
+        "2:40: range start is one number, not a tuple",
+    ),
+    (
+        {"args": "a = 2.5, x: in float[n] in [1, 2, 3), y: inout float[n]"},
+        "2:40: a range of input values is `in [LO, HI)`, two numbers",
+    ),
+    (
+        {"args": "a = 2.5, x: in float[n] in [5, 2), y: inout float[n]"},
+        "4:13: at size n=16777216: the range of `x`, [5, 2), is empty; write LO < HI",
+    ),
+    (
+        {"args": "a = min((1, 2), 3), x: in float[n], y: inout float[n]"},
+        "2:20: value of `a`: a tuple (`(1, 2)`) can only be the whole value",
+    ),
+    ({"launch": "grid = 1 << 40, block = 256"}, "3:14: grid (1099511627776, 1, 1): x is at most"),
+    ({"launch": "grid = 1, block = (1, 1, 128)"}, "3:14: block (1, 1, 128): z is at most 64"),
+]
+
+
+@pytest.mark.parametrize(("keys", "expected"), OUT_OF_RANGE, ids=[o[1][:40] for o in OUT_OF_RANGE])
+def test_values_out_of_range_are_spec_errors_at_their_place(keys, expected):
+    errs = errors_of(saxpy_with("", **keys))
+    assert any(e.startswith(expected) for e in errs), errs
+
+
+def test_an_integer_scalar_must_fit_its_type():
+    errs = errors_of(
+        """\
+        /* @optiml
+         *   args:   x: in float[n], y: out float[n], k = 1 << 40
+         *   launch: grid = cdiv(n, 256), block = 256
+         *   sizes:  n = 1000003
+         */
+        __global__ void scale(int n, int k, const float* x, float* y) { }
+        """,
+        "scale",
+    )
+    assert errs == [
+        "4:14: at size n=1000003: `k` = 1099511627776 does not fit in its type `int32` "
+        "(-2147483648 to 2147483647)"
+    ]
+
+
+def test_a_buffer_whose_bytes_overflow_64_bits():
+    errs = errors_of(
+        """\
+        /* @optiml
+         *   args:   x: in float[n]
+         *   launch: grid = 1, block = 256
+         *   sizes:  n = 1 << 62, 7
+         */
+        __global__ void k(long n, const float* x) { }
+        """,
+        "k",
+    )
+    assert errs == [
+        "4:14: at size n=4611686018427387904: `x` would have 4611686018427387904 elements of 4 "
+        "bytes: too large, its size in bytes must fit in 64 bits"
+    ]
+
+
+def test_a_long_value_is_refused_before_it_is_read():
+    errs = errors_of(saxpy_with("", args="a = 2.5, " + "x: in float[n], " * 700))
+    assert errs == ["2:6: `args` is 11210 characters long; at most 10000"]
+
+
+def test_long_unclosed_items_parse_in_linear_time():
+    """A lazy length and a range split at its last comma once took seconds on such an item."""
+    import time
+
+    start = time.perf_counter()
+    errors_of(saxpy_with("", args="x: in float[" + "] in [0, n) ," * 700))
+    assert time.perf_counter() - start < 1.0
+
+
+def test_messages_stay_on_one_line():
+    errs = errors_of(saxpy_with("", args="a = 2.5, x: in flo\rat[n], y: inout float[n]"))
+    assert errs == [
+        "2:27: unknown element type `flo\\rat`; use one of: bfloat16, char, double, float, half, "
+        "int, int16, int32, int64, int8, long, short, uint16, uint32, uint64, uint8, unsigned"
+    ]
+
+
+def _nvcc_targets():
+    from optiml.arch import nvcc_targets
+
+    return nvcc_targets()
+
+
+needs_nvcc = pytest.mark.skipif(not _nvcc_targets(), reason="needs nvcc to list its targets")
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["sm_75", "sm_100", "sm_120", "sm_121", "sm_90a", "sm_100f"])
+def test_arch_takes_every_target_nvcc_has(arch):
+    if arch not in _nvcc_targets():
+        pytest.skip(f"this nvcc has no {arch}")
+    assert spec_of(saxpy_with(f" *   arch: {arch}\n")).arch == arch
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["sm_999", "sm_80a", "sm_20"])
+def test_arch_names_what_nvcc_accepts(arch):
+    errs = errors_of(saxpy_with(f" *   arch: {arch}\n"))
+    assert len(errs) == 1
+    assert errs[0].startswith("5:12: arch: nvcc ") and f"cannot compile for `{arch}`" in errs[0]
+    assert "accepts sm_75, sm_80" in errs[0] and "sm_90a" in errs[0]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import difflib
 import re
+import warnings
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 from pathlib import Path
@@ -17,7 +18,11 @@ from pathlib import Path
 import tree_sitter_cuda
 from tree_sitter import Language, Node, Parser, Tree
 
-from optiml.errors import InputFileError, NoSuchKernel, Position
+from optiml.errors import InputFileError, NoSuchKernel, Position, SourceWarning
+
+
+def no_kernel_message(path: str) -> str:
+    return f"no kernel in {path}: it defines no __global__ function"
 
 
 @cache
@@ -126,15 +131,28 @@ class SourceFile:
 
     @classmethod
     def read(cls, path: str | Path) -> SourceFile:
+        """The file at `path`. One that is not UTF-8 is read with U+FFFD in place of each byte
+        that does not decode (that text is what is parsed and compiled), with a `SourceWarning`
+        naming the first such byte."""
         p = Path(path)
         try:
-            text = p.read_text(encoding="utf-8")
+            data = p.read_bytes()
         except FileNotFoundError:
             raise InputFileError(f"no such file: {p}") from None
         except IsADirectoryError:
             raise InputFileError(f"{p} is a directory, not a .cu file") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise InputFileError(f"cannot read {p}: {e}") from None
+        except (OSError, ValueError) as e:
+            raise InputFileError(f"cannot read {p}: {getattr(e, 'strerror', None) or e}") from None
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            text = data.decode("utf-8", errors="replace")
+            warnings.warn(
+                f"{p} is not UTF-8 (byte 0x{data[e.start]:02x} at offset {e.start} does not "
+                "decode): read with U+FFFD in place of each such byte",
+                SourceWarning,
+                stacklevel=2,
+            )
         return cls(text, str(p))
 
     # ---- positions ------------------------------------------------------------------------
@@ -208,7 +226,7 @@ class SourceFile:
             raise NoSuchKernel(f"`{name}` names several kernels ({names}): qualify it")
         known = [k.name for k in self.kernels]
         if not known:
-            raise NoSuchKernel(f"{self.path} defines no __global__ kernel")
+            raise NoSuchKernel(no_kernel_message(self.path))
         close = difflib.get_close_matches(name, known, n=1)
         hint = f"did you mean `{close[0]}`?" if close else f"kernels here: {', '.join(known)}"
         raise NoSuchKernel(f"no kernel `{name}` in {self.path}; {hint}")
@@ -232,47 +250,61 @@ class SourceFile:
     # ---- scanning -------------------------------------------------------------------------
 
     def _scan(self, node: Node, namespace: tuple[str, ...], extern_c: bool) -> None:
-        for child in node.named_children:
-            t = child.type
-            if t == "function_definition":
-                self._function(child, child, namespace, extern_c, ())
-            elif t == "template_declaration":
-                fn = next(
-                    (c for c in child.named_children if c.type == "function_definition"), None
-                )
-                if fn is not None:
-                    self._function(fn, child, namespace, extern_c, self._template_params(child))
-                else:
-                    self._scan(child, namespace, extern_c)
-            elif t == "namespace_definition":
-                name_node = child.child_by_field_name("name")
-                ns = namespace + ((self.node_text(name_node),) if name_node else ())
-                body = child.child_by_field_name("body")
-                if body is not None:
-                    self._scan(body, ns, extern_c)
-            elif t == "linkage_specification":
-                body = child.child_by_field_name("body")
-                if body is None:
-                    continue
-                if body.type == "function_definition":
-                    self._function(body, child, namespace, True, ())
-                else:
-                    self._scan(body, namespace, True)
-            elif t in (
-                "preproc_if",
-                "preproc_ifdef",
-                "preproc_else",
-                "preproc_elif",
-                "declaration_list",
-            ):
-                self._scan(child, namespace, extern_c)
-            elif t == "preproc_def":
-                name, value = child.child_by_field_name("name"), child.child_by_field_name("value")
-                if name is not None and value is not None:
-                    self._globals[self.node_text(name)] = self.node_text(value).strip()
-            elif t == "declaration":
-                self._globals.update(self._bindings_of(child))
-                self.device_variables.extend(_device_variables(self, child, namespace))
+        """Kernels, globals and launches of the file, in the order they are written. Nested
+        scopes (namespaces, `extern "C"`, preprocessor blocks) are walked with a stack of their
+        children rather than by recursion: a file of thousands of nested `#ifdef`s is a file."""
+        stack = [(iter(node.named_children), namespace, extern_c)]
+        while stack:
+            children, namespace, extern_c = stack[-1]
+            child = next(children, None)
+            if child is None:
+                stack.pop()
+                continue
+            inner = self._scan_one(child, namespace, extern_c)
+            if inner is not None:
+                scope, namespace, extern_c = inner
+                stack.append((iter(scope.named_children), namespace, extern_c))
+
+    def _scan_one(
+        self, child: Node, namespace: tuple[str, ...], extern_c: bool
+    ) -> tuple[Node, tuple[str, ...], bool] | None:
+        """Take in one top-level node; a scope to walk next (node, namespace, extern "C") or None."""
+        t = child.type
+        if t == "function_definition":
+            self._function(child, child, namespace, extern_c, ())
+        elif t == "template_declaration":
+            fn = next((c for c in child.named_children if c.type == "function_definition"), None)
+            if fn is None:
+                return child, namespace, extern_c
+            self._function(fn, child, namespace, extern_c, self._template_params(child))
+        elif t == "namespace_definition":
+            name_node = child.child_by_field_name("name")
+            ns = namespace + ((self.node_text(name_node),) if name_node else ())
+            body = child.child_by_field_name("body")
+            if body is not None:
+                return body, ns, extern_c
+        elif t == "linkage_specification":
+            body = child.child_by_field_name("body")
+            if body is not None and body.type == "function_definition":
+                self._function(body, child, namespace, True, ())
+            elif body is not None:
+                return body, namespace, True
+        elif t in (
+            "preproc_if",
+            "preproc_ifdef",
+            "preproc_else",
+            "preproc_elif",
+            "declaration_list",
+        ):
+            return child, namespace, extern_c
+        elif t == "preproc_def":
+            name, value = child.child_by_field_name("name"), child.child_by_field_name("value")
+            if name is not None and value is not None:
+                self._globals[self.node_text(name)] = self.node_text(value).strip()
+        elif t == "declaration":
+            self._globals.update(self._bindings_of(child))
+            self.device_variables.extend(_device_variables(self, child, namespace))
+        return None
 
     def _function(
         self,

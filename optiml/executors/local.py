@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from optiml.errors import OptimlError
+from optiml.errors import NoGpu, UsageError, quote
 from optiml.executors.base import Executor, Job
 from optiml.harness.evaluate import EvalOptions, build_candidate, evaluate
 from optiml.harness.gpu import local_gpus, require_gpu
@@ -22,15 +23,15 @@ from optiml.profile.run import profile_kernel
 
 
 def parse_gpus(text: str | None) -> list[int] | None:
-    """`all` (or None) -> None (every GPU); `0,2` -> [0, 2]; a clear error otherwise."""
+    """`all` (or None) -> None (every GPU); `0,2` -> [0, 2]; a `UsageError` otherwise."""
     if text is None or text.strip() in ("", "all"):
         return None
-    try:
-        ids = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise OptimlError(f"--gpus takes `all` or GPU indices like `0,1`, not `{text}`") from None
-    if not ids or any(i < 0 for i in ids) or len(set(ids)) != len(ids):
-        raise OptimlError(f"--gpus takes distinct GPU indices like `0,1`, not `{text}`")
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts or not all(re.fullmatch(r"[0-9]{1,4}", part) for part in parts):
+        raise UsageError(f"--gpus takes `all` or GPU indices like `0,1`, not `{quote(text, 30)}`")
+    ids = [int(part) for part in parts]
+    if len(set(ids)) != len(ids):
+        raise UsageError(f"--gpus takes distinct GPU indices like `0,1`, not `{quote(text, 30)}`")
     return ids
 
 
@@ -47,9 +48,8 @@ class LocalExecutor(Executor):
             gpus = list(range(found))
         missing = [g for g in gpus if g >= found]
         if missing:
-            raise OptimlError(
-                f"no GPU {missing[0]} on this machine (it has {found}: 0 to {found - 1})"
-            )
+            has = f"it has {found}: 0 to {found - 1}" if found > 1 else f"it has {found or 'none'}"
+            raise NoGpu(f"--gpus: no GPU {missing[0]} on this machine ({has})")
         self.gpus = gpus
         self._slots: asyncio.Semaphore | None = None
         self._locks: dict[int, asyncio.Lock] = {}

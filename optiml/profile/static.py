@@ -4,6 +4,7 @@ it allows for the spec's launch, with the limiter, from the architecture's publi
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -16,7 +17,7 @@ Limiter = Literal["registers", "shared_memory", "warps", "blocks"]
 
 @dataclass(frozen=True)
 class ArchLimits:
-    """Per-SM limits of one architecture (CUDA C Programming Guide, compute capabilities table)."""
+    """Per-SM limits of one architecture."""
 
     arch: str
     max_warps: int
@@ -31,24 +32,63 @@ class ArchLimits:
     sub_partitions: int = 4
 
 
+# Where the numbers come from:
+# - warps and blocks per SM, registers per SM and per thread, shared memory per SM (the largest
+#   carveout) and per block (opt-in): the CUDA Programming Guide, "Compute Capabilities",
+#   Table 30 (device and SM information) and Table 31 (memory information), columns 7.5 to 12.x
+#   (docs.nvidia.com/cuda/cuda-programming-guide/05-appendices/compute-capabilities.html);
+# - sm_88, which that table does not list: the same as sm_86 in NVIDIA's own CCCL
+#   (libcudacxx/include/cuda/__device/arch_traits.h, `arch_traits<arch_id::sm_88>`), and the same
+#   block limit (16) and carveouts (up to 100 KB) in the CUDA 13.0 occupancy calculator header;
+# - shared memory reserved per block (1 KB from 8.0 on): CCCL's
+#   `reserved_shared_memory_per_block`, and the Guide's per-block figures, 1 KB under per-SM;
+# - allocation units — registers 256 per warp, shared memory 256 bytes on 7.x and 128 from 8.0 on —
+#   and 4 sub-partitions: cudaOccRegAllocationGranularity, cudaOccSMemAllocationGranularity and
+#   cudaOccSubPartitionsPerMultiprocessor in cuda_occupancy.h (CUDA 13.0). sm_70 (Volta), which
+#   nvcc 13 no longer targets, is kept for older toolkits.
+KB = 1024
 ARCHES: dict[str, ArchLimits] = {
     a.arch: a
     for a in [
-        ArchLimits("sm_70", 64, 32, 65536, 256, 255, 96 * 1024, 96 * 1024, 0, 256),
-        ArchLimits("sm_75", 32, 16, 65536, 256, 255, 64 * 1024, 64 * 1024, 0, 256),
-        ArchLimits("sm_80", 64, 32, 65536, 256, 255, 164 * 1024, 163 * 1024, 1024, 128),
-        ArchLimits("sm_86", 48, 16, 65536, 256, 255, 100 * 1024, 99 * 1024, 1024, 128),
-        ArchLimits("sm_89", 48, 24, 65536, 256, 255, 100 * 1024, 99 * 1024, 1024, 128),
-        ArchLimits("sm_90", 64, 32, 65536, 256, 255, 228 * 1024, 227 * 1024, 1024, 128),
+        ArchLimits("sm_70", 64, 32, 65536, 256, 255, 96 * KB, 96 * KB, 0, 256),
+        ArchLimits("sm_75", 32, 16, 65536, 256, 255, 64 * KB, 64 * KB, 0, 256),
+        ArchLimits("sm_80", 64, 32, 65536, 256, 255, 164 * KB, 163 * KB, KB, 128),
+        ArchLimits("sm_86", 48, 16, 65536, 256, 255, 100 * KB, 99 * KB, KB, 128),
+        ArchLimits("sm_87", 48, 16, 65536, 256, 255, 164 * KB, 163 * KB, KB, 128),
+        ArchLimits("sm_88", 48, 16, 65536, 256, 255, 100 * KB, 99 * KB, KB, 128),
+        ArchLimits("sm_89", 48, 24, 65536, 256, 255, 100 * KB, 99 * KB, KB, 128),
+        ArchLimits("sm_90", 64, 32, 65536, 256, 255, 228 * KB, 227 * KB, KB, 128),
+        ArchLimits("sm_100", 64, 32, 65536, 256, 255, 228 * KB, 227 * KB, KB, 128),
+        ArchLimits("sm_103", 64, 32, 65536, 256, 255, 228 * KB, 227 * KB, KB, 128),
+        ArchLimits("sm_110", 48, 24, 65536, 256, 255, 228 * KB, 227 * KB, KB, 128),
+        ArchLimits("sm_120", 48, 24, 65536, 256, 255, 100 * KB, 99 * KB, KB, 128),
+        ArchLimits("sm_121", 48, 24, 65536, 256, 255, 100 * KB, 99 * KB, KB, 128),
     ]
 }
 
 
+def _number(arch: str) -> int:
+    m = re.fullmatch(r"sm_([0-9]+)[af]?", arch)
+    return int(m.group(1)) if m else 0
+
+
+def table_for(arch: str) -> tuple[ArchLimits, str | None]:
+    """The limits of `arch` (`sm_90a` and `sm_100f` are those of `sm_90` and `sm_100`), and a
+    note where the table has no row for it: an architecture newer than the table gets the nearest
+    older row, never an error."""
+    base = f"sm_{_number(arch)}"
+    if base in ARCHES:
+        return ARCHES[base], None
+    older = [a for a in ARCHES.values() if _number(a.arch) < _number(arch)]
+    lowest = min(ARCHES.values(), key=lambda a: _number(a.arch))
+    chosen = max(older, key=lambda a: _number(a.arch)) if older else lowest
+    return chosen, (
+        f"no occupancy table for {arch}: the occupancy shown uses {chosen.arch}'s limits"
+    )
+
+
 def limits_for(arch: str) -> ArchLimits:
-    base = arch.removesuffix("a")
-    if base not in ARCHES:
-        raise ValueError(f"no occupancy table for {arch}; known: {', '.join(ARCHES)}")
-    return ARCHES[base]
+    return table_for(arch)[0]
 
 
 class Occupancy(BaseModel):
@@ -127,6 +167,9 @@ def static_report(
         )
     occ = None
     if block is not None:
+        _, fallback = table_for(arch)
+        if fallback:
+            notes.append(fallback)
         threads = block[0] * block[1] * block[2]
         occ = occupancy(arch, threads, r.registers, r.static_smem_bytes + (dynamic_smem or 0))
         if occ.blocks_per_sm == 0:

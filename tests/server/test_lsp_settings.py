@@ -52,8 +52,9 @@ async def test_a_bad_arch_is_told_and_the_previous_one_kept(sm80: EditorClient):
     (message,) = await eventually(lambda: sm80.messages, what="a showMessage")
     assert message.type == types.MessageType.Error
     assert message.message == (
-        "OptiML setting `arch`: must be one of sm_70, sm_75, sm_80, sm_86, sm_89, sm_90 "
-        "(or with an `a` suffix), got 'sm_91'; keeping 'sm_80'"
+        "OptiML setting `arch`: must be one of sm_70, sm_75, sm_80, sm_86, sm_87, sm_88, sm_89, "
+        "sm_90, sm_100, sm_103, sm_110, sm_120, sm_121 (or with an `a` or `f` suffix), "
+        "got 'sm_91'; keeping 'sm_80'"
     )
     assert "ptxas, sm_80" in await hover_at(sm80, uri, 12, 18)
 
