@@ -14,13 +14,12 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.exceptions import FeatureRequestError, JsonRpcException, JsonRpcInternalError
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
 from pygls.uris import to_fs_path
 
 from optiml import __version__
-from server import probe
+from server import probe, transport
 from server.capabilities import ClientCapabilities, resolve
 from server.checks import Checks
 from server.code_actions import ADD_SPEC_COMMAND, KINDS, add_spec_edit, code_actions
@@ -55,29 +54,10 @@ from server.proposals import (
     proposal_arg,
     workspace_edit,
 )
+from server.protocol import Protocol, one_line, server_error
 from server.settings import SECTION, Settings, merge
 
 logger = logging.getLogger(__name__)
-
-
-class Protocol(LanguageServerProtocol):
-    """pygls drops a request whose params do not parse without answering it, which leaves the
-    client waiting forever; this answers it with the error."""
-
-    def structure_message(self, data: dict[str, Any]) -> Any:
-        try:
-            return super().structure_message(data)
-        except JsonRpcException as e:
-            if "id" not in data or "method" not in data:
-                raise
-            cause = f": {e.__cause__}" if e.__cause__ else ""
-            error = JsonRpcInvalidParams(f"invalid params for {data['method']}{cause}")
-            self._send_response(data["id"], error=error.to_response_error())
-            return None
-
-    def handle_message(self, message: Any) -> None:
-        if message is not None:  # None: a request already answered with an error
-            super().handle_message(message)
 
 
 class OptimlServer(LanguageServer):
@@ -95,6 +75,7 @@ class OptimlServer(LanguageServer):
         self.early_messages: list[str] = []  # settings errors found before `initialized`
         self._told: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self.exit_code = 0
 
     def tell(
         self, message: str, kind: types.MessageType = types.MessageType.Error, once: bool = False
@@ -107,12 +88,31 @@ class OptimlServer(LanguageServer):
         self.window_show_message(types.ShowMessageParams(type=kind, message=message))
 
     def report_server_error(self, error: Exception, source: Any) -> None:
-        if isinstance(error, JsonRpcInvalidParams):  # the client's mistake, answered as an error
-            logger.warning("%s: %s", source.__name__, error)
+        """pygls's one place for errors outside a handler's answer. A request's error is in its
+        response already (see `server.protocol`), so it is only logged; anything else (a
+        notification's handler, a background task, sending) is shown once, in one line, the
+        traceback going to the log only."""
+        if source is FeatureRequestError:
+            logger.debug("answered with an error: %s", one_line(str(error)))
             return
-        logger.error("%s: %s", source.__name__, error)
-        message = f"OptiML server error ({type(error).__name__}): {error}; see the server log"
+        trace = error.data.get("traceback") if isinstance(error, JsonRpcInternalError) else None
+        if isinstance(error, JsonRpcInternalError):  # pygls's wrapping: "KeyError: 'x'"
+            message = server_error(error.message)
+        else:
+            message = server_error(f"{type(error).__name__}: {error}")
+        if isinstance(trace, list):
+            logger.error("%s\nTraceback (most recent call last):\n%s", message, "".join(trace))
+        else:
+            logger.error("%s", message, exc_info=error)
         self.tell(message, once=True)
+
+    def start_io(self, stdin: Any = None, stdout: Any = None) -> None:
+        """LSP on stdin/stdout, framed by `server.transport` (pygls's reader loses its place for
+        good after one bad frame); `exit_code` is what `exit` asked for."""
+        self.exit_code = transport.serve_io(self, stdin, stdout)
+
+    def start_tcp(self, host: str, port: int) -> None:
+        transport.serve_tcp(self, host, port)
 
     def snapshot(self, uri: str) -> Snapshot:
         doc = self.workspace.get_text_document(uri)
