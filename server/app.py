@@ -14,7 +14,12 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 from lsprotocol import types
-from pygls.exceptions import FeatureRequestError, JsonRpcException, JsonRpcInternalError
+from pygls.exceptions import (
+    FeatureRequestError,
+    JsonRpcException,
+    JsonRpcInternalError,
+    JsonRpcInvalidParams,
+)
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
@@ -22,7 +27,7 @@ from optiml import __version__
 from server import probe, transport
 from server.capabilities import ClientCapabilities, resolve
 from server.checks import Checks
-from server.code_actions import ADD_SPEC_COMMAND, KINDS, add_spec_edit, code_actions
+from server.code_actions import ADD_SPEC_COMMAND, KINDS, add_spec_edit, code_actions, spec_arg
 from server.diagnostics import diagnostics
 from server.documents import Documents, Model, Snapshot, is_cuda
 from server.hover import hover
@@ -114,9 +119,12 @@ class OptimlServer(LanguageServer):
     def start_tcp(self, host: str, port: int) -> None:
         transport.serve_tcp(self, host, port)
 
-    def snapshot(self, uri: str) -> Snapshot:
-        doc = self.workspace.get_text_document(uri)
-        return Snapshot(uri, doc.version or 0, doc.source)
+    def snapshot(self, uri: str) -> Snapshot | None:
+        """The document as the client last sent it; None once it is closed. (A handler runs after
+        the messages that came with it: a `didClose` may already have been handled, and pygls's
+        `get_text_document` would then read the file from disk.)"""
+        doc = self.protocol.open_document(uri)
+        return Snapshot(uri, doc.version or 0, doc.source) if doc is not None else None
 
     def publish(self, model: Model) -> None:
         check = self.documents.check(model.snapshot.uri)
@@ -157,7 +165,11 @@ class OptimlServer(LanguageServer):
         if not self.caps.configuration:
             return
         params = types.ConfigurationParams(items=[types.ConfigurationItem(section=SECTION)])
-        found = await self.workspace_configuration_async(params)
+        try:
+            found = await self.workspace_configuration_async(params)
+        except JsonRpcException as e:  # the client failed to answer: the settings stay
+            logger.warning("workspace/configuration: %s", e)
+            return
         self.apply_settings(found[0] if found else None)
 
     def apply_settings(self, raw: Any) -> None:
@@ -225,9 +237,10 @@ async def did_change_configuration(
 
 
 async def did_open(ls: OptimlServer, params: types.DidOpenTextDocumentParams) -> None:
-    if not is_cuda(params.text_document.uri, params.text_document.language_id):
+    snapshot = ls.snapshot(params.text_document.uri)
+    if snapshot is None or not is_cuda(snapshot.uri, params.text_document.language_id):
         return
-    model = await ls.documents.update(ls.snapshot(params.text_document.uri))
+    model = await ls.documents.update(snapshot)
     if model is not None:
         ls.publish(model)
         if model.kernels:
@@ -235,9 +248,10 @@ async def did_open(ls: OptimlServer, params: types.DidOpenTextDocumentParams) ->
 
 
 async def did_change(ls: OptimlServer, params: types.DidChangeTextDocumentParams) -> None:
-    if ls.documents.get(params.text_document.uri) is None:
+    snapshot = ls.snapshot(params.text_document.uri)
+    if ls.documents.get(params.text_document.uri) is None or snapshot is None:
         return
-    model = await ls.documents.update(ls.snapshot(params.text_document.uri))
+    model = await ls.documents.update(snapshot)
     if model is not None:
         ls.publish(model)
 
@@ -265,17 +279,27 @@ async def code_action(
     return code_actions(model, params.range, params.context.only, ls.caps)
 
 
-async def add_spec(ls: OptimlServer, uri: str, version: int, kernel: str) -> None:
-    """The `optiml.addSpec` command, for clients that cannot apply a code action's edit."""
+async def add_spec(ls: OptimlServer, *args: Any) -> None:
+    """The `optiml.addSpec` command `[uri, version, kernel]`, for clients that cannot apply a code
+    action's edit."""
+    uri, version, kernel = spec_arg(args)
     model = await ls.documents.model(uri)
-    found = [k for k in model.kernels if k.name == kernel] if model else []
-    if model is None or model.snapshot.version != version or not found:
+    if model is None:
+        raise JsonRpcInvalidParams(f"{ADD_SPEC_COMMAND}: {uri} is not open (or not a CUDA file)")
+    found = [k for k in model.kernels if k.name == kernel]
+    if model.snapshot.version != version or not found:
         ls.tell(f"OptiML: `{kernel}` changed since the action was offered; ask for it again")
         return
     edit = add_spec_edit(model, found[0], ls.caps)
     if edit is not None:
         label = f"Add OptiML spec for {kernel}"
-        await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label=label))
+        params = types.ApplyWorkspaceEditParams(edit=edit, label=label)
+        try:
+            await ls.workspace_apply_edit_async(params)
+        except JsonRpcException as e:
+            ls.tell(
+                f"OptiML: the editor did not add the spec for `{kernel}`: {one_line(e.message)}"
+            )
 
 
 async def hover_(ls: OptimlServer, params: types.HoverParams) -> types.Hover | None:
@@ -296,8 +320,7 @@ async def start_job(ls: OptimlServer, kind: Kind, command: str, args: tuple) -> 
     model = await ls.documents.model(target.uri)
     name = f"`{target.kernel}`"
     if model is None:
-        ls.tell(f"OptiML: {target.uri} is not open (or not a CUDA file)", types.MessageType.Warning)
-        return None
+        raise JsonRpcInvalidParams(f"{command}: {target.uri} is not open (or not a CUDA file)")
     if model.kernel(target.kernel) is None:
         ls.tell(f"OptiML: no kernel {name} in {model.snapshot.name}", types.MessageType.Warning)
         return None
@@ -378,11 +401,14 @@ async def accept_proposal(ls: OptimlServer, *args: Any) -> dict | None:
         ls.tell(edits, types.MessageType.Warning)
         return {"applied": False}
     edit = workspace_edit(p, model, edits, ls.caps)
-    result = await ls.workspace_apply_edit_async(
-        types.ApplyWorkspaceEditParams(edit=edit, label=p.label)
-    )
-    if not result.applied:
-        reason = f": {result.failure_reason}" if result.failure_reason else ""
+    params = types.ApplyWorkspaceEditParams(edit=edit, label=p.label)
+    try:
+        result = await ls.workspace_apply_edit_async(params)
+    except JsonRpcException as e:  # the client could not even answer
+        result = types.ApplyWorkspaceEditResult(applied=False, failure_reason=one_line(e.message))
+    if result is None or not result.applied:
+        failed = result.failure_reason if result is not None else None
+        reason = f": {one_line(failed)}" if failed else ""
         ls.tell(
             f"OptiML: the editor did not apply the proposal for `{p.kernel}`{reason}; it is kept",
             types.MessageType.Info,
@@ -436,7 +462,8 @@ async def _show(ls: OptimlServer, uri: str, external: bool) -> None:
     if ls.caps.show_document:
         params = types.ShowDocumentParams(uri=uri, external=external, take_focus=True)
         try:
-            shown = (await ls.window_show_document_async(params)).success
+            result = await ls.window_show_document_async(params)
+            shown = result is not None and result.success
         except JsonRpcException as e:
             logger.warning("window/showDocument %s: %s", uri, e)
     if not shown:

@@ -38,6 +38,7 @@ from optiml.search.optimize import Event
 from optiml.spec import parse_spec
 from server.documents import Model, Snapshot, kernel_block
 from server.proposals import Proposal, make_proposal
+from server.protocol import shown
 from server.settings import Settings
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ def target_arg(command: str, args: tuple[Any, ...]) -> Target:
             and isinstance(kernel, str)
         ):
             return Target(uri, version, kernel)
-    raise JsonRpcInvalidParams(f"{command} takes [{{uri, version, kernel}}], got {list(args)!r}")
+    raise JsonRpcInvalidParams(f"{command} takes [{{uri, version, kernel}}], got {shown(args)}")
 
 
 def job_arg(args: tuple[Any, ...]) -> str | None:
@@ -92,7 +93,7 @@ def job_arg(args: tuple[Any, ...]) -> str | None:
         return None
     if len(args) == 1 and isinstance(args[0], dict) and isinstance(args[0].get("job"), str):
         return args[0]["job"]
-    raise JsonRpcInvalidParams(f"{CANCEL_COMMAND} takes [{{job}}] or nothing, got {list(args)!r}")
+    raise JsonRpcInvalidParams(f"{CANCEL_COMMAND} takes [{{job}}] or nothing, got {shown(args)}")
 
 
 @dataclass(eq=False)

@@ -20,6 +20,7 @@ Tracebacks go to the log (`logging`, stderr) only: pygls logs them before answer
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 from urllib.parse import unquote
@@ -47,6 +48,13 @@ def one_line(text: str, limit: int = MESSAGE_LIMIT) -> str:
     """The first non-blank line of `text`, at most `limit` characters."""
     line = next((s.strip() for s in str(text).splitlines() if s.strip()), "")
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def shown(args: Any, limit: int = 120) -> str:
+    """What a client sent, as JSON on one line of at most `limit` characters: for messages that
+    say what was expected and what came."""
+    text = json.dumps(list(args), ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def server_error(text: str) -> str:

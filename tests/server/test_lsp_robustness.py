@@ -241,6 +241,68 @@ async def test_the_lifecycle_is_kept_whatever_comes_when():
     assert await asyncio.wait_for(unasked.proc.wait(), timeout=10) == 1
 
 
+async def test_a_document_closed_as_soon_as_opened_is_forgotten_quietly(tmp_path):
+    rpc = await RawClient.start()
+    uri = (tmp_path / "gone.cu").as_uri()  # no such file: nothing may read it from disk
+    item = {"uri": uri, "languageId": "cuda", "version": 1, "text": SAXPY}
+    opened = {"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": item}}
+    closed = {"jsonrpc": "2.0", "method": "textDocument/didClose",
+              "params": {"textDocument": {"uri": uri}}}  # fmt: skip
+    rpc.write(b"".join(framed(json.dumps(m).encode()) for m in (opened, closed)))  # one read
+    where = {"textDocument": {"uri": uri}, "position": {"line": 12, "character": 18}}
+    assert (await rpc.request(2, "textDocument/hover", where))["result"] is None
+    assert rpc.shown() == []
+    assert await rpc.ends() == 0
+
+
+async def test_a_client_that_fails_the_servers_requests_gets_no_pop_up():
+    rpc = await RawClient.start(initialize=False)
+    caps = {"workspace": {"configuration": True}}
+    init = {"processId": None, "rootUri": None, "capabilities": caps}
+    assert "result" in await rpc.request(1, "initialize", init)
+    rpc.notify("initialized", {})
+    while not any(m.get("method") == "workspace/configuration" for m in rpc.notifications):
+        rpc.notifications.append(await asyncio.wait_for(rpc._read(), timeout=10))
+    (asked,) = [m for m in rpc.notifications if m.get("method") == "workspace/configuration"]
+    failed = {"jsonrpc": "2.0", "id": asked["id"], "error": {"code": -32603, "message": "no"}}
+    rpc.send(json.dumps(failed).encode())
+    assert (await rpc.request(2, "textDocument/hover", HOVER))["result"] is None
+    assert rpc.shown() == []
+    assert await rpc.ends() == 0
+
+
+@pytest.mark.parametrize(
+    ("command", "arguments", "message"),
+    [
+        ("optiml.optimize", None, "optiml.optimize takes [{uri, version, kernel}], got []"),
+        ("optiml.profile", [{"uri": 5, "version": 1, "kernel": "k"}],
+         'optiml.profile takes [{uri, version, kernel}], got [{"uri": 5, "version": 1, "kernel": "k"}]'),
+        ("optiml.optimize", [{"uri": "file:///nowhere.cu", "version": 1, "kernel": "saxpy"}],
+         "optiml.optimize: file:///nowhere.cu is not open (or not a CUDA file)"),
+        ("optiml.addSpec", [], "optiml.addSpec takes [uri, version, kernel], got []"),
+        ("optiml.addSpec", ["file:///nowhere.cu", 1, "saxpy"],
+         "optiml.addSpec: file:///nowhere.cu is not open (or not a CUDA file)"),
+        ("optiml.acceptProposal", [[1, 2]], "optiml.acceptProposal takes [{proposal}], got [[1, 2]]"),
+        ("optiml.cancelJob", [{"job": 7}], 'optiml.cancelJob takes [{job}] or nothing, got [{"job": 7}]'),
+        ("optiml.rejectProposal", "p1", "the arguments of optiml.rejectProposal must be an array"),
+        ("optiml.compareProposal", ["x" * 500], None),  # long: cut to one short line
+        ("optiml.nothing", [], "no command 'optiml.nothing'; the commands are optiml.acceptProposal, "
+         "optiml.addSpec, optiml.cancelJob, optiml.compareProposal, optiml.openReport, "
+         "optiml.optimize, optiml.profile, optiml.rejectProposal"),
+    ],
+)  # fmt: skip
+async def test_a_command_with_bad_arguments_says_what_it_takes(command, arguments, message):
+    rpc = await RawClient.start()
+    params = {"command": command} | ({"arguments": arguments} if arguments is not None else {})
+    error = (await rpc.request(2, "workspace/executeCommand", params))["error"]
+    assert error["code"] == JsonRpcInvalidParams.CODE
+    assert "\n" not in error["message"] and len(error["message"]) <= 300
+    if message is not None:
+        assert error["message"] == message
+    assert rpc.shown() == []
+    assert await rpc.ends() == 0
+
+
 async def test_a_command_with_bad_arguments_gets_an_error(client: LanguageClient, tmp_path):
     uri = open_document(client, tmp_path / "saxpy.cu", SAXPY)
     with pytest.raises(JsonRpcException) as bad_args:
