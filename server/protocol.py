@@ -187,6 +187,20 @@ class Protocol(LanguageServerProtocol):
         body = {"code": error.code, "message": one_line(error.message)}
         self._send_data({"jsonrpc": self.VERSION, "id": None, "error": body})
 
+    def abandon(self) -> None:
+        """The connection is over (`exit`, or the client went away): nothing more is sent, and
+        the requests in flight are cancelled before their tasks are (pygls would otherwise resume
+        a cancelled handler's generator and log a CancelledError for each)."""
+        self.writer = None
+        for future in list(self._request_futures.values()):
+            future.cancel()
+
+    def _send_data(self, data: Any) -> None:
+        if self.writer is None:  # the connection is over: what tasks still say goes nowhere
+            logger.debug("not sent, the connection is closed: %.200r", data)
+            return
+        super()._send_data(data)
+
     def _send_response(
         self, msg_id: Any, result: Any = None, error: types.ResponseError | None = None
     ) -> None:

@@ -384,6 +384,7 @@ def serve_io(server: Any, stdin: BinaryIO | None = None, stdout: BinaryIO | None
     except SystemExit as e:  # `exit`
         code = e.code if isinstance(e.code, int) else 0
     finally:
+        server.protocol.abandon()  # `exit` closed stdout, or the client is gone
         wind_down(loop)
         server.shutdown()
     return code

@@ -271,6 +271,32 @@ async def test_a_client_that_fails_the_servers_requests_gets_no_pop_up():
     assert await rpc.ends() == 0
 
 
+async def test_exit_amid_work_ends_the_server_at_once_and_quietly(tmp_path):
+    """`exit` without shutdown while a compile and a command run: the server is gone within the
+    grace it gives them, with 1, and nothing it still tried to say (stdout is closed) is
+    reported as a server error."""
+    proc = await asyncio.create_subprocess_exec(
+        *SERVER,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    rpc = RawClient(proc)
+    caps = {"window": {"workDoneProgress": True}}
+    init = {"processId": None, "rootUri": None, "capabilities": caps}
+    assert "result" in await rpc.request(1, "initialize", init)
+    uri = (tmp_path / "saxpy.cu").as_uri()
+    item = {"uri": uri, "languageId": "cuda", "version": 1, "text": SAXPY}
+    rpc.notify("textDocument/didOpen", {"textDocument": item})
+    rpc.send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "workspace/executeCommand",
+             "params": {"command": "optiml.addSpec", "arguments": [uri, 1, "saxpy"]}}).encode())  # fmt: skip
+    rpc.notify("exit", None)
+    assert await asyncio.wait_for(proc.wait(), timeout=8) == 1
+    log = (await proc.stderr.read()).decode()
+    assert "server error" not in log and "closed file" not in log, log
+    assert "CancelledError" not in log, log
+
+
 @pytest.mark.parametrize(
     ("command", "arguments", "message"),
     [
