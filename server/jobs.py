@@ -38,7 +38,7 @@ from optiml.search.optimize import Event
 from optiml.spec import parse_spec
 from server.documents import Model, Snapshot, kernel_block
 from server.proposals import Proposal, make_proposal
-from server.protocol import shown
+from server.protocol import one_line, shown
 from server.settings import Settings
 
 if TYPE_CHECKING:
@@ -378,7 +378,7 @@ def failure(job: Job, e: BaseException) -> str:
     if isinstance(e, OptimlError):
         return f"{what}: {e}"
     logger.error("%s", what, exc_info=e)
-    return f"{what} ({type(e).__name__}: {e}); see the server log"
+    return f"{what} ({type(e).__name__}: {one_line(str(e), 200)}); see the server log"
 
 
 def progress(event: Event) -> tuple[int | None, str]:
