@@ -37,4 +37,4 @@ def main(argv: list[str] | None = None, executor_factory: ExecutorFactory | None
         server.start_tcp("127.0.0.1", args.tcp)
     else:
         server.start_io()
-    return 0
+    return server.exit_code

@@ -14,16 +14,20 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.exceptions import (
+    FeatureRequestError,
+    JsonRpcException,
+    JsonRpcInternalError,
+    JsonRpcInvalidParams,
+)
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
 from pygls.uris import to_fs_path
 
 from optiml import __version__
-from server import probe
+from server import probe, transport
 from server.capabilities import ClientCapabilities, resolve
 from server.checks import Checks
-from server.code_actions import ADD_SPEC_COMMAND, KINDS, add_spec_edit, code_actions
+from server.code_actions import ADD_SPEC_COMMAND, KINDS, add_spec_edit, code_actions, spec_arg
 from server.diagnostics import diagnostics
 from server.documents import Documents, Model, Snapshot, is_cuda
 from server.hover import hover
@@ -55,29 +59,10 @@ from server.proposals import (
     proposal_arg,
     workspace_edit,
 )
+from server.protocol import Protocol, one_line, server_error
 from server.settings import SECTION, Settings, merge
 
 logger = logging.getLogger(__name__)
-
-
-class Protocol(LanguageServerProtocol):
-    """pygls drops a request whose params do not parse without answering it, which leaves the
-    client waiting forever; this answers it with the error."""
-
-    def structure_message(self, data: dict[str, Any]) -> Any:
-        try:
-            return super().structure_message(data)
-        except JsonRpcException as e:
-            if "id" not in data or "method" not in data:
-                raise
-            cause = f": {e.__cause__}" if e.__cause__ else ""
-            error = JsonRpcInvalidParams(f"invalid params for {data['method']}{cause}")
-            self._send_response(data["id"], error=error.to_response_error())
-            return None
-
-    def handle_message(self, message: Any) -> None:
-        if message is not None:  # None: a request already answered with an error
-            super().handle_message(message)
 
 
 class OptimlServer(LanguageServer):
@@ -95,6 +80,7 @@ class OptimlServer(LanguageServer):
         self.early_messages: list[str] = []  # settings errors found before `initialized`
         self._told: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self.exit_code = 0
 
     def tell(
         self, message: str, kind: types.MessageType = types.MessageType.Error, once: bool = False
@@ -107,16 +93,38 @@ class OptimlServer(LanguageServer):
         self.window_show_message(types.ShowMessageParams(type=kind, message=message))
 
     def report_server_error(self, error: Exception, source: Any) -> None:
-        if isinstance(error, JsonRpcInvalidParams):  # the client's mistake, answered as an error
-            logger.warning("%s: %s", source.__name__, error)
+        """pygls's one place for errors outside a handler's answer. A request's error is in its
+        response already (see `server.protocol`), so it is only logged; anything else (a
+        notification's handler, a background task, sending) is shown once, in one line, the
+        traceback going to the log only."""
+        if source is FeatureRequestError:
+            logger.debug("answered with an error: %s", one_line(str(error)))
             return
-        logger.error("%s: %s", source.__name__, error)
-        message = f"OptiML server error ({type(error).__name__}): {error}; see the server log"
+        trace = error.data.get("traceback") if isinstance(error, JsonRpcInternalError) else None
+        if isinstance(error, JsonRpcInternalError):  # pygls's wrapping: "KeyError: 'x'"
+            message = server_error(error.message)
+        else:
+            message = server_error(f"{type(error).__name__}: {error}")
+        if isinstance(trace, list):
+            logger.error("%s\nTraceback (most recent call last):\n%s", message, "".join(trace))
+        else:
+            logger.error("%s", message, exc_info=error)
         self.tell(message, once=True)
 
-    def snapshot(self, uri: str) -> Snapshot:
-        doc = self.workspace.get_text_document(uri)
-        return Snapshot(uri, doc.version or 0, doc.source)
+    def start_io(self, stdin: Any = None, stdout: Any = None) -> None:
+        """LSP on stdin/stdout, framed by `server.transport` (pygls's reader loses its place for
+        good after one bad frame); `exit_code` is what `exit` asked for."""
+        self.exit_code = transport.serve_io(self, stdin, stdout)
+
+    def start_tcp(self, host: str, port: int) -> None:
+        transport.serve_tcp(self, host, port)
+
+    def snapshot(self, uri: str) -> Snapshot | None:
+        """The document as the client last sent it; None once it is closed. (A handler runs after
+        the messages that came with it: a `didClose` may already have been handled, and pygls's
+        `get_text_document` would then read the file from disk.)"""
+        doc = self.protocol.open_document(uri)
+        return Snapshot(uri, doc.version or 0, doc.source) if doc is not None else None
 
     def publish(self, model: Model) -> None:
         check = self.documents.check(model.snapshot.uri)
@@ -157,7 +165,11 @@ class OptimlServer(LanguageServer):
         if not self.caps.configuration:
             return
         params = types.ConfigurationParams(items=[types.ConfigurationItem(section=SECTION)])
-        found = await self.workspace_configuration_async(params)
+        try:
+            found = await self.workspace_configuration_async(params)
+        except JsonRpcException as e:  # the client failed to answer: the settings stay
+            logger.warning("workspace/configuration: %s", e)
+            return
         self.apply_settings(found[0] if found else None)
 
     def apply_settings(self, raw: Any) -> None:
@@ -225,9 +237,10 @@ async def did_change_configuration(
 
 
 async def did_open(ls: OptimlServer, params: types.DidOpenTextDocumentParams) -> None:
-    if not is_cuda(params.text_document.uri, params.text_document.language_id):
+    snapshot = ls.snapshot(params.text_document.uri)
+    if snapshot is None or not is_cuda(snapshot.uri, params.text_document.language_id):
         return
-    model = await ls.documents.update(ls.snapshot(params.text_document.uri))
+    model = await ls.documents.update(snapshot)
     if model is not None:
         ls.publish(model)
         if model.kernels:
@@ -235,9 +248,10 @@ async def did_open(ls: OptimlServer, params: types.DidOpenTextDocumentParams) ->
 
 
 async def did_change(ls: OptimlServer, params: types.DidChangeTextDocumentParams) -> None:
-    if ls.documents.get(params.text_document.uri) is None:
+    snapshot = ls.snapshot(params.text_document.uri)
+    if ls.documents.get(params.text_document.uri) is None or snapshot is None:
         return
-    model = await ls.documents.update(ls.snapshot(params.text_document.uri))
+    model = await ls.documents.update(snapshot)
     if model is not None:
         ls.publish(model)
 
@@ -265,17 +279,27 @@ async def code_action(
     return code_actions(model, params.range, params.context.only, ls.caps)
 
 
-async def add_spec(ls: OptimlServer, uri: str, version: int, kernel: str) -> None:
-    """The `optiml.addSpec` command, for clients that cannot apply a code action's edit."""
+async def add_spec(ls: OptimlServer, *args: Any) -> None:
+    """The `optiml.addSpec` command `[uri, version, kernel]`, for clients that cannot apply a code
+    action's edit."""
+    uri, version, kernel = spec_arg(args)
     model = await ls.documents.model(uri)
-    found = [k for k in model.kernels if k.name == kernel] if model else []
-    if model is None or model.snapshot.version != version or not found:
+    if model is None:
+        raise JsonRpcInvalidParams(f"{ADD_SPEC_COMMAND}: {uri} is not open (or not a CUDA file)")
+    found = [k for k in model.kernels if k.name == kernel]
+    if model.snapshot.version != version or not found:
         ls.tell(f"OptiML: `{kernel}` changed since the action was offered; ask for it again")
         return
     edit = add_spec_edit(model, found[0], ls.caps)
     if edit is not None:
         label = f"Add OptiML spec for {kernel}"
-        await ls.workspace_apply_edit_async(types.ApplyWorkspaceEditParams(edit=edit, label=label))
+        params = types.ApplyWorkspaceEditParams(edit=edit, label=label)
+        try:
+            await ls.workspace_apply_edit_async(params)
+        except JsonRpcException as e:
+            ls.tell(
+                f"OptiML: the editor did not add the spec for `{kernel}`: {one_line(e.message)}"
+            )
 
 
 async def hover_(ls: OptimlServer, params: types.HoverParams) -> types.Hover | None:
@@ -296,8 +320,7 @@ async def start_job(ls: OptimlServer, kind: Kind, command: str, args: tuple) -> 
     model = await ls.documents.model(target.uri)
     name = f"`{target.kernel}`"
     if model is None:
-        ls.tell(f"OptiML: {target.uri} is not open (or not a CUDA file)", types.MessageType.Warning)
-        return None
+        raise JsonRpcInvalidParams(f"{command}: {target.uri} is not open (or not a CUDA file)")
     if model.kernel(target.kernel) is None:
         ls.tell(f"OptiML: no kernel {name} in {model.snapshot.name}", types.MessageType.Warning)
         return None
@@ -378,11 +401,14 @@ async def accept_proposal(ls: OptimlServer, *args: Any) -> dict | None:
         ls.tell(edits, types.MessageType.Warning)
         return {"applied": False}
     edit = workspace_edit(p, model, edits, ls.caps)
-    result = await ls.workspace_apply_edit_async(
-        types.ApplyWorkspaceEditParams(edit=edit, label=p.label)
-    )
-    if not result.applied:
-        reason = f": {result.failure_reason}" if result.failure_reason else ""
+    params = types.ApplyWorkspaceEditParams(edit=edit, label=p.label)
+    try:
+        result = await ls.workspace_apply_edit_async(params)
+    except JsonRpcException as e:  # the client could not even answer
+        result = types.ApplyWorkspaceEditResult(applied=False, failure_reason=one_line(e.message))
+    if result is None or not result.applied:
+        failed = result.failure_reason if result is not None else None
+        reason = f": {one_line(failed)}" if failed else ""
         ls.tell(
             f"OptiML: the editor did not apply the proposal for `{p.kernel}`{reason}; it is kept",
             types.MessageType.Info,
@@ -436,7 +462,8 @@ async def _show(ls: OptimlServer, uri: str, external: bool) -> None:
     if ls.caps.show_document:
         params = types.ShowDocumentParams(uri=uri, external=external, take_focus=True)
         try:
-            shown = (await ls.window_show_document_async(params)).success
+            result = await ls.window_show_document_async(params)
+            shown = result is not None and result.success
         except JsonRpcException as e:
             logger.warning("window/showDocument %s: %s", uri, e)
     if not shown:

@@ -117,12 +117,18 @@ class Checks:
         if (task := self._running.pop(uri, None)) is not None:
             task.cancel()
 
-    async def stop(self) -> None:
-        """Cancel every compile and wait until their processes are gone."""
+    async def stop(self, timeout: float = 10.0) -> None:
+        """Cancel every compile and wait, `timeout` seconds at most, until their processes are
+        gone: `shutdown` waits for this, and must be answered whatever a compile does."""
         tasks = list(self._running.values())
         for uri in list(self._running):
             self.cancel(uri)
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:
+            _, stuck = await asyncio.wait(tasks, timeout=timeout)
+            for task in stuck:
+                logger.warning(
+                    "a compile did not end within %.0f s of its cancel: %r", timeout, task
+                )
 
     async def _compile(self, snapshot: Snapshot, arch: str | None) -> CheckOutcome:
         async with self._slots:

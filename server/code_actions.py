@@ -5,14 +5,17 @@ kernel" and "Profile kernel" for a kernel whose spec is valid, commands that sta
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from lsprotocol import types
+from pygls.exceptions import JsonRpcInvalidParams
 
 from optiml.cuda.draft import draft_spec
 from optiml.cuda.source import Kernel
 from server.capabilities import ClientCapabilities
 from server.documents import Model, Point
 from server.jobs import OPTIMIZE_COMMAND, PROFILE_COMMAND
+from server.protocol import shown
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +60,23 @@ def code_actions(
                 else:
                     out.append(cmd)
     return out
+
+
+def spec_arg(args: tuple[Any, ...]) -> tuple[str, int, str]:
+    """`optiml.addSpec`'s `[uri, version, kernel]` (what its Command carries); a clear
+    InvalidParams otherwise."""
+    if len(args) == 3:
+        uri, version, kernel = args
+        if (
+            isinstance(uri, str)
+            and isinstance(version, int)
+            and not isinstance(version, bool)
+            and isinstance(kernel, str)
+        ):
+            return uri, version, kernel
+    raise JsonRpcInvalidParams(
+        f"{ADD_SPEC_COMMAND} takes [uri, version, kernel], got {shown(args)}"
+    )
 
 
 def _wanted(kind: str, only: list[str] | None) -> bool:

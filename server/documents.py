@@ -20,6 +20,7 @@ from pygls.workspace.position_codec import PositionCodec
 from optiml.cuda.source import Kernel, SourceFile
 from optiml.errors import Position, SpecError
 from optiml.spec import Spec, parse_spec
+from server.protocol import one_line
 
 if TYPE_CHECKING:
     from server.checks import CheckOutcome
@@ -126,7 +127,8 @@ def parse(snapshot: Snapshot, codec: PositionCodec) -> Model:
         source = SourceFile(snapshot.text, snapshot.path)
     except Exception as e:  # tree-sitter reads any text, so this is a bug in the source model
         logger.exception("parsing %s", snapshot.uri)
-        return Model(snapshot, codec, lines, None, error=f"OptiML could not read this file: {e!r}")
+        error = f"OptiML could not read this file ({_what(e)}); see the server log"
+        return Model(snapshot, codec, lines, None, error=error)
     model = Model(snapshot, codec, lines, source)
     # every kernel's name and parameter types, digested once: a `reference:` depends on them
     kernels = hashlib.sha1(
@@ -143,8 +145,14 @@ def parse(snapshot: Snapshot, codec: PositionCodec) -> Model:
         except Exception as e:  # a bug in the spec parser: report it where the user looks
             logger.exception("parsing the spec of %s in %s", k.name, snapshot.uri)
             at = source.position(k.spec_comment.span.start)
-            model.spec_issues.append((f"OptiML could not read this spec: {e!r}", at))
+            issue = f"OptiML could not read this spec ({_what(e)}); see the server log"
+            model.spec_issues.append((issue, at))
     return model
+
+
+def _what(e: Exception) -> str:
+    """An unexpected exception in one line, for a diagnostic: its type and first line."""
+    return f"{type(e).__name__}: {one_line(str(e), 200)}"
 
 
 class SpecCache:

@@ -40,6 +40,7 @@ from optiml.search.optimize import Event
 from optiml.spec import parse_spec
 from server.documents import Model, Snapshot, kernel_block
 from server.proposals import Proposal, make_proposal
+from server.protocol import one_line, shown
 from server.settings import Settings
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ def target_arg(command: str, args: tuple[Any, ...]) -> Target:
             and isinstance(kernel, str)
         ):
             return Target(uri, version, kernel)
-    raise JsonRpcInvalidParams(f"{command} takes [{{uri, version, kernel}}], got {list(args)!r}")
+    raise JsonRpcInvalidParams(f"{command} takes [{{uri, version, kernel}}], got {shown(args)}")
 
 
 def job_arg(args: tuple[Any, ...]) -> str | None:
@@ -94,7 +95,7 @@ def job_arg(args: tuple[Any, ...]) -> str | None:
         return None
     if len(args) == 1 and isinstance(args[0], dict) and isinstance(args[0].get("job"), str):
         return args[0]["job"]
-    raise JsonRpcInvalidParams(f"{CANCEL_COMMAND} takes [{{job}}] or nothing, got {list(args)!r}")
+    raise JsonRpcInvalidParams(f"{CANCEL_COMMAND} takes [{{job}}] or nothing, got {shown(args)}")
 
 
 @dataclass(eq=False)
@@ -390,7 +391,7 @@ def failure(job: Job, e: BaseException) -> str:
     if isinstance(e, OptimlError):
         return f"{what}: {e}"
     logger.error("%s", what, exc_info=e)
-    return f"{what} ({type(e).__name__}: {e}); see the server log"
+    return f"{what} ({type(e).__name__}: {one_line(str(e), 200)}); see the server log"
 
 
 def progress(event: Event) -> tuple[int | None, str]:

@@ -24,6 +24,7 @@ from optiml.search.optimize import Outcome
 from optiml.search.trajectory import ProfileSummary, Trajectory
 from server.capabilities import ClientCapabilities
 from server.documents import Block, Model, Snapshot, kernel_block
+from server.protocol import shown
 
 ACCEPT_COMMAND = "optiml.acceptProposal"
 REJECT_COMMAND = "optiml.rejectProposal"
@@ -158,7 +159,7 @@ def proposal_arg(command: str, args: tuple[Any, ...]) -> str:
     """`[{proposal}]` → the id; a clear InvalidParams otherwise."""
     if len(args) == 1 and isinstance(args[0], dict) and isinstance(args[0].get("proposal"), str):
         return args[0]["proposal"]
-    raise JsonRpcInvalidParams(f"{command} takes [{{proposal}}], got {list(args)!r}")
+    raise JsonRpcInvalidParams(f"{command} takes [{{proposal}}], got {shown(args)}")
 
 
 # ---- code lenses ----------------------------------------------------------------------------

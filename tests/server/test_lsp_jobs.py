@@ -338,23 +338,23 @@ async def test_one_job_per_kernel_and_bad_requests_get_errors(editor: EditorClie
         ("optiml.acceptProposal", ["p1"]),
         ("optiml.compareProposal", []),
         ("optiml.cancelJob", [{"job": 7}]),
+        ("optiml.optimize", [target((tmp_path / "closed.cu").as_uri())]),
     ]:
         with pytest.raises(JsonRpcException) as error:
             await execute(editor, command, *args)
         assert error.value.code == JsonRpcInvalidParams.CODE, command
+    assert error.value.message == (
+        f"optiml.optimize: {(tmp_path / 'closed.cu').as_uri()} is not open (or not a CUDA file)"
+    )
 
     before = len(editor.messages)
     assert await execute(editor, "optiml.optimize", target(bad_spec)) is None
-    assert (
-        await execute(editor, "optiml.optimize", target((tmp_path / "closed.cu").as_uri())) is None
-    )
     assert await execute(editor, "optiml.profile", target(uri, kernel="saxpy2")) is None
     assert await execute(editor, "optiml.openReport", {"proposal": "nope"}) is None
     assert await execute(editor, "optiml.cancelJob") == {"cancelled": []}
     said = [m.message for m in editor.messages[before:]]
     assert said == [
         "OptiML: `saxpy` has no valid @optiml spec; add one or fix its errors first",
-        f"OptiML: {(tmp_path / 'closed.cu').as_uri()} is not open (or not a CUDA file)",
         "OptiML: no kernel `saxpy2` in saxpy.cu",
         "OptiML: that proposal is gone (accepted, rejected or replaced by a newer one)",
         "OptiML: no OptiML job is running",
