@@ -35,7 +35,6 @@ from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 from tests.server.fuzz import (  # noqa: E402
     ANSWER_TIMEOUT,
     EXIT_TIMEOUT,
-    HELD_BACK_OPERATORS,
     PROBE_TIMEOUT,
     Fuzzer,
     Sequence,
@@ -114,7 +113,6 @@ def main() -> None:
         "nvcc": nvcc,
         "seed": args.seed,
         "generator": "tests/server/fuzz.py sequences()",
-        "held_back_operators": list(HELD_BACK_OPERATORS),
         "limits_s": {"answers": ANSWER_TIMEOUT, "probe": PROBE_TIMEOUT, "exit": EXIT_TIMEOUT},
         "sequences": totals["sequences"],
         "messages": totals["messages"],

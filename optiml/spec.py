@@ -22,7 +22,7 @@ from optiml.cuda.types import DTYPES, SPEC_TYPE_NAMES, DType, lookup
 from optiml.errors import Position, SpecError, one_line, quote
 from optiml.expr import INT_MAX, Expr, ExprError, Number
 
-KEYS = ("args", "launch", "sizes", "tol", "seeds", "reference", "template", "arch")
+KEYS = ("args", "launch", "sizes", "tol", "seeds", "reference", "template", "arch", "state")
 MIN_SEEDS = 2
 MAX_SEEDS = 64  # every seed runs every size; more would only make a check slower
 MAX_SIZES = 64
@@ -91,6 +91,9 @@ class Spec(BaseModel):
     template: dict[str, str] = Field(default_factory=dict)
     template_values: dict[str, int] = Field(default_factory=dict)
     arch: str | None = None  # e.g. "sm_90": the target when no --arch is given
+    # `state: kept`: the kernel keeps `__device__` state from one launch to the next on purpose
+    # (counters it resets itself, a workspace); otherwise such state is a judge's finding
+    state_kept: bool = False
 
     def buffer(self, name: str) -> BufferArg | None:
         return next((b for b in self.buffers if b.name == name), None)
@@ -296,6 +299,7 @@ class _Parser:
         seeds = self._seeds(values.get("seeds"))
         reference = self._reference(values.get("reference"))
         arch = self._arch(values.get("arch"))
+        state_kept = self._state(values.get("state"))
         if self.issues:
             raise SpecError(self.issues)
         spec = Spec(
@@ -313,6 +317,7 @@ class _Parser:
             template=template,
             template_values=template_values,
             arch=arch,
+            state_kept=state_kept,
         )
         self._check_cases(spec, values)
         if self.issues:
@@ -768,6 +773,15 @@ class _Parser:
             )
             return MIN_SEEDS
         return int(t.chars)
+
+    def _state(self, text: _Text | None) -> bool:
+        if text is None:
+            return False
+        t = text.strip()
+        if t.chars not in ("kept", "none"):
+            self.error(f"state is `kept` or `none`, got `{quote(t.chars, 30)}`", t)
+            return False
+        return t.chars == "kept"
 
     def _arch(self, text: _Text | None) -> str | None:
         if text is None:

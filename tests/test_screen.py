@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from optiml.cuda.source import SourceFile
+from optiml.harness.evaluate import EvalOptions, TemplateRefused, build_candidate, candidate_spec
 from optiml.harness.screen import Finding, screen
 from optiml.search.catalog import CATALOG, Context
 from optiml.search.variant import Variant
+from optiml.spec import parse_spec
 from tests.support import FIXTURES, MANIFEST, WILD
 
 SAXPY = FIXTURES / "saxpy.cu"
@@ -1044,3 +1046,44 @@ def test_proposals_of_proposals_pass():
                         ]
     assert count > 1000, count
     assert not flagged, "\n".join(flagged[:20])
+
+
+TEMPLATED = """
+/* @optiml
+ *   args:   y: out float[n], x: in float[n]
+ *   launch: grid = cdiv(n, 256), block = 256
+ *   sizes:  n = 4096, 1000
+ *   template: T = float, Acc = float
+ */
+template <typename T, typename Acc>
+__global__ void scale(T* y, const T* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = T(Acc(2) * Acc(x[i]));
+}
+"""
+
+
+@pytest.mark.parametrize(
+    "argument",
+    ['float>(nullptr, nullptr, 0); system("id"); scale<float', 'decltype(puts("x"))', "float{}"],
+)
+def test_a_candidates_template_argument_that_is_not_a_type_is_refused(argument):
+    source = SourceFile(TEMPLATED, "scale.cu")
+    spec = parse_spec(source, source.kernel("scale"))
+    candidate = SourceFile(TEMPLATED.replace("Acc = float", f"Acc = {argument}"), "cand.cu")
+    with pytest.raises(TemplateRefused, match="not a plain type or a number"):
+        candidate_spec(spec, candidate, candidate.kernel("scale"))
+    assert build_candidate(source, source.kernel("scale"), spec, candidate, EvalOptions()) is None
+
+
+@pytest.mark.parametrize(
+    "argument", ["float", "unsigned int", "const float", "ns::half2", "Vec<4>"]
+)
+def test_a_candidates_template_argument_may_be_any_plain_type(argument):
+    source = SourceFile(TEMPLATED, "scale.cu")
+    spec = parse_spec(source, source.kernel("scale"))
+    candidate = SourceFile(TEMPLATED.replace("Acc = float", f"Acc = {argument}"), "cand.cu")
+    assert candidate_spec(spec, candidate, candidate.kernel("scale")).template == {
+        "T": "float",
+        "Acc": argument,
+    }

@@ -445,3 +445,10 @@ def test_arch_names_what_nvcc_accepts(arch):
     assert len(errs) == 1
     assert errs[0].startswith("5:12: arch: nvcc ") and f"cannot compile for `{arch}`" in errs[0]
     assert "accepts sm_75, sm_80" in errs[0] and "sm_90a" in errs[0]
+
+
+def test_state_kept_is_the_kernels_own_declaration():
+    assert not spec_of(saxpy_with("")).state_kept
+    assert spec_of(saxpy_with(" *   state: kept\n")).state_kept
+    errs = errors_of(saxpy_with(" *   state: sometimes\n"))
+    assert len(errs) == 1 and "state is `kept` or `none`, got `sometimes`" in errs[0]

@@ -141,7 +141,9 @@ def test_zero_checked_cases_is_never_ok():
 def test_a_changed_input_is_its_own_verdict():
     v = verdict([case(input_changes=[InputChange(buffer="x", when="at timed launch 7")])])
     assert v.status == "modified_input" and v.check == "input checksums"
-    assert "changed `x`, which the spec declares `in`" in v.message and "timed launch 7" in v.message
+    assert (
+        "changed `x`, which the spec declares `in`" in v.message and "timed launch 7" in v.message
+    )
 
 
 def test_a_write_past_a_buffer_is_caught_by_the_guard_regions():
@@ -179,3 +181,17 @@ def test_ok_names_the_checks_it_passed():
     v = verdict([case(timing=timing)])
     assert v.ok and v.check == "outputs, guard regions, input checksums, timed launches' outputs"
     assert "(10.00×)" in v.message
+
+
+def test_a_runner_that_stops_on_its_own_is_a_verdict_on_the_candidate():
+    result = json.dumps(
+        {"nonce": NONCE, "status": "harness_error", "failed": "", "message": "plan line 3"}
+    )
+    v = _verdict_of(
+        _Outcome(returncode=2, stderr="", stdout="", seconds=1.0, result=result),
+        [None],
+        BASE,
+        EvalOptions(),
+        nonce=NONCE,
+    )
+    assert v.status == "runtime_error" and v.check == "runner" and "plan line 3" in v.message

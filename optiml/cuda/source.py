@@ -541,7 +541,11 @@ def _device_variables(src: SourceFile, decl: Node, namespace: tuple[str, ...]) -
         if parent.type == "template_declaration" or parent.type.startswith("preproc_"):
             return []
         parent = parent.parent
-    words = {src.node_text(c) for c in decl.children if c.type in ("type_qualifier", "storage_class_specifier")}
+    words = {
+        src.node_text(c)
+        for c in decl.children
+        if c.type in ("type_qualifier", "storage_class_specifier")
+    }
     if words & {"const", "constexpr", "__constant__", "extern"}:
         return []
     names = []

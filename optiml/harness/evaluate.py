@@ -17,6 +17,7 @@ import functools
 import importlib.util
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -31,8 +32,8 @@ import numpy as np
 
 from optiml.cuda.source import Kernel, SourceFile
 from optiml.cuda.types import DTYPES
-from optiml.errors import ExitCode, OptimlError
-from optiml.expr import Number
+from optiml.errors import ExitCode, OptimlError, SpecError, SpecValueError, quote
+from optiml.expr import ExprError, Number
 from optiml.harness import inputs, procs
 from optiml.harness.build import DEFAULT_FLAGS, Build, build_kernel, runner_binary
 from optiml.harness.ceilings import device_ceilings, floor_of
@@ -86,7 +87,9 @@ class EvalOptions:
     flush_factor: float = 2.0
     max_mismatches: int = 10
     cases: list[CasePlan] | None = None  # None: the sizes (above) as the spec declares them
-    timed_checks: float = 0.25  # share of timed launches checked, and the last of every round (0: none)
+    timed_checks: float = (
+        0.25  # share of timed launches checked, and the last of every round (0: none)
+    )
     fresh_inputs: bool = True  # every timed launch on inputs of its own, from a per-run seed
     guard_bytes: int = 4096  # guard region before and after every buffer
     dependence: int = 4  # dependence probes per input at timed cases (the floor's read bytes)
@@ -161,7 +164,9 @@ def evaluate(
             f = findings[0]
             more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
             return refused(
-                "forbidden_code", "screen", f"{candidate.path}:{f.line}:{f.column}: {f.message}{more}"
+                "forbidden_code",
+                "screen",
+                f"{candidate.path}:{f.line}:{f.column}: {f.message}{more}",
             )
     # Same types and pointer depths; `const` and `__restrict__` on a pointee may be added or dropped
     # (a call through the original signature stays valid).
@@ -170,10 +175,19 @@ def evaluate(
     ]:
         sig = ", ".join(p.declared for p in kernel.params)
         return refused(
-            "compile_error", "signature", f"the candidate's `{kernel.name}` must keep the parameters ({sig})"
+            "compile_error",
+            "signature",
+            f"the candidate's `{kernel.name}` must keep the parameters ({sig})",
         )
 
-    cand_spec = candidate_spec(spec, cand_source, cand_kernel) if candidate is not None else spec
+    try:
+        cand_spec = (
+            candidate_spec(spec, cand_source, cand_kernel) if candidate is not None else spec
+        )
+    except TemplateRefused as e:
+        return refused("forbidden_code", "screen", f"{candidate.path}: {e.message}")
+    except SpecError as e:
+        return refused("compile_error", "spec", f"{candidate.path}:{e}")
     same = reference is not None and reference.kernel is kernel and candidate is None
     with ThreadPoolExecutor(max_workers=4) as pool:
         runner_f = pool.submit(runner_binary)
@@ -211,10 +225,14 @@ def evaluate(
 
     seeds = opts.seeds or DEFAULT_SEEDS[: spec.seeds]
     plans = opts.cases or [CasePlan(sizes=s) for s in (opts.sizes or spec.sizes)]
-    cases = [_case(spec, cp) for cp in plans]
-    cand_cases = (
-        [_case(cand_spec, cp) for cp in plans] if cand_spec is not spec else None
-    )
+    try:
+        cases = [_case(spec, cp) for cp in plans]
+    except ExprError as e:
+        raise SpecValueError(f"{source.path}: `{kernel.name}`'s spec: {e}") from None
+    try:
+        cand_cases = [_case(cand_spec, cp) for cp in plans] if cand_spec is not spec else None
+    except ExprError as e:
+        return refused("compile_error", "spec", f"{cand_source.path}: the candidate's launch: {e}")
     nonce = secrets.token_hex(16)
     plan = write_plan(
         spec,
@@ -264,10 +282,10 @@ def _case(spec: Spec, plan: CasePlan) -> Case:
 
 
 @functools.lru_cache(maxsize=32)
-def _promoted(text: str, path: str, kernel: str, spec_json: str) -> Promoted | None:
+def _promoted(text: str, path: str, kernel: str, spec_json: str, arch: str) -> Promoted | None:
     source = SourceFile(text, path)
     try:
-        return promote_to_double(source, kernel, Spec.model_validate_json(spec_json))
+        return promote_to_double(source, kernel, Spec.model_validate_json(spec_json), arch=arch)
     except NotPromotable:
         return None
 
@@ -277,12 +295,18 @@ def _oracle(target: Target, spec: Spec, opts: EvalOptions) -> tuple[Promoted, Bu
     does not allow it or it does not compile (outputs outside the tolerance are then wrong)."""
     if not any(DTYPES[b.dtype].is_float for b in spec.buffers if b.role != "in"):
         return None
-    promoted = _promoted(target.source.text, target.source.path, target.kernel.name, spec.model_dump_json())
+    promoted = _promoted(
+        target.source.text,
+        target.source.path,
+        target.kernel.name,
+        spec.model_dump_json(),
+        opts.arch,
+    )
     if promoted is None:
         return None
     build = build_kernel(
         promoted.source,
-        promoted.source.kernel(promoted.kernel),
+        promoted.definition,
         instantiation=promoted.instantiation,
         arch=opts.arch,
         flags=opts.flags,
@@ -290,7 +314,9 @@ def _oracle(target: Target, spec: Spec, opts: EvalOptions) -> tuple[Promoted, Bu
     return (promoted, build) if build.ok else None
 
 
-def _below_floor(verdict: Verdict, spec: Spec, cases: list[Case], opts: EvalOptions) -> Verdict | None:
+def _below_floor(
+    verdict: Verdict, spec: Spec, cases: list[Case], opts: EvalOptions
+) -> Verdict | None:
     """`below_floor` where a timed case's fastest launch took less than the bytes its work must
     move allow on this device; each timed case gets its floor recorded either way."""
     if verdict.device is None:
@@ -331,29 +357,57 @@ def _build(
     )
 
 
+# A template argument a candidate's spec may give for a type parameter: a type's name (scoped,
+# with template arguments of names and numbers, `const`/`unsigned`, pointers), nothing that could
+# call or define anything in the launcher's host code, where the argument is pasted.
+_TYPE_ARGUMENT = re.compile(
+    r"(?:(?:const|volatile|unsigned|signed|long|short)\s+)*"
+    r"[A-Za-z_]\w*(?:\s*::\s*[A-Za-z_]\w*)*(?:\s*<[\w\s,:<>]*>)?(?:\s*\*)*"
+)
+
+
 def candidate_spec(spec: Spec, candidate: SourceFile, kernel: Kernel) -> Spec:
     """The spec a candidate runs under: a candidate with a spec comment of its own brings its launch
     configuration and instantiation; the contract — arguments, sizes, tolerances, reference —
-    stays the original's."""
+    stays the original's. `SpecError` for a candidate spec that does not parse; `TemplateRefused`
+    for a template argument that is not a plain type or a number."""
     if kernel.spec_comment is None:
         return spec
     own = parse_spec(candidate, kernel)
+    template = dict(own.template)
+    for p in kernel.template_params:
+        value = template.get(p.name)
+        if value is None:
+            continue
+        if p.kind == "value" and p.name in own.template_values:
+            template[p.name] = str(own.template_values[p.name])  # the number, not its text
+        elif p.kind == "value" or not _TYPE_ARGUMENT.fullmatch(value.strip()):
+            raise TemplateRefused(
+                f"`template: {p.name} = {quote(value, 40)}` is not a plain type or a number"
+            )
     return spec.model_copy(
-        update={
-            "launch": own.launch,
-            "template": own.template,
-            "template_values": own.template_values,
-        }
+        update={"launch": own.launch, "template": template, "template_values": own.template_values}
     )
+
+
+class TemplateRefused(OptimlError):
+    """A candidate's template argument that could put code in the launcher's host code."""
 
 
 def build_candidate(
     source: SourceFile, kernel: Kernel, spec: Spec, candidate: SourceFile, opts: EvalOptions
-) -> Build:
+) -> Build | None:
     """Compile a candidate as `evaluate` will (its own spec's instantiation, its flags), so that a
-    caller can compile on the CPU while a GPU is busy; `evaluate` then finds it in the cache."""
+    caller can compile on the CPU while a GPU is busy; `evaluate` then finds it in the cache. None
+    for a candidate `evaluate` refuses before compiling (screened out, a spec of its own that is
+    refused): nothing of it is compiled."""
+    if screen(source, candidate, kernel.name):
+        return None
     cand_kernel = candidate.kernel(kernel.name)
-    cand_spec = candidate_spec(spec, candidate, cand_kernel)
+    try:
+        cand_spec = candidate_spec(spec, candidate, cand_kernel)
+    except (TemplateRefused, SpecError):
+        return None
     arch = opts.arch or spec.arch or default_arch()
     return _build(
         Target(candidate, cand_kernel), cand_spec, replace(opts, arch=arch), opts.candidate_flags
@@ -640,7 +694,11 @@ def _feed(pipe, data: list[bytes]) -> None:
         for chunk in data:
             pipe.write(chunk)
         pipe.close()
-    except (BrokenPipeError, OSError, ValueError):  # the runner died or was killed: its verdict says
+    except (
+        BrokenPipeError,
+        OSError,
+        ValueError,
+    ):  # the runner died or was killed: its verdict says
         pass
 
 
@@ -667,10 +725,14 @@ def _verdict_of(
     )[-2000:]
 
     def verdict(status: str, check: str, message: str, **more) -> Verdict:
-        return Verdict(status=status, check=check, message=message, log_tail=log_tail, **base, **more)
+        return Verdict(
+            status=status, check=check, message=message, log_tail=log_tail, **base, **more
+        )
 
     if outcome.returncode is None:
-        return verdict("timeout", "time limit", f"did not finish within {opts.timeout_s:g} s, {where}")
+        return verdict(
+            "timeout", "time limit", f"did not finish within {opts.timeout_s:g} s, {where}"
+        )
     try:
         data = json.loads(outcome.result)
     except json.JSONDecodeError:
@@ -690,7 +752,9 @@ def _verdict_of(
     status = data["status"]
     if status == "runtime_error":
         who = data.get("failed", "")
-        prefix = {"reference": "the reference failed: ", "oracle": "the oracle failed: "}.get(who, "")
+        prefix = {"reference": "the reference failed: ", "oracle": "the oracle failed: "}.get(
+            who, ""
+        )
         return verdict(
             "runtime_error",
             "runner",
@@ -698,13 +762,13 @@ def _verdict_of(
             cases=results,
             device=device,
         )
-    if status == "harness_error" and data.get("failed") in ("candidate", "reference", "kernel", "oracle"):
-        # e.g. a shared object that does not load (an undefined symbol): the kernel's fault
-        return verdict(
-            "runtime_error", "runner", f"{data['failed']}: {data['message']}", device=device
-        )
     if status != "done":
-        raise RuntimeError(f"runner: {data.get('message')}")  # a plan OptiML wrote wrong: a bug
+        # e.g. a shared object that does not load (an undefined symbol). A candidate runs in the
+        # runner's process, so whatever stopped the runner is a verdict on it, never a crash.
+        who = data.get("failed") or "the harness"
+        return verdict(
+            "runtime_error", "runner", f"{who}: {data.get('message', status)}", device=device
+        )
     checked = sum(len(c.seeds) for c in results)
     if len(results) != len(cases) or checked == 0:
         return verdict(

@@ -18,12 +18,13 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from optiml.cuda.source import Kernel, SourceFile
-from optiml.errors import ExitCode, OptimlError
+from optiml.errors import ExitCode, OptimlError, SpecValueError
+from optiml.expr import ExprError
 from optiml.harness import procs
 from optiml.harness.build import DEFAULT_FLAGS, build_kernel
 from optiml.harness.evaluate import launch_once
 from optiml.harness.gpu import default_arch
-from optiml.spec import Spec
+from optiml.spec import Case, Spec
 
 
 class SanitizerMissing(OptimlError):
@@ -81,13 +82,13 @@ def sanitize(
         first = next((m for m in build.messages if m.severity == "error"), None)
         raise OptimlError(f"the kernel does not compile: {first or 'nvcc failed'}")
     if sizes is None:
-        sizes = [min(spec.sizes, key=lambda s: sum(spec.case(s).lengths.values()))]
+        sizes = [min(spec.sizes, key=lambda s: sum(_case(spec, s).lengths.values()))]
     elif isinstance(sizes, dict):
         sizes = [sizes]
     start = time.perf_counter()
     errors, messages, labels = 0, [], []
     for chosen in sizes:
-        case = spec.case(chosen)
+        case = _case(spec, chosen)
         labels.append(case.label)
         with tempfile.TemporaryDirectory(prefix="optiml-sanitize-") as tmp:
             work = Path(tmp)
@@ -117,7 +118,9 @@ def sanitize(
         log = run.stdout + run.stderr
         m = _SUMMARY.search(log)
         found = int(m.group(1)) if m else (0 if run.returncode == 0 else 1)
-        lines = [line.strip("= ").strip() for line in log.splitlines() if line.startswith("=========")]
+        lines = [
+            line.strip("= ").strip() for line in log.splitlines() if line.startswith("=========")
+        ]
         found_messages = [line for line in lines if line and "ERROR SUMMARY" not in line][:8]
         if m is None and run.returncode != 0 and not found_messages:
             found_messages = [log.strip()[-300:]]
@@ -132,3 +135,10 @@ def sanitize(
         messages=messages[:8],
         seconds=time.perf_counter() - start,
     )
+
+
+def _case(spec: Spec, sizes: dict[str, int]) -> Case:
+    try:
+        return spec.case(sizes)
+    except ExprError as e:
+        raise SpecValueError(f"`{spec.kernel}`'s spec at {sizes}: {e}") from None

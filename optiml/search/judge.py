@@ -30,6 +30,7 @@ import logging
 import math
 import random
 import secrets
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -105,7 +106,9 @@ def _at_work(spec, base, free, target: float, rng) -> dict[str, int] | None:
     return _sized(spec, base, free, best, rng)
 
 
-def unseen_sizes(spec: Spec, rng: random.Random, memory_bytes: int | None = None) -> list[dict[str, int]]:
+def unseen_sizes(
+    spec: Spec, rng: random.Random, memory_bytes: int | None = None
+) -> list[dict[str, int]]:
     """Three sizes none of the spec's is, spanning at least `SPAN`x in work: below the smallest
     declared, in between, above the largest (as far as the device's memory allows)."""
     works = {i: _work(spec, s) for i, s in enumerate(spec.sizes)}
@@ -207,7 +210,9 @@ def value_variations(spec: Spec, case: Case, rng: random.Random) -> list[CasePla
     scalars = _scalar_variations(spec, rng)
     if scalars:
         label = ", ".join(f"{k}={v:.4g}" for k, v in scalars.items())
-        plans.append(CasePlan(sizes=case.sizes, scalars=scalars, timed=False, note=f"scalars: {label}"))
+        plans.append(
+            CasePlan(sizes=case.sizes, scalars=scalars, timed=False, note=f"scalars: {label}")
+        )
     return plans
 
 
@@ -259,11 +264,22 @@ def local_statics(source: SourceFile) -> list[str]:
 
     def walk(node, in_device: bool):
         if node.type == "function_definition":
-            head = source.node_text(node)[: max(0, node.child_by_field_name("body").start_byte - node.start_byte)] if node.child_by_field_name("body") else ""
-            in_device = in_device or "__device__" in head or "__global__" in head
-        if in_device and node.type == "declaration" and node.parent is not None and node.parent.type != "translation_unit":
-            words = {source.node_text(c) for c in node.children if c.type in ("storage_class_specifier", "type_qualifier")}
-            if "static" in words and not words & {"const", "constexpr", "__constant__"}:
+            in_device = in_device or any(
+                c.type in ("__device__", "__global__") for c in node.children
+            )
+        if in_device and node.type == "declaration" and node.parent.type != "translation_unit":
+            words = {
+                source.node_text(c)
+                for c in node.children
+                if c.type in ("storage_class_specifier", "type_qualifier")
+            }
+            # `static __shared__` lives for a block, not from one launch to the next
+            if "static" in words and not words & {
+                "const",
+                "constexpr",
+                "__constant__",
+                "__shared__",
+            }:
                 line = node.start_point[0] + 1
                 found.append(f"line {line}: {source.node_text(node).strip()[:60]}")
         for child in node.children:
@@ -307,6 +323,8 @@ async def judge(
             seeds=os_seeds(),
             dependence=16,
             time_all_sizes=True,
+            reps_min=10,
+            target_ms=200.0,
         ),
     )
     checks.append(
@@ -332,39 +350,19 @@ async def judge(
                 Check(
                     name="inputs beyond the declared",
                     ok=varied.ok,
-                    detail=f"ok at {small.label} with {names}" if varied.ok else _failed_case(varied),
+                    detail=f"ok at {small.label} with {names}"
+                    if varied.ok
+                    else _failed_case(varied),
                 )
             )
 
-    # Device state.
-    state = local_statics(candidate) if job.candidate is not None else []
-    original_state = set(local_statics(job.source))
-    state = [s for s in state if s not in original_state]
-    variables = [v for v in candidate.device_variables if v not in set(job.source.device_variables)]
-    if variables and sizes:
-        poisoned = await executor.evaluate(
-            job,
-            replace(
-                options,
-                cases=[CasePlan(sizes=sizes[0], timed=False)],
-                seeds=os_seeds(),
-                time=False,
-                state_poison=True,
-            ),
+    # Device state (unless the spec says the kernel keeps some on purpose: `state: kept`).
+    if spec.state_kept:
+        checks.append(
+            Check(name="no state across launches", ok=True, detail="kept (the spec allows it)")
         )
-        if not poisoned.ok:
-            state.append(
-                f"results change when {', '.join(variables)} are reset between launches: "
-                + _failed_case(poisoned)
-            )
-    checks.append(
-        Check(
-            name="no state across launches",
-            ok=not state,
-            detail="none" if not state else "; ".join(state)
-            + " (a kernel that keeps state between launches is not reentrant)",
-        )
-    )
+    else:
+        checks.append(await _state_check(executor, job, options, candidate, sizes, os_seeds))
 
     constants = hardcoded_constants(job.source, candidate, job.kernel.name, spec)
     checks.append(
@@ -407,6 +405,45 @@ async def judge(
     return JudgeVerdict(accepted=all(c.ok for c in checks), checks=checks, llm=llm)
 
 
+async def _state_check(
+    executor: Executor,
+    job: Job,
+    options: EvalOptions,
+    candidate: SourceFile,
+    sizes: list[dict[str, int]],
+    os_seeds: Callable[[], tuple[int, ...]],
+) -> Check:
+    """Function-local statics the candidate added, and its added `__device__` variables filled
+    with noise between launches: results that change mean state one launch leaves for the next."""
+    state = local_statics(candidate) if job.candidate is not None else []
+    original_state = set(local_statics(job.source))
+    state = [s for s in state if s not in original_state]
+    variables = [v for v in candidate.device_variables if v not in set(job.source.device_variables)]
+    if variables and sizes:
+        poisoned = await executor.evaluate(
+            job,
+            replace(
+                options,
+                cases=[CasePlan(sizes=sizes[0], timed=False)],
+                seeds=os_seeds(),
+                time=False,
+                state_poison=True,
+            ),
+        )
+        if not poisoned.ok:
+            state.append(
+                f"results change when {', '.join(variables)} are reset between launches: "
+                + _failed_case(poisoned)
+            )
+    return Check(
+        name="no state across launches",
+        ok=not state,
+        detail="none"
+        if not state
+        else "; ".join(state) + " (a kernel that keeps state between launches is not reentrant)",
+    )
+
+
 def _scaling(v: Verdict) -> Check:
     """From the smallest to the largest timed size, the candidate's added time must be at least
     what the added bytes of its work take at `SCALING_ALLOWANCE` times the device's ceiling."""
@@ -425,5 +462,9 @@ def _scaling(v: Verdict) -> Check:
         ok=ok,
         detail=f"from {lo.label} to {hi.label} the work's bytes grow {ratio:.3g}x "
         f"(+{added_bytes / 1e6:.4g} MB) and the time by {added_ms:+.4g} ms"
-        + ("" if ok else f", less than the {need_ms:.4g} ms those bytes need at twice the device's ceiling"),
+        + (
+            ""
+            if ok
+            else f", less than the {need_ms:.4g} ms those bytes need at twice the device's ceiling"
+        ),
     )

@@ -6,9 +6,12 @@ look like a cheat)."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 from optiml.cuda.source import SourceFile
+from optiml.executors.base import Job
+from optiml.harness.evaluate import EvalOptions
 from optiml.harness.inputs import Mode
 from optiml.harness.verdict import (
     CaseResult,
@@ -23,11 +26,13 @@ from optiml.search.judge import (
     _scalar_variations,
     _scaling,
     _work,
+    judge,
     local_statics,
     unseen_sizes,
     value_variations,
 )
-from optiml.spec import load
+from optiml.search.trajectory import Check, Measurement
+from optiml.spec import load, parse_spec
 from tests.support import FIXTURES
 
 
@@ -151,13 +156,51 @@ def test_scaling_is_judged_against_the_work_not_the_input():
     # An honest kernel: latency-bound at the small size (its time far above its floor), at the
     # roofline at the large one. Its time grows 10x for 64x the bytes, which a comparison with a
     # naive input's times would have called a cheat.
-    honest = verdict_of(
-        timed_case("n=1M", 0.02, 8 << 20), timed_case("n=64M", 0.2, 512 << 20)
-    )
+    honest = verdict_of(timed_case("n=1M", 0.02, 8 << 20), timed_case("n=64M", 0.2, 512 << 20))
     assert _scaling(honest).ok
     # Work skipped at the large size: the time does not grow with the bytes.
-    skipping = verdict_of(
-        timed_case("n=1M", 0.02, 8 << 20), timed_case("n=64M", 0.03, 512 << 20)
-    )
+    skipping = verdict_of(timed_case("n=1M", 0.02, 8 << 20), timed_case("n=64M", 0.03, 512 << 20))
     check = _scaling(skipping)
     assert not check.ok and "less than" in check.detail
+
+
+STATEFUL = """
+/* @optiml
+ *   args:   y: out float[n], x: in float[n]
+ *   launch: grid = cdiv(n, 256), block = 256
+ *   sizes:  n = 4096, 1000
+{state} */
+__global__ void twice(float* y, const float* x, int n) {{
+    {counter}int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2 * x[i];
+}}
+"""
+
+
+class AlwaysOk:
+    """An executor whose every evaluation is `ok` with nothing timed: what is left to decide is
+    the judge's static look at the candidate."""
+
+    slots = 1
+
+    async def evaluate(self, job, options, *, pinned=False):
+        return verdict_of()
+
+
+def judged(state_line: str) -> dict[str, Check]:
+    text = STATEFUL.format(state=state_line, counter="")
+    source = SourceFile(text, "twice.cu")
+    candidate = SourceFile(
+        STATEFUL.format(state=state_line, counter="static int calls; calls++;\n    "), "cand.cu"
+    )
+    spec = parse_spec(source, source.kernel("twice"))
+    job = Job(source=source, kernel=source.kernel("twice"), spec=spec, candidate=candidate)
+    first = Measurement(status="ok", message="", memory_bytes=1 << 20)
+    v = asyncio.run(judge(AlwaysOk(), job, EvalOptions(), first, sanitize=False))
+    return {c.name: c for c in v.checks}
+
+
+def test_state_a_candidate_keeps_across_launches_is_a_finding_unless_the_spec_allows_it():
+    check = judged("")["no state across launches"]
+    assert not check.ok and "static int calls" in check.detail
+    assert judged(" *   state:  kept\n")["no state across launches"].ok

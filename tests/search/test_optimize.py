@@ -64,7 +64,7 @@ class StandInExecutor(Executor):
             nvcc_version="13.0",
             date="2026-12-02",
         )
-        if not build.ok:
+        if build is None or not build.ok:
             return Verdict(status="compile_error", message="does not compile", **base)
         if self.wrong and self.wrong in source.text:
             return Verdict(status="wrong_result", message="y[3] is 1, expected 2", **base)
