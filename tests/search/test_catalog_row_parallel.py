@@ -189,8 +189,35 @@ __global__ void standardize(const float* x, float* y, int rows, int cols)
 }
 """
 
+# The max seeded with the row's first element and folded from the second on, as often written.
+SOFTMAX_SEEDED = """
+/* @optiml
+ *   args:   x: in float[rows * cols], y: out float[rows * cols]
+ *   launch: grid = cdiv(rows, 128), block = 128
+ *   sizes:  rows, cols = (2048, 1024), (333, 101)
+ *   tol:    rtol = 1e-4, atol = 1e-6
+ */
+__global__ void softmax_seeded(const float* x, float* y, int rows, int cols)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows) {
+        const float* row = x + (size_t)r * cols;
+        float* out = y + (size_t)r * cols;
+        float m = row[0];
+        for (int c = 1; c < cols; c++)
+            m = fmaxf(m, row[c]);
+        float s = 0.f;
+        for (int c = 0; c < cols; c++)
+            s += expf(row[c] - m);
+        for (int c = 0; c < cols; c++)
+            out[c] = expf(row[c] - m) / s;
+    }
+}
+"""
+
 OTHERS = [
     (SOFTMAX_DIRECT, "softmax_direct"),
+    (SOFTMAX_SEEDED, "softmax_seeded"),
     (RMS_GELU, "rms_gelu"),
     (SOFTMAX_INPLACE, "softmax_two_pass"),
     (STANDARDIZE, "standardize"),
@@ -258,6 +285,16 @@ REFUSED = {
     float s = x[row * cols];
     for (int j = 1; j < cols; ++j) s += x[row * cols + j];
     for (int j = 0; j < cols; ++j) y[row * cols + j] = s;
+}""",
+    "fmaxf from 1 seeded with element 0 of another value": """
+    float m = x[row * cols];
+    for (int j = 1; j < cols; ++j) m = fmaxf(m, 2.0f * x[row * cols + j]);
+    for (int j = 0; j < cols; ++j) y[row * cols + j] = m;
+}""",
+    "fmaxf from 1 seeded with element 0, another call inside": """
+    float m = x[row * cols];
+    for (int j = 1; j < cols; ++j) m = fmaxf(m, x[row * cols + j] + sinf(1.0f));
+    for (int j = 0; j < cols; ++j) y[row * cols + j] = m;
 }""",
     "if-max with an else": """
     float m = x[row * cols];

@@ -416,9 +416,13 @@ def _seeded(ast: KernelAST, loop: RowLoop, scope: dict[str, Node]) -> bool:
     like the others."""
     if len(loop.reductions) != 1 or loop.reductions[0].op not in MINMAX or loop.has_continue:
         return False
-    if any(a.access.write for a in loop.accesses) or ast.calls(loop.body):
-        return False
     red = loop.reductions[0]
+    # the fold's own `fmaxf(m, p[base + j])` is the only call it may make: what it folds is the
+    # element itself, as the seed is (a function of it would fold f(p[base]) into p[base])
+    if any(a.access.write for a in loop.accesses) or not all(
+        name == red.op and _folds_element(ast, call, red.var) for name, call in ast.calls(loop.body)
+    ):
+        return False
     if set(ast.assigned(loop.body)) != {red.var} or ast.local_declarations(loop.body):
         return False
     decl = scope.get(red.var)
@@ -438,6 +442,16 @@ def _seeded(ast: KernelAST, loop: RowLoop, scope: dict[str, Node]) -> bool:
         if form is None or (a.access.pointer, a.access.offset, _form(form)) != at_zero:
             return False
     return True
+
+
+def _folds_element(ast: KernelAST, call: Node, var: str) -> bool:
+    """`op(var, p[...])` or `op(p[...], var)`."""
+    args = call.child_by_field_name("arguments")
+    values = [unparen(a) for a in args.named_children] if args is not None else []
+    kinds = sorted(
+        "acc" if v.type == "identifier" and ast.text(v) == var else v.type for v in values
+    )
+    return kinds == ["acc", "subscript_expression"]
 
 
 def _form(form: dict | None) -> Form | None:
