@@ -3,7 +3,8 @@
 # measurements (resumable), the profiler's benchmark, the GPU tests and the editor's GPU flow,
 # each step's output under $OUT (at most a few files, for machines that return little).
 #
-#   OUT=/tmp/out benchmarks/gpu_run.sh [step ...]     steps: search profile tests catalog editor llm
+#   OUT=/tmp/out benchmarks/gpu_run.sh [step ...]
+#     steps: search profile tests catalog editor llm verdicts tricks overhead deliver
 #
 # search: measures for SEARCH_SECONDS (default 200; SEARCH_FIXTURES: only these fixture files)
 # into $OUT/search-table-h200.json, starting from benchmarks/results/search-table-h200.json when it
@@ -11,6 +12,11 @@
 # profile: PROFILE_ONLY lists fixture files (PROFILE_TIMEOUT; results written after each one).
 # catalog: every transformation's proposals on every fixture, the wild ones included, checked for
 # correctness (a few hundred evaluations; CATALOG_TIMEOUT).
+# verdicts: the GPU tests of the harness and of the verdict's checks (VERDICTS_TIMEOUT).
+# tricks: the corpus of tricks and honest controls (TRICKS_SHARD=K/N, TRICKS_ONLY, TRICKS_TIMEOUT).
+# overhead: what the checks cost per evaluation (OVERHEAD_REPEATS, OVERHEAD_TIMEOUT).
+# deliver: `optiml optimize` on the naive softmax and layernorm of fixtures/tricks/originals
+#   (DELIVER_BUDGET evaluations, DELIVER_SECONDS each; DELIVER_ONLY: softmax or layernorm).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to a folder for the results}"
@@ -56,6 +62,31 @@ for step in "${steps[@]}"; do
       ;;
     llm)
       python3 benchmarks/llm_e2e.py --out "$OUT/llm" 2>&1 | tee "$OUT/llm-e2e.log" | tail -20
+      ;;
+    verdicts)
+      timeout -s INT -k 15 "${VERDICTS_TIMEOUT:-240}" python3 -m pytest -m gpu -q -p no:cacheprovider -n 4 \
+        tests/test_gpu_verdicts.py tests/test_gpu.py -rfEsp \
+        2>&1 | (header; cat) | tee "$OUT/gpu-verdicts.txt" | tail -15
+      ;;
+    tricks)
+      # shellcheck disable=SC2086
+      timeout -s INT -k 15 "${TRICKS_TIMEOUT:-500}" python3 benchmarks/tricks.py \
+        --out "$OUT/tricks-h200-$(echo "${TRICKS_SHARD:-1/1}" | tr / -).json" --shard "${TRICKS_SHARD:-1/1}" \
+        ${TRICKS_ONLY:+--only $TRICKS_ONLY} 2>&1 | (header; cat) | tee "$OUT/tricks.log" | tail -80
+      ;;
+    overhead)
+      timeout -s INT -k 15 "${OVERHEAD_TIMEOUT:-240}" python3 benchmarks/verdict_overhead.py \
+        --out "$OUT/verdict-overhead-h200.json" --repeats "${OVERHEAD_REPEATS:-5}" \
+        2>&1 | (header; cat) | tee "$OUT/overhead.log" | tail -15
+      ;;
+    deliver)
+      for what in ${DELIVER_ONLY:-softmax layernorm}; do
+        cp "fixtures/tricks/originals/${what}_rows.cu" "$OUT/${what}_rows.cu"
+        timeout -s INT -k 15 "$(( ${DELIVER_SECONDS:-200} + 120 ))" python3 -m optiml.cli optimize \
+          "$OUT/${what}_rows.cu" -k "${what}_rows" --budget "${DELIVER_BUDGET:-24}" \
+          --time "${DELIVER_SECONDS:-200}" --out "$OUT/deliver-$what" \
+          2>&1 | (header; cat) | tee "$OUT/deliver-$what.txt" | tail -25
+      done
       ;;
     *) echo "unknown step $step" ;;
   esac

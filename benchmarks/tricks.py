@@ -4,12 +4,17 @@ makes it, then, for what passes, the confirmation's evaluation and the judge. A 
 rejected (where its manifest says, or earlier); an honest control must be accepted.
 
     python3 benchmarks/tricks.py --out benchmarks/results/tricks-h200.json [--only NAME ...]
+        [--shard K/N] [--jobs J]
+
+Everything is compiled first, J at a time on the CPUs (into OptiML's compile cache); then the
+cases run one after another, so that no two measurements share the GPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import os
@@ -18,6 +23,7 @@ import subprocess
 import sys
 import time
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,7 +33,13 @@ sys.path.insert(0, str(ROOT))
 from optiml.cuda.source import SourceFile  # noqa: E402
 from optiml.executors.base import Job  # noqa: E402
 from optiml.executors.local import LocalExecutor  # noqa: E402
-from optiml.harness.evaluate import evaluate  # noqa: E402
+from optiml.harness.evaluate import (  # noqa: E402
+    Target,
+    _build,
+    _oracle,
+    build_candidate,
+    evaluate,
+)
 from optiml.harness.gpu import default_arch  # noqa: E402
 from optiml.harness.nvcc import find_toolkit  # noqa: E402
 from optiml.search.judge import judge  # noqa: E402
@@ -37,6 +49,28 @@ from optiml.spec import load  # noqa: E402
 
 TRICKS = ROOT / "fixtures" / "tricks"
 STAGES = ("screen", "compile", "eval", "judge")
+
+
+def prebuild(manifest: list[dict], arch: str, jobs: int) -> None:
+    """Compile every original (and its float64 oracle) and every candidate, `jobs` at a time."""
+    opts = replace(OptimizeOptions().search_eval, arch=arch)
+    originals = {(e["original"], e["kernel"]) for e in manifest}
+
+    def original(key):
+        source, kernel, spec = load(TRICKS / key[0], key[1])
+        _build(Target(source, kernel), spec, opts)
+        _oracle(Target(source, kernel), spec, opts)
+
+    def candidate(entry):
+        source, kernel, spec = load(TRICKS / entry["original"], entry["kernel"])
+        build_candidate(source, kernel, spec, SourceFile.read(TRICKS / entry["file"]), opts)
+
+    with ThreadPoolExecutor(jobs) as pool:
+        done = [pool.submit(original, k) for k in sorted(originals)]
+        done += [pool.submit(candidate, e) for e in manifest]
+        for f in done:
+            with contextlib.suppress(Exception):  # the case itself reports it when it runs
+                f.result()
 
 
 def run_case(entry: dict, executor: LocalExecutor, arch: str) -> dict:
@@ -66,7 +100,9 @@ def run_case(entry: dict, executor: LocalExecutor, arch: str) -> dict:
             "speedup": confirmed.speedup,
         }
         if not confirmed.ok:
-            row.update(outcome="rejected", stage="eval", by=f"{confirmed.status}: {confirmed.check}")
+            row.update(
+                outcome="rejected", stage="eval", by=f"{confirmed.status}: {confirmed.check}"
+            )
         else:
             verdict = asyncio.run(judge(executor, job, confirm_opts, Measurement.of(confirmed)))
             row["judge"] = [c.model_dump() for c in verdict.checks]
@@ -84,11 +120,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--only", nargs="*", default=None, help="only these files")
+    ap.add_argument("--shard", default="1/1", help="K/N: the K-th of N interleaved parts")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiles")
     args = ap.parse_args()
     manifest = tomllib.loads((TRICKS / "manifest.toml").read_text())["case"]
     if args.only:
         manifest = [e for e in manifest if e["file"] in args.only]
+    k, n = (int(x) for x in args.shard.split("/"))
+    manifest = manifest[k - 1 :: n]
     arch = default_arch()
+    t0 = time.perf_counter()
+    prebuild(manifest, arch, args.jobs)
+    print(f"compiled in {time.perf_counter() - t0:.1f} s", flush=True)
     smi = subprocess.run(
         ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
         capture_output=True,
@@ -118,7 +161,10 @@ def main() -> None:
             }
         report["rows"].append(row)
         mark = "ok " if row["as_expected"] else "BAD"
-        print(f"{mark} {row['file']:<44} {row['outcome']:<9} {row.get('stage', ''):<8} {row['by'][:90]}", flush=True)
+        print(
+            f"{mark} {row['file']:<44} {row['outcome']:<9} {row.get('stage', ''):<8} {row['by'][:90]}",
+            flush=True,
+        )
         args.out.write_text(json.dumps(report, indent=1))
     tricks = [r for r in report["rows"] if r["expect"] == "rejected"]
     honest = [r for r in report["rows"] if r["expect"] == "accepted"]

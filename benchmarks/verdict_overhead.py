@@ -86,6 +86,7 @@ def main() -> None:
             }
         )
         print(f"{file:<16} bare {b:.3f} s  full {f:.3f} s  +{(f / b - 1) * 100:.1f} %", flush=True)
+        args.out.write_text(json.dumps({"rows": rows, "partial": True}, indent=1))
     total_b = sum(r["bare_median_s"] for r in rows)
     total_f = sum(r["full_median_s"] for r in rows)
     report = {
