@@ -104,7 +104,9 @@ def main() -> None:
         "max_overhead": max((r["overhead"] for r in rows), default=None),
     }
     args.out.write_text(json.dumps(report, indent=1))
-    print(f"overall +{report['overall_overhead'] * 100:.1f} %, worst +{report['max_overhead'] * 100:.1f} %")
+    print(
+        f"overall +{report['overall_overhead'] * 100:.1f} %, worst +{report['max_overhead'] * 100:.1f} %"
+    )
 
 
 if __name__ == "__main__":

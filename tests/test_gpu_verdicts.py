@@ -52,7 +52,7 @@ def test_an_honest_candidate_passes_every_check():
     assert floor.bytes >= 2 * 4 * (1 << 26)
 
 
-def test_work_skipped_after_the_checked_runs_is_caught_at_timed_launches():
+def test_work_skipped_after_some_launches_is_caught():
     skip = candidate(
         """
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -63,7 +63,10 @@ def test_work_skipped_after_the_checked_runs_is_caught_at_timed_launches():
         before="__device__ unsigned launches;\n",
     )
     v = run(skip)
-    assert v.status == "wrong_result" and v.check == "timed launches' outputs", v.message
+    # caught by whichever checked run comes after the eighth launch
+    assert v.status == "wrong_result" and v.check in ("outputs", "timed launches' outputs"), (
+        v.message
+    )
 
 
 def test_outputs_reused_from_an_earlier_launch_are_caught():
@@ -157,3 +160,21 @@ __global__ void accumulate(const float* x, float* y, int n) {
     spec = parse_spec(source, kernel)
     assert not sanitize(source, kernel, spec, "initcheck").ok
     assert sanitize(source, kernel, spec, "memcheck").ok
+
+
+def test_an_output_kept_for_inputs_that_look_the_same_is_caught_at_a_near_repeat():
+    # keyed on the first and last elements of x: fresh inputs always miss, a launch on the previous
+    # launch's inputs with one element changed elsewhere hits and returns the kept output
+    keyed = candidate(
+        """
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    bool hit = key[0] == x[0] && key[1] == x[n - 1] && key[2] == y[n / 2];
+    __syncthreads();
+    if (hit) { if (i < n) y[i] = kept[i % 4096]; return; }
+    if (i < n) { float r = a * x[i] + y[i]; if (i < 4096) kept[i] = r; y[i] = r; }
+""",
+        before="__device__ float kept[4096];\n__device__ float key[3];\n",
+    )
+    v = run(keyed, sizes=[{"n": 4096}], timed_checks=1.0)
+    assert v.status == "wrong_result" and v.check == "timed launches' outputs", v.message
+    assert "one element changed" in v.message

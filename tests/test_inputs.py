@@ -82,7 +82,16 @@ def generator(tmp_path_factory):
 def test_numpy_reproduces_the_runner(generator, code, lo, hi, mode, extra):
     for seed, buffer in [(1, 0), (2, 3), (2**63 + 12345, 1)]:
         out = subprocess.run(
-            [str(generator), code, str(seed), str(buffer), str(lo), str(hi), str(int(mode)), str(extra)],
+            [
+                str(generator),
+                code,
+                str(seed),
+                str(buffer),
+                str(lo),
+                str(hi),
+                str(int(mode)),
+                str(extra),
+            ],
             capture_output=True,
             text=True,
             check=True,

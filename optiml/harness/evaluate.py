@@ -46,7 +46,11 @@ from optiml.harness.verdict import CaseResult, DeviceInfo, Verdict
 from optiml.harness.work import least_bytes
 from optiml.spec import Case, Spec, parse_spec
 
-DEFAULT_SEEDS = (1, 2, 3, 4, 5, 6, 7, 8)
+
+def fresh_seeds(count: int) -> tuple[int, ...]:
+    """Seeds of one evaluation's checked runs, drawn from the OS: answers memorized for some
+    inputs cannot be recomputed from the repository."""
+    return tuple(secrets.randbits(31) | 1 for _ in range(count))
 
 
 class ReferenceFailed(OptimlError):
@@ -78,7 +82,7 @@ class EvalOptions:
     timeout_s: float = 60.0
     time: bool = True  # time the kernels, not only check them
     time_all_sizes: bool = True  # False: time the first size only (the others are only checked)
-    seeds: tuple[int, ...] | None = None  # None: the spec's count of DEFAULT_SEEDS
+    seeds: tuple[int, ...] | None = None  # None: the spec's count, drawn per evaluation
     sizes: list[dict[str, int]] | None = None  # None: the spec's sizes
     reps_min: int = 20
     reps_max: int = 200
@@ -158,16 +162,6 @@ def evaluate(
             **more,
         )
 
-    if candidate is not None:
-        findings = screen(source, candidate, kernel.name)
-        if findings:
-            f = findings[0]
-            more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
-            return refused(
-                "forbidden_code",
-                "screen",
-                f"{candidate.path}:{f.line}:{f.column}: {f.message}{more}",
-            )
     # Same types and pointer depths; `const` and `__restrict__` on a pointee may be added or dropped
     # (a call through the original signature stays valid).
     if [(p.type_text, p.pointer_depth) for p in cand_kernel.params] != [
@@ -180,6 +174,16 @@ def evaluate(
             f"the candidate's `{kernel.name}` must keep the parameters ({sig})",
         )
 
+    if candidate is not None:
+        findings = screen(source, candidate, kernel.name)
+        if findings:
+            f = findings[0]
+            more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
+            return refused(
+                "forbidden_code",
+                "screen",
+                f"{candidate.path}:{f.line}:{f.column}: {f.message}{more}",
+            )
     try:
         cand_spec = (
             candidate_spec(spec, cand_source, cand_kernel) if candidate is not None else spec
@@ -223,7 +227,7 @@ def evaluate(
             compile_s=compile_s,
         )
 
-    seeds = opts.seeds or DEFAULT_SEEDS[: spec.seeds]
+    seeds = opts.seeds or fresh_seeds(spec.seeds)
     plans = opts.cases or [CasePlan(sizes=s) for s in (opts.sizes or spec.sizes)]
     try:
         cases = [_case(spec, cp) for cp in plans]
@@ -812,12 +816,18 @@ def _verdict_of(
         if t is not None and t.mismatches:
             fb = t.first_bad
             at = f": first `{fb.buffer}`[{fb.index}] at timed launch {fb.launch}" if fb else ""
+            how = (
+                " (its inputs were the previous launch's with one element changed: an output "
+                "kept from an earlier launch?)"
+                if fb and fb.near_repeat
+                else ""
+            )
             unwritten = f" ({t.unwritten} unwritten)" if t.unwritten else ""
             return verdict(
                 "wrong_result",
                 "timed launches' outputs",
                 f"correct when checked, but {t.mismatches} output element(s){unwritten} of "
-                f"{t.checked_launches} checked timed launches at {c.label} were wrong{at}; "
+                f"{t.checked_launches} checked timed launches at {c.label} were wrong{at}{how}; "
                 "each timed launch had fresh inputs",
                 cases=results,
                 device=device,

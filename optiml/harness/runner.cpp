@@ -262,6 +262,13 @@ __global__ void optiml_fill_input(unsigned char* base, Code code, bool is_float,
     fill_value(code, is_float, size, base, i, n, d, seed, buffer_index);
 }
 
+// One element of an input made as another seed makes it: a launch on the previous launch's inputs
+// with one element changed (what a cache keyed on sampled elements or on the inputs' ends misses).
+__global__ void optiml_poke_input(unsigned char* base, Code code, bool is_float, size_t size,
+                                  size_t i, size_t n, Dist d, uint64_t seed, uint64_t buffer_index) {
+  fill_value(code, is_float, size, base, i, n, d, seed, buffer_index);
+}
+
 __global__ void optiml_fill_pattern(unsigned char* base, size_t n, uint64_t pattern, size_t size) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x)
@@ -941,11 +948,13 @@ int main(int argc, char** argv) {
       bytes[b] = c.lengths[b] * plan.buffers[b].dtype.size;
       check(cudaMalloc(&alloc[b], bytes[b] + 2 * plan.guard), "harness", "cudaMalloc");
       dev_bufs[b] = alloc[b] + plan.guard;
-      if (plan.guard) {
-        optiml_fill_noise<<<grid_for(plan.guard, prop), 256, 0, stream>>>(alloc[b], plan.guard, guard_key(plan.key, b, 0));
-        optiml_fill_noise<<<grid_for(plan.guard, prop), 256, 0, stream>>>(alloc[b] + plan.guard + bytes[b], plan.guard, guard_key(plan.key, b, 1));
-      }
     }
+    auto lay_guards = [&](size_t b) {
+      if (!plan.guard) return;
+      optiml_fill_noise<<<grid_for(plan.guard, prop), 256, 0, stream>>>(alloc[b], plan.guard, guard_key(plan.key, b, 0));
+      optiml_fill_noise<<<grid_for(plan.guard, prop), 256, 0, stream>>>(alloc[b] + plan.guard + bytes[b], plan.guard, guard_key(plan.key, b, 1));
+    };
+    for (size_t b = 0; b < nb; ++b) lay_guards(b);
     check(cudaGetLastError(), "harness", "laying out the guard regions");
     std::vector<ScalarStorage> scalars(plan.params.size());
     std::vector<void*> args(plan.params.size());
@@ -964,6 +973,11 @@ int main(int argc, char** argv) {
       if (c.lengths[b] == 0) return;
       optiml_fill_input<<<grid_for(c.lengths[b], prop), 256, 0, stream>>>(
           (unsigned char*)dev_bufs[b], d.code, d.is_float, d.size, c.lengths[b], c.dists[b], seed, b);
+    };
+    auto poke_device = [&](size_t b, size_t i, uint64_t seed) {
+      const DType& d = plan.buffers[b].dtype;
+      optiml_poke_input<<<1, 1, 0, stream>>>((unsigned char*)dev_bufs[b], d.code, d.is_float, d.size,
+                                             i, c.lengths[b], c.dists[b], seed, b);
     };
     auto poison_device = [&](size_t b) {
       const DType& d = plan.buffers[b].dtype;
@@ -1043,6 +1057,7 @@ int main(int argc, char** argv) {
                  std::to_string(h[b]) + " bytes of the guard regions around it changed) " + when);
           guard_hits.push_back("{\"buffer\": \"" + json_escape(name) + "\", \"bytes\": " +
                                std::to_string(h[b]) + ", \"when\": \"" + json_escape(when) + "\"}");
+          lay_guards(b);  // the next run (the reference's, say) starts from intact guards
         }
         if (is_in(b) && bytes[b] && h[nb + b] != input_digests[b]) {
           clean = false;
@@ -1309,7 +1324,12 @@ int main(int argc, char** argv) {
           if (is_in(b)) fill_device(b, plan.seeds[0]);
       std::vector<cudaEvent_t> ev_start, ev_stop;
       size_t global_rep = 0, checked_launches = 0, timed_mismatches = 0, timed_unwritten = 0;
+      size_t near_repeats = 0;
       std::string first_bad = "null";
+      // Buffers a near repeat may change one element of: inputs that hold data.
+      std::vector<size_t> pokeable;
+      for (size_t b = 0; b < nb; ++b)
+        if (plan.buffers[b].role != "out" && c.lengths[b] > 0) pokeable.push_back(b);
       auto timed_round = [&](int reps, std::vector<std::vector<float>>& out) {
         size_t need = (size_t)reps * series.size();
         while (ev_start.size() < need) {
@@ -1327,25 +1347,45 @@ int main(int argc, char** argv) {
         for (int r = 0; r < reps; ++r)
           check(cudaMemset(d_rep + r * per + 3 * nb, 0xFF, nb * sizeof(unsigned long long)), "harness", "cudaMemset");
         std::vector<size_t> rep_global(reps);
-        std::vector<char> checked(reps);
+        std::vector<char> checked(reps), near(reps);
+        auto seed_of = [&](size_t g) -> uint64_t {
+          return fresh ? splitmix64(plan.timing_seed + g)
+                       : refresh ? plan.seeds[g % plan.seeds.size()] : plan.seeds[0];
+        };
         for (int r = 0; r < reps; ++r) {
           size_t g = global_rep++;
           rep_global[r] = g;
-          uint64_t seed = fresh     ? splitmix64(plan.timing_seed + g)
-                          : refresh ? plan.seeds[g % plan.seeds.size()]
-                                    : plan.seeds[0];
+          uint64_t seed = seed_of(g);
           checked[r] = plan.check_fraction > 0 &&
                        (r == reps - 1 || uniform01(plan.key, 7, g) < plan.check_fraction);
+          // Half the checked launches (fresh inputs only) repeat the previous launch's inputs
+          // with one element changed: an output kept from that launch is then wrong.
+          near[r] = fresh && checked[r] && g > 0 && !pokeable.empty() &&
+                    uniform01(plan.key, 11, g) < 0.5;
+          size_t poke_b = 0, poke_i = 0;
+          if (near[r]) {
+            seed = seed_of(g - 1);
+            poke_b = pokeable[(size_t)(uniform01(plan.key, 12, g) * pokeable.size()) % pokeable.size()];
+            poke_i = (size_t)(uniform01(plan.key, 13, g) * c.lengths[poke_b]) % c.lengths[poke_b];
+            near_repeats++;
+          }
           unsigned long long* slot = d_rep + r * per;
           if (refresh)
             for (size_t b = 0; b < nb; ++b)
-              if (is_in(b)) fill_device(b, seed);
+              if (is_in(b)) {
+                fill_device(b, seed);
+                if (near[r] && b == poke_b) poke_device(b, poke_i, splitmix64(seed ^ 0x5eedull));
+              }
           if (checked[r]) digest_inputs(slot + 4 * nb, 2);
           for (size_t s = 0; s < series.size(); ++s) {
             const Kernel& k = *series[s];
             for (size_t b = 0; b < nb; ++b) {
-              if (plan.buffers[b].role == "inout") fill_device(b, seed);
-              else if (plan.buffers[b].role == "out" && refresh) poison_device(b);
+              if (plan.buffers[b].role == "inout") {
+                fill_device(b, seed);
+                if (near[r] && b == poke_b) poke_device(b, poke_i, splitmix64(seed ^ 0x5eedull));
+              } else if (plan.buffers[b].role == "out" && refresh) {
+                poison_device(b);
+              }
             }
             poison_state(k);
             cudaMemsetAsync(flush, (int)(g & 0xFF), flush_bytes, stream);
@@ -1406,7 +1446,8 @@ int main(int argc, char** argv) {
             if (!is_in(b) && compare_timed && slot[3 * b]) {
               if (!timed_mismatches)
                 first_bad = "{\"launch\": " + std::to_string(rep_global[r] + 1) + ", \"buffer\": \"" +
-                            json_escape(name) + "\", \"index\": " + std::to_string(slot[3 * nb + b]) + "}";
+                            json_escape(name) + "\", \"index\": " + std::to_string(slot[3 * nb + b]) +
+                            ", \"near_repeat\": " + (near[r] ? "true" : "false") + "}";
               timed_mismatches += slot[3 * b];
               timed_unwritten += slot[3 * b + 1];
             }
@@ -1458,7 +1499,8 @@ int main(int argc, char** argv) {
          << ", \"reference\": " << (series.size() > 1 ? stats_json(stats_of(times[1])) : "null")
          << ", \"warmup_rounds\": " << warm_rounds << ", \"sm_clock_mhz\": [" << clock_before
          << ", " << clock_after << "], \"fresh_inputs\": " << (fresh ? "true" : "false")
-         << ", \"checked_launches\": " << checked_launches << ", \"compared\": "
+         << ", \"checked_launches\": " << checked_launches << ", \"near_repeats\": " << near_repeats
+         << ", \"compared\": "
          << (compare_timed ? "true" : "false") << ", \"mismatches\": " << timed_mismatches
          << ", \"unwritten\": " << timed_unwritten << ", \"first_bad\": " << first_bad
          << ", \"candidate_ms\": [";

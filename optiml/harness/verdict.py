@@ -78,6 +78,7 @@ class FirstBad(BaseModel):
     launch: int
     buffer: str
     index: int
+    near_repeat: bool = False  # on the previous launch's inputs with one element changed
 
 
 class CaseTiming(BaseModel):
@@ -88,6 +89,7 @@ class CaseTiming(BaseModel):
     candidate_ms: list[float] = Field(default_factory=list)
     fresh_inputs: bool = False  # each timed launch had inputs of its own, from a per-run seed
     checked_launches: int = 0  # timed launches whose outputs and inputs were checked
+    near_repeats: int = 0  # of those, on the previous launch's inputs with one element changed
     compared: bool = False  # outputs compared (not when a kernel is timed against itself)
     mismatches: int = 0
     unwritten: int = 0

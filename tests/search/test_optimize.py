@@ -70,7 +70,9 @@ class StandInExecutor(Executor):
             return Verdict(status="wrong_result", message="y[3] is 1, expected 2", **base)
         # Every case asked for (a judge's several sizes and values), its time in proportion to
         # its work; by default the first size.
-        sizes = [p.sizes for p in options.cases] if options.cases else (options.sizes or spec.sizes)[:1]
+        sizes = (
+            [p.sizes for p in options.cases] if options.cases else (options.sizes or spec.sizes)[:1]
+        )
         first = sum(spec.case(spec.sizes[0]).lengths.values())
         # The input against itself is one object: the runner times it once, with no reference.
         same = source.text == job.source.text
