@@ -168,12 +168,11 @@ def test_an_output_kept_for_inputs_that_look_the_same_is_caught_at_a_near_repeat
     keyed = candidate(
         """
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    bool hit = key[0] == x[0] && key[1] == x[n - 1] && key[2] == y[n / 2];
-    __syncthreads();
-    if (hit) { if (i < n) y[i] = kept[i % 4096]; return; }
+    if (key[0] == x[0] && key[1] == x[n - 1]) { if (i < n) y[i] = kept[i % 4096]; return; }
     if (i < n) { float r = a * x[i] + y[i]; if (i < 4096) kept[i] = r; y[i] = r; }
+    if (i == 0) { key[0] = x[0]; key[1] = x[n - 1]; }
 """,
-        before="__device__ float kept[4096];\n__device__ float key[3];\n",
+        before="__device__ float kept[4096];\n__device__ float key[2];\n",
     )
     v = run(keyed, sizes=[{"n": 4096}], timed_checks=1.0)
     assert v.status == "wrong_result" and v.check == "timed launches' outputs", v.message

@@ -262,11 +262,11 @@ __global__ void optiml_fill_input(unsigned char* base, Code code, bool is_float,
     fill_value(code, is_float, size, base, i, n, d, seed, buffer_index);
 }
 
-// One element of an input made as another seed makes it: a launch on the previous launch's inputs
-// with one element changed (what a cache keyed on sampled elements or on the inputs' ends misses).
-__global__ void optiml_poke_input(unsigned char* base, Code code, bool is_float, size_t size,
-                                  size_t i, size_t n, Dist d, uint64_t seed, uint64_t buffer_index) {
-  fill_value(code, is_float, size, base, i, n, d, seed, buffer_index);
+// One element of an input set to a probe value (far outside the usual magnitude, or an end of the
+// declared range): a launch on the previous launch's inputs with one element changed, by more
+// than a tolerance hides (what a cache keyed on sampled elements or on the inputs' ends misses).
+__global__ void optiml_poke_input(unsigned char* base, Code code, size_t size, size_t i, double value) {
+  store(code, base + i * size, value, (int64_t)value);
 }
 
 __global__ void optiml_fill_pattern(unsigned char* base, size_t n, uint64_t pattern, size_t size) {
@@ -974,10 +974,10 @@ int main(int argc, char** argv) {
       optiml_fill_input<<<grid_for(c.lengths[b], prop), 256, 0, stream>>>(
           (unsigned char*)dev_bufs[b], d.code, d.is_float, d.size, c.lengths[b], c.dists[b], seed, b);
     };
-    auto poke_device = [&](size_t b, size_t i, uint64_t seed) {
+    auto poke_device = [&](size_t b, size_t i, size_t g) {
       const DType& d = plan.buffers[b].dtype;
-      optiml_poke_input<<<1, 1, 0, stream>>>((unsigned char*)dev_bufs[b], d.code, d.is_float, d.size,
-                                             i, c.lengths[b], c.dists[b], seed, b);
+      double value = g % 2 ? c.probe_a[b] : c.probe_b[b];
+      optiml_poke_input<<<1, 1, 0, stream>>>((unsigned char*)dev_bufs[b], d.code, d.size, i, value);
     };
     auto poison_device = [&](size_t b) {
       const DType& d = plan.buffers[b].dtype;
@@ -1365,8 +1365,15 @@ int main(int argc, char** argv) {
           size_t poke_b = 0, poke_i = 0;
           if (near[r]) {
             seed = seed_of(g - 1);
-            poke_b = pokeable[(size_t)(uniform01(plan.key, 12, g) * pokeable.size()) % pokeable.size()];
-            poke_i = (size_t)(uniform01(plan.key, 13, g) * c.lengths[poke_b]) % c.lengths[poke_b];
+            // an element drawn from all of them at once: a large input is poked more often than
+            // a one-element accumulator
+            size_t total = 0;
+            for (size_t b : pokeable) total += c.lengths[b];
+            size_t at = (size_t)(uniform01(plan.key, 12, g) * total) % total;
+            for (size_t b : pokeable) {
+              if (at < c.lengths[b]) { poke_b = b; poke_i = at; break; }
+              at -= c.lengths[b];
+            }
             near_repeats++;
           }
           unsigned long long* slot = d_rep + r * per;
@@ -1374,7 +1381,7 @@ int main(int argc, char** argv) {
             for (size_t b = 0; b < nb; ++b)
               if (is_in(b)) {
                 fill_device(b, seed);
-                if (near[r] && b == poke_b) poke_device(b, poke_i, splitmix64(seed ^ 0x5eedull));
+                if (near[r] && b == poke_b) poke_device(b, poke_i, g);
               }
           if (checked[r]) digest_inputs(slot + 4 * nb, 2);
           for (size_t s = 0; s < series.size(); ++s) {
@@ -1382,7 +1389,7 @@ int main(int argc, char** argv) {
             for (size_t b = 0; b < nb; ++b) {
               if (plan.buffers[b].role == "inout") {
                 fill_device(b, seed);
-                if (near[r] && b == poke_b) poke_device(b, poke_i, splitmix64(seed ^ 0x5eedull));
+                if (near[r] && b == poke_b) poke_device(b, poke_i, g);
               } else if (plan.buffers[b].role == "out" && refresh) {
                 poison_device(b);
               }
