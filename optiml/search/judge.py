@@ -51,6 +51,9 @@ logger = logging.getLogger(__name__)
 
 SPAN = 8.0  # the unseen sizes' work spans at least this factor
 SCALING_ALLOWANCE = 2.0  # added time for added work may beat the bandwidth ceiling by no more
+# the least speed relative to the original a candidate keeps at every unseen size (measurement
+# noise and a latency-bound corner; a kernel specialised to the declared sizes falls far below)
+UNSEEN_SLOWDOWN = 0.8
 MEMORY_SHARE = 0.25  # of the device's memory, for one case's buffers (the harness keeps copies)
 
 
@@ -336,6 +339,7 @@ async def judge(
     )
     if sized.ok:
         checks.append(_scaling(sized))
+        checks.append(_unseen_speed(sized))
 
     # Inputs and scalars beyond the spec's uniform draw, at the smallest unseen size.
     if sizes:
@@ -441,6 +445,26 @@ async def _state_check(
         detail="none"
         if not state
         else "; ".join(state) + " (a kernel that keeps state between launches is not reentrant)",
+    )
+
+
+def _unseen_speed(v: Verdict) -> Check:
+    """At every unseen size the candidate must not be slower than the original by more than
+    `UNSEEN_SLOWDOWN`: a win at the declared sizes that turns into a loss at others is a kernel
+    specialised to what the spec happens to declare, not the win it claims."""
+    timed = [(c.label, c.timing.speedup) for c in v.cases if c.timing and c.timing.speedup]
+    if not timed:
+        return Check(name="no slower at unseen sizes", ok=True, detail="not timed (no reference)")
+    shown = ", ".join(f"{s:.2f}× at {label}" for label, s in timed)
+    worst = min(timed, key=lambda t: t[1])
+    ok = worst[1] >= UNSEEN_SLOWDOWN
+    return Check(
+        name="no slower at unseen sizes",
+        ok=ok,
+        detail=shown
+        if ok
+        else f"{worst[1]:.2f}× the original's speed at {worst[0]}: faster only at the declared "
+        f"sizes ({shown})",
     )
 
 

@@ -25,6 +25,7 @@ from optiml.search.judge import (
     SPAN,
     _scalar_variations,
     _scaling,
+    _unseen_speed,
     _work,
     judge,
     local_statics,
@@ -136,6 +137,28 @@ def timed_case(label: str, ms: float, least: int) -> CaseResult:
         timing=CaseTiming(candidate=t, reference=t, warmup_rounds=1, sm_clock_mhz=[1, 1]),
         floor=Floor(bytes=least, ms=least / 4.8e12 * 1e3, ceiling_gbs=4800.0),
     )
+
+
+def speed_case(label: str, candidate_ms: float, reference_ms: float) -> CaseResult:
+    c, r = (
+        TimingStats(median_ms=ms, q1_ms=ms, q3_ms=ms, min_ms=ms, reps=20)
+        for ms in (candidate_ms, reference_ms)
+    )
+    return CaseResult(
+        label=label,
+        launch={"candidate": LaunchConfig(grid=[1, 1, 1], block=[1, 1, 1], smem=0)},
+        seeds=[],
+        timing=CaseTiming(candidate=c, reference=r, warmup_rounds=1, sm_clock_mhz=[1, 1]),
+    )
+
+
+def test_a_win_only_at_the_declared_sizes_is_not_a_win():
+    general = verdict_of(speed_case("n=1M", 0.1, 1.0), speed_case("n=8M", 0.5, 8.0))
+    assert _unseen_speed(general).ok and "10.00× at n=1M" in _unseen_speed(general).detail
+    # fast where the spec's sizes are, four times slower than the original elsewhere
+    special = verdict_of(speed_case("n=1M", 0.1, 1.0), speed_case("n=8M", 32.0, 8.0))
+    check = _unseen_speed(special)
+    assert not check.ok and "0.25× the original's speed at n=8M" in check.detail
 
 
 def verdict_of(*cases: CaseResult) -> Verdict:
