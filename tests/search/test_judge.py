@@ -153,12 +153,28 @@ def speed_case(label: str, candidate_ms: float, reference_ms: float) -> CaseResu
 
 
 def test_a_win_only_at_the_declared_sizes_is_not_a_win():
-    general = verdict_of(speed_case("n=1M", 0.1, 1.0), speed_case("n=8M", 0.5, 8.0))
-    assert _unseen_speed(general).ok and "10.00× at n=1M" in _unseen_speed(general).detail
-    # fast where the spec's sizes are, four times slower than the original elsewhere
-    special = verdict_of(speed_case("n=1M", 0.1, 1.0), speed_case("n=8M", 32.0, 8.0))
-    check = _unseen_speed(special)
-    assert not check.ok and "0.25× the original's speed at n=8M" in check.detail
+    spec = spec_of("saxpy.cu", "saxpy")  # declared n = 1 << 26 (and 1000003)
+    sizes = [{"n": 1 << 23}, {"n": 1 << 25}, {"n": 1 << 27}]
+    # tiled for large problems: slower than the original at the smallest unseen size, which is
+    # reported and not judged; the claim holds at the size nearest the declared one
+    honest = verdict_of(
+        speed_case("n=8M", 4.0, 1.0), speed_case("n=32M", 1.5, 3.0), speed_case("n=128M", 5.0, 16.0)
+    )
+    check = _unseen_speed(honest, spec, sizes, claimed=3.0)
+    assert check.ok and "3.20× at n=128M" in check.detail and "0.25× at n=8M" in check.detail
+    # 12x at the declared size, a fallback at every other
+    special = verdict_of(
+        speed_case("n=8M", 1.0, 0.6), speed_case("n=32M", 4.0, 2.4), speed_case("n=128M", 16.0, 9.8)
+    )
+    check = _unseen_speed(special, spec, sizes, claimed=12.0)
+    assert (
+        not check.ok
+        and "0.61× at n=128M" in check.detail
+        and "at least 3.00× needed" in check.detail
+    )
+    # a smaller special case: 12x declared, 2x elsewhere, is still a claim that does not hold
+    modest = verdict_of(speed_case("n=128M", 5.0, 10.0))
+    assert not _unseen_speed(modest, spec, sizes[2:], claimed=12.0).ok
 
 
 def verdict_of(*cases: CaseResult) -> Verdict:
