@@ -584,8 +584,9 @@ def optimize(
 ) -> None:
     """Search for a faster KERNEL that is proven correct (OptiML-X): Monte Carlo tree search over
     edits of the kernel, each compiled, checked against the original, timed and profiled; the best
-    are re-measured against the original and judged (unseen size and seeds, scaling, no hard-coded
-    sizes, compute-sanitizer). Writes the trajectory, an HTML report and the optimized file to
+    are re-measured against the original and judged (unseen sizes, seeds and input values drawn
+    per run, work scaling, the speedup at unseen sizes, state across launches, no hard-coded sizes,
+    four compute-sanitizer tools). Writes the trajectory, an HTML report and the optimized file to
     --out; FILE itself changes only with --write."""
     from optiml.api import OptimizeRequest, optimize_file
     from optiml.executors import parse_gpus

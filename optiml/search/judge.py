@@ -1,6 +1,6 @@
-"""The judge: before a variant is offered as faster, checks that nothing about the search could
-have predicted confirm it. Every draw comes from the operating system's entropy, so neither a
-candidate nor anyone reading this repository can know the sizes, seeds or values in advance.
+"""The judge: before a variant is offered as faster, checks on what no one could have known in
+advance. Every draw comes from the operating system's entropy, so neither a candidate nor anyone
+reading this repository can know the sizes, seeds or values.
 
 - unseen sizes and seeds: three sizes none of the spec's is — below the smallest declared, in
   between, and above the largest where the device's memory allows — spanning at least 8x in work,
@@ -11,16 +11,21 @@ candidate nor anyone reading this repository can know the sizes, seeds or values
   at least as fast as the bytes its work must move allow at twice the device's bandwidth ceiling:
   a time that does not grow with the work means work skipped at some sizes (the *input's* times
   play no part: a naive kernel's time need not be proportional to its work);
+- speedup at unseen sizes: the speedup claimed at the spec's first size must hold within
+  `CLAIM_FACTOR` at the unseen size of most similar work (a kernel fast only at the declared sizes
+  fails); the smaller unseen sizes are reported, not judged;
 - inputs beyond the declared: the same candidate on other values than the spec's uniform ones —
   spikes at the ends and at random places (a dropped tail or a skipped element shows), a shifted
   and a wide range, negatives only, zeros, all equal, tiny (denormal) values, skewed integer keys —
   within any range the spec declares, with absolute tolerances scaled to the values' magnitude,
-  and float scalars at other values (unless the spec fixes none... see `_scalar_variations`);
-- device state: the candidate's writable `__device__` variables filled with noise before every
-  launch (state one launch leaves for the next then gives wrong results), and function-local
-  `static` variables in device code, which no harness can reset, reported;
-- no hard-coded sizes; compute-sanitizer's memcheck, initcheck, racecheck and synccheck, two
-  launches each at the spec's smallest size and the smallest unseen one;
+  and free float scalars at other values (`_scalar_variations`);
+- device state: unless the spec says `state: kept`, function-local `static` variables the
+  candidate adds to device code (which no harness can reset) are reported, and its added writable
+  `__device__` variables are filled with noise before every launch (state one launch leaves for
+  the next then gives wrong results);
+- no hard-coded sizes (literals in the kernel's definition); compute-sanitizer's memcheck,
+  initcheck, racecheck and synccheck, two launches each at the spec's smallest size and the
+  smallest unseen one;
 - an LLM's review where a provider is configured.
 """
 
