@@ -29,6 +29,7 @@ __all__ = [
     "check_source",
     "default_arch",
     "evaluate_file",
+    "evaluate_source",
     "load",
     "profile_file",
     "OptimizeRequest",
@@ -67,6 +68,28 @@ class CheckResult:
     @property
     def spec_failed(self) -> bool:
         return any(k.spec_error is not None for k in self.kernels)
+
+    def to_json(self) -> dict:
+        """What `optiml check --json` prints, and what a worker answers for a check: plain JSON."""
+        kernels = []
+        for c in self.kernels:
+            kernels.append(
+                {
+                    "kernel": c.kernel.name,
+                    "spec": c.spec.model_dump() if c.spec else None,
+                    "spec_errors": [
+                        {"message": m, "path": p.path, "line": p.line, "column": p.column}
+                        for m, p in c.spec_error.issues
+                    ]
+                    if c.spec_error
+                    else [],
+                    "compiled": c.build.ok if c.build else None,
+                    "skipped": c.skipped,
+                    "messages": [m.model_dump() for m in c.messages],
+                    "report": c.report.model_dump() if c.report else None,
+                }
+            )
+        return {"file": self.source.path, "arch": self.arch, "kernels": kernels}
 
 
 def check_file(path: str | Path, kernel: str | None = None, arch: str | None = None) -> CheckResult:
@@ -133,14 +156,26 @@ def evaluate_file(
     options: EvalOptions | None = None,
 ) -> Verdict:
     """`optiml eval`: the kernel (or a candidate file's version of it) checked and timed on the GPU."""
-    source, k, spec = load(path, kernel)
+    source, _, _ = load(path, kernel)  # the kernel and its spec before the candidate is read
     cand = SourceFile.read(candidate) if candidate else None
-    if cand is not None:
-        cand.kernel(k.name)
+    return evaluate_source(source, kernel, cand, options)
+
+
+def evaluate_source(
+    source: SourceFile,
+    kernel: str,
+    candidate: SourceFile | None = None,
+    options: EvalOptions | None = None,
+) -> Verdict:
+    """`evaluate_file` for text that need not be on disk (a worker's job)."""
+    k = source.kernel(kernel)
+    spec = parse_spec(source, k)
+    if candidate is not None:
+        candidate.kernel(k.name)
     find_toolkit()
     require_gpu("eval")
     with evaluated_at_run_time(source, k):  # a candidate's launch at the original's sizes
-        return evaluate(source, k, spec, cand, options or EvalOptions())
+        return evaluate(source, k, spec, candidate, options or EvalOptions())
 
 
 def _first_case(spec: Spec | None):

@@ -137,6 +137,17 @@ def _warning_printer(default):
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+executor_option = click.option(
+    "--executor",
+    "executor_url",
+    default="local",
+    show_default=True,
+    metavar="URL",
+    help="Where the job runs: `local` (here), `ssh://[user@]host[:port]` (`optiml worker` on that "
+    "machine, over SSH; host keys checked against known_hosts), `ray` (a Ray cluster started here) "
+    "or `ray://host:port` (a Ray cluster's client address). Only the file's text and the results "
+    "cross; quoted #includes next to FILE are not sent.",
+)
 arch_option = click.option(
     "--arch",
     default=None,
@@ -164,69 +175,86 @@ def main() -> None:
     "--kernel", "-k", default=None, help="Only this kernel (default: every kernel in FILE)."
 )
 @arch_option
+@executor_option
 @json_option
 @handles_errors
-def check(file: Path, kernel: str | None, arch: str | None, as_json: bool) -> None:
+def check(
+    file: Path, kernel: str | None, arch: str | None, executor_url: str, as_json: bool
+) -> None:
     """Parse FILE, check its specs, compile its kernels and report registers, spills and
     theoretical occupancy, with notes where a kernel's own rounding can fail a correct rewrite.
     Needs nvcc, not a GPU. The table lists every spec error and compiler message on stderr; with
     --json they are in the JSON, and stderr has one line for the first."""
-    from optiml.api import check_file
+    from optiml.cuda.source import read_text
+    from optiml.executors.protocol import Request
+    from optiml.executors.registry import open_executor
 
-    result = check_file(file, kernel, resolve_arch(arch))
+    executor = open_executor(executor_url)
+    if executor.in_process:  # elsewhere `--arch` is resolved where nvcc and the GPU are
+        arch = resolve_arch(arch)
+    request = Request(
+        command="check", path=str(file), text=read_text(file), kernel=kernel, arch=arch
+    )
+    data = _run_job(executor, request)
     if as_json:
-        click.echo(json.dumps(_check_json(result), indent=2))
+        click.echo(json.dumps(data, indent=2))
     else:
-        _print_check(result)
-    if result.compile_failed:
+        _print_check(data)
+    kernels = data["kernels"]
+    if any(k["compiled"] is False for k in kernels):
         if as_json:
-            _error_line(_first_compile_error(result))
+            _error_line(_first_compile_error(data))
         sys.exit(int(ExitCode.COMPILE_ERROR))
-    if result.spec_failed:
+    spec_errors = next((k["spec_errors"] for k in kernels if k["spec_errors"]), None)
+    if spec_errors:
         if as_json:
-            _error_line(str(next(c.spec_error for c in result.kernels if c.spec_error)))
+            first = spec_errors[0]
+            more = f" (and {len(spec_errors) - 1} more)" if len(spec_errors) > 1 else ""
+            _error_line(
+                f"{first['path']}:{first['line']}:{first['column']}: {first['message']}{more}"
+            )
         sys.exit(int(ExitCode.BAD_SPEC))
 
 
-def _first_compile_error(result) -> str:
-    messages = [m for c in result.kernels for m in c.messages]
+def _run_job(executor, request) -> dict:
+    """The executor's answer to one request (an error there raised here); the executor closed."""
+    import asyncio
+
+    async def run() -> dict:
+        try:
+            return await executor.run(request)
+        finally:
+            await executor.close()
+
+    return asyncio.run(run())
+
+
+def _first_compile_error(data: dict) -> str:
+    from optiml.harness.nvcc import CompilerMessage
+
+    messages = [CompilerMessage.model_validate(m) for k in data["kernels"] for m in k["messages"]]
     first = next((m for m in messages if m.severity == "error"), None)
     if first is None:
-        return f"{result.source.path} does not compile"
+        return f"{data['file']} does not compile"
     return str(first).replace(": error: ", ": ", 1)
 
 
-def _check_json(result) -> dict:
-    kernels = []
-    for c in result.kernels:
-        kernels.append(
-            {
-                "kernel": c.kernel.name,
-                "spec": c.spec.model_dump() if c.spec else None,
-                "spec_errors": [
-                    {"message": m, "path": p.path, "line": p.line, "column": p.column}
-                    for m, p in c.spec_error.issues
-                ]
-                if c.spec_error
-                else [],
-                "compiled": c.build.ok if c.build else None,
-                "skipped": c.skipped,
-                "messages": [m.model_dump() for m in c.messages],
-                "report": c.report.model_dump() if c.report else None,
-            }
-        )
-    return {"file": result.source.path, "arch": result.arch, "kernels": kernels}
+def _print_check(data: dict) -> None:
+    """`optiml check`'s table from its JSON, so that a remote check prints what a local one does."""
+    from optiml.harness.nvcc import CompilerMessage
+    from optiml.profile.static import StaticReport
 
-
-def _print_check(result) -> None:
-    for c in result.kernels:
-        if c.spec_error:
-            for message, pos in c.spec_error.issues:
-                err.print(f"{pos}: spec error: {message}", markup=False)
-        for m in c.messages:
+    kernels = data["kernels"]
+    for c in kernels:
+        for e in c["spec_errors"]:
+            err.print(
+                f"{e['path']}:{e['line']}:{e['column']}: spec error: {e['message']}", markup=False
+            )
+        for m in map(CompilerMessage.model_validate, c["messages"]):
             if m.severity in ("error", "warning"):
                 err.print(str(m), markup=False)
-    table = Table(title=f"{result.source.path} ({result.arch})", title_justify="left")
+    reports = [StaticReport.model_validate(c["report"]) if c["report"] else None for c in kernels]
+    table = Table(title=f"{data['file']} ({data['arch']})", title_justify="left")
     columns = (
         "kernel",
         "spec",
@@ -241,32 +269,31 @@ def _print_check(result) -> None:
     for col in columns:
         left = col in ("kernel", "spec", "limiter")
         table.add_column(col, justify="left" if left else "right", no_wrap=True)
-    for c in result.kernels:
-        spec = "ok" if c.spec else ("error" if c.spec_error else "none")
-        if c.report is None:
-            status = c.skipped or (
-                "does not compile" if c.build and not c.build.ok else "no report"
-            )
-            table.add_row(c.kernel.name, spec, "", "", "", "", "", "", status)
+    for c, report in zip(kernels, reports, strict=True):
+        name = c["kernel"]
+        spec = "ok" if c["spec"] is not None else ("error" if c["spec_errors"] else "none")
+        if report is None:
+            status = c["skipped"] or ("does not compile" if c["compiled"] is False else "no report")
+            table.add_row(name, spec, "", "", "", "", "", "", status)
             continue
-        r, o = c.report.resources, c.report.occupancy
+        r, o = report.resources, report.occupancy
         table.add_row(
-            c.kernel.name,
+            name,
             spec,
             str(r.registers),
             f"{r.spill_store_bytes}/{r.spill_load_bytes}",
             str(r.stack_bytes),
-            str(r.static_smem_bytes + (c.report.dynamic_smem or 0)),
-            _dims(c.report.block) if c.report.block else "",
+            str(r.static_smem_bytes + (report.dynamic_smem or 0)),
+            _dims(report.block) if report.block else "",
             f"{o.occupancy:.0%} ({o.blocks_per_sm}/SM)" if o else "",
             o.limiter.replace("_", " ") if o else "",
         )
     out.print(table)
-    for c in result.kernels:
-        if c.skipped:
-            out.print(f"  {c.kernel.name}: {c.skipped}", markup=False)
-        for note in c.report.notes if c.report else []:
-            out.print(f"  {c.kernel.name}: {note}", markup=False)
+    for c, report in zip(kernels, reports, strict=True):
+        if c["skipped"]:
+            out.print(f"  {c['kernel']}: {c['skipped']}", markup=False)
+        for note in report.notes if report else []:
+            out.print(f"  {c['kernel']}: {note}", markup=False)
 
 
 def _dims(dims) -> str:
@@ -298,6 +325,7 @@ def _dims(dims) -> str:
     help="Wall-clock limit of the run, seconds.",
 )
 @click.option("--no-time", is_flag=True, help="Check correctness only.")
+@executor_option
 @json_option
 @handles_errors
 def eval_(
@@ -307,14 +335,31 @@ def eval_(
     arch: str | None,
     timeout_s: float,
     no_time: bool,
+    executor_url: str,
     as_json: bool,
 ) -> None:
     """Run KERNEL (or CANDIDATE's version of it) on a GPU at every size and seed of its spec,
     check every output element against the reference, and time both with CUDA events."""
-    from optiml.api import EvalOptions, evaluate_file
+    from optiml.api import Verdict
+    from optiml.cuda.source import read_text
+    from optiml.executors.protocol import Request
+    from optiml.executors.registry import open_executor
 
-    opts = EvalOptions(arch=resolve_arch(arch), timeout_s=timeout_s, time=not no_time)
-    verdict = evaluate_file(file, kernel, candidate, opts)
+    executor = open_executor(executor_url)
+    if executor.in_process:
+        arch = resolve_arch(arch)
+    request = Request(
+        command="eval",
+        path=str(file),
+        text=read_text(file),
+        kernel=kernel,
+        arch=arch,
+        candidate_path=str(candidate) if candidate else None,
+        candidate_text=read_text(candidate) if candidate else None,
+        timeout_s=timeout_s,
+        time=not no_time,
+    )
+    verdict = Verdict.model_validate(_run_job(executor, request))
     if as_json:
         click.echo(verdict.model_dump_json(indent=2))
     else:
@@ -692,6 +737,15 @@ def _optimize_with_progress(request):
         return optimize_file(request, on_event=on_event)
     finally:
         bar.stop()
+
+
+@main.command()
+def worker() -> None:
+    """Run jobs sent as JSON lines on stdin, answering each with one JSON line on stdout: what
+    `--executor ssh://...` starts on the other machine (README: Running on another machine)."""
+    from optiml.executors.worker import serve
+
+    sys.exit(serve())
 
 
 @main.command()

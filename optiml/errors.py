@@ -30,6 +30,9 @@ class ExitCode(IntEnum):
     FORBIDDEN_CODE = 14
     MODIFIED_INPUT = 15
     BELOW_FLOOR = 16
+    REMOTE_UNREACHABLE = 17
+    HOST_KEY_NOT_TRUSTED = 18
+    REMOTE_WORKER = 19
 
 
 def one_line(text: str) -> str:
@@ -121,3 +124,32 @@ class NoGpu(OptimlError):
 
 class NcuMissing(OptimlError):
     exit_code = ExitCode.NO_NCU
+
+
+class RemoteUnreachable(OptimlError):
+    """The machine named by `--executor` cannot be reached or refuses the login."""
+
+    exit_code = ExitCode.REMOTE_UNREACHABLE
+
+
+class HostKeyNotTrusted(OptimlError):
+    """The remote machine's SSH host key is not in known_hosts, or differs from the one there."""
+
+    exit_code = ExitCode.HOST_KEY_NOT_TRUSTED
+
+
+class RemoteWorkerError(OptimlError):
+    """No `optiml worker` answers on the remote machine, or it runs another version of OptiML."""
+
+    exit_code = ExitCode.REMOTE_WORKER
+
+
+class ReportedError(OptimlError):
+    """An error a worker reported for a job, with the exit code it has where it happened."""
+
+    def __init__(self, message: str, exit_code: int, position: Position | None = None):
+        super().__init__(message, position)
+        try:
+            self.exit_code = ExitCode(exit_code)
+        except ValueError:  # a code of another part (the LLM's) or a newer worker's
+            self.exit_code = exit_code  # type: ignore[assignment]

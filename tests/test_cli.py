@@ -280,10 +280,10 @@ def test_a_spec_value_that_fails_at_run_time_is_a_bad_spec(monkeypatch):
 
 
 def test_an_unexpected_exception_is_an_internal_error_in_one_line(monkeypatch):
-    def check_file(*args):
+    def check_source(*args):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(optiml.api, "check_file", check_file)
+    monkeypatch.setattr(optiml.api, "check_source", check_source)
     r = invoke("check", str(FIXTURES / "saxpy.cu"))
     assert r.exit_code == 1
     assert the_error(r) == (
@@ -293,10 +293,10 @@ def test_an_unexpected_exception_is_an_internal_error_in_one_line(monkeypatch):
 
 
 def test_an_expr_error_that_reaches_the_command_is_a_bad_spec(monkeypatch):
-    def evaluate_file(*args):
+    def evaluate_source(*args):
         raise ExprError("`m` is not a size variable, scalar argument or template value")
 
-    monkeypatch.setattr(optiml.api, "evaluate_file", evaluate_file)
+    monkeypatch.setattr(optiml.api, "evaluate_source", evaluate_source)
     r = invoke("eval", str(FIXTURES / "saxpy.cu"), "-k", "saxpy", "--json")
     assert r.exit_code == 5
     assert the_error(r) == (

@@ -134,26 +134,7 @@ class SourceFile:
         """The file at `path`. One that is not UTF-8 is read with U+FFFD in place of each byte
         that does not decode (that text is what is parsed and compiled), with a `SourceWarning`
         naming the first such byte."""
-        p = Path(path)
-        try:
-            data = p.read_bytes()
-        except FileNotFoundError:
-            raise InputFileError(f"no such file: {p}") from None
-        except IsADirectoryError:
-            raise InputFileError(f"{p} is a directory, not a .cu file") from None
-        except (OSError, ValueError) as e:
-            raise InputFileError(f"cannot read {p}: {getattr(e, 'strerror', None) or e}") from None
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            text = data.decode("utf-8", errors="replace")
-            warnings.warn(
-                f"{p} is not UTF-8 (byte 0x{data[e.start]:02x} at offset {e.start} does not "
-                "decode): read with U+FFFD in place of each such byte",
-                SourceWarning,
-                stacklevel=2,
-            )
-        return cls(text, str(p))
+        return cls(read_text(path), str(Path(path)))
 
     # ---- positions ------------------------------------------------------------------------
 
@@ -558,3 +539,27 @@ def _device_variables(src: SourceFile, decl: Node, namespace: tuple[str, ...]) -
         if d.type == "identifier":
             names.append("::".join((*namespace, src.node_text(d))))
     return names
+
+
+def read_text(path: str | Path) -> str:
+    """The text of the file at `path`, as `SourceFile.read` takes it (what a remote job sends)."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise InputFileError(f"no such file: {p}") from None
+    except IsADirectoryError:
+        raise InputFileError(f"{p} is a directory, not a .cu file") from None
+    except (OSError, ValueError) as e:
+        raise InputFileError(f"cannot read {p}: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        text = data.decode("utf-8", errors="replace")
+        warnings.warn(
+            f"{p} is not UTF-8 (byte 0x{data[e.start]:02x} at offset {e.start} does not "
+            "decode): read with U+FFFD in place of each such byte",
+            SourceWarning,
+            stacklevel=3,
+        )
+    return text
