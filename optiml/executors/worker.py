@@ -80,6 +80,22 @@ def answer(line: str) -> dict:
         )
 
 
+def answer_apart(line: str) -> dict:
+    """`answer` in a private temporary folder (for a worker process that runs other jobs, a Ray
+    worker's): a relative file name resolves to nothing of the machine's."""
+    here = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="optiml-job-") as tmp:
+        os.chdir(tmp)
+        try:
+            return answer(line)
+        finally:
+            os.chdir(here)
+
+
+def hello_json() -> dict:
+    return hello().model_dump()
+
+
 def serve(stdin: TextIO | None = None) -> int:
     """`optiml worker`: the hello, then a response per request line, on the real stdout only.
 
