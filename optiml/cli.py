@@ -33,6 +33,8 @@ EXIT_CODES = """Exit codes:
   6 nvcc not found, 7 no NVIDIA GPU, 8 compile error, 9 runtime error, 10 timeout, 11 wrong result,
   12 ncu not found, 13 profiling failed, 14 forbidden code in a candidate, 15 an `in` buffer
   modified, 16 faster than the physical floor (work skipped);
+  --executor: 17 remote unreachable or login refused, 18 SSH host key not trusted (unknown or
+  changed), 19 no `optiml worker` there, or another version of OptiML;
   llm: 20 no API key, 21 authentication failed, 22 provider unreachable, 23 other LLM error"""
 
 VERDICT_EXIT = {

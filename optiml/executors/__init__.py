@@ -1,5 +1,7 @@
-"""Where candidates run. One interface (`Executor`): evaluate, profile and sanitize a candidate of a
-kernel; implementations differ in where the GPU is. `LocalExecutor` uses this machine's GPUs."""
+"""Where work runs. Two interfaces: `Executor` (evaluate, profile and sanitize a candidate of a
+kernel, for the search; `LocalExecutor` uses this machine's GPUs) and `registry.WorkExecutor`, which
+runs a whole `protocol.Request` (a check, an eval) where `--executor URL` says: `local`, `ssh://`,
+`ray`."""
 
 from optiml.executors.base import Executor, Job
 from optiml.executors.local import LocalExecutor, parse_gpus
