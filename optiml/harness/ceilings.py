@@ -82,7 +82,7 @@ def device_ceilings(device: DeviceInfo, env: dict[str, str] | None = None) -> Ce
         read_gbs=data["read_gbs"],
         write_gbs=data["write_gbs"],
         copy_gbs=data["copy_gbs"],
-        peak_gbs=data.get("peak_gbs") if isinstance(data.get("peak_gbs"), float) else 0.0,
+        peak_gbs=float(data["peak_gbs"]) if isinstance(data.get("peak_gbs"), int | float) else 0.0,
         sm_clock_mhz=data.get("sm_clock_mhz", -1),
     )
     known[_key(device)] = ceilings.model_dump()
