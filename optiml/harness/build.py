@@ -254,6 +254,27 @@ def kernel_resources(found: list[Resources], kernel: Kernel) -> Resources | None
     return None
 
 
+class ResourceIndex:
+    """`kernel_resources` for every kernel of a file from one pass over ptxas's report: a file of
+    thousands of kernels looks each up in a dict rather than in the whole list."""
+
+    def __init__(self, found: list[Resources]):
+        self._found = found
+        self._by_mangled: dict[str, int] = {}
+        self._by_name: dict[str, int] = {}
+        for i, r in enumerate(found):
+            self._by_mangled.setdefault(r.mangled, i)
+            self._by_name.setdefault(_function_name(r.name), i)
+
+    def of(self, kernel: Kernel) -> Resources | None:
+        """What `kernel_resources(found, kernel)` gives: the first entry that matches."""
+        hits = [self._by_name.get(kernel.name)]
+        if kernel.extern_c:
+            hits.append(self._by_mangled.get(kernel.short_name))
+        first = min((i for i in hits if i is not None), default=None)
+        return self._found[first] if first is not None else None
+
+
 def _function_name(demangled: str) -> str:
     """`ns::k` from `void ns::k<float, (int)256>(int, float const*)`: template arguments may hold
     parentheses, so they go first."""
