@@ -158,13 +158,8 @@ def build_device_code(
 ) -> Build:
     """Compile the device code of a whole file once (templated kernels at the instantiations
     given), for static reports: one nvcc run however many kernels the file has."""
-    path = _line_name(source)
     templated = [k for k in source.kernels if k.name in instantiations]
-    refs = "".join(
-        f"static const void* optiml_ref_{i}() {{ return (const void*)&{k.name}{instantiations[k.name]}; }}\n"
-        for i, k in enumerate(templated)
-    )
-    text = f'#line 1 "{path}"\n{source.translation_unit()}\n#line 1 "{LAUNCHER_FILE}"\n{refs}'
+    text = device_code_source(source, instantiations)
     stem = Path(source.path).stem
     target, log, ok, seconds, cached = _compile_cached(source, text, stem, arch, flags, "cubin")
     return Build(
@@ -177,6 +172,18 @@ def build_device_code(
         cached=cached,
         log=log,
     )
+
+
+def device_code_source(source: SourceFile, instantiations: dict[str, str]) -> str:
+    """What `build_device_code` compiles: the file without `main`, and a reference to each
+    templated kernel at its instantiation so that nvcc compiles it."""
+    path = _line_name(source)
+    templated = [k for k in source.kernels if k.name in instantiations]
+    refs = "".join(
+        f"static const void* optiml_ref_{i}() {{ return (const void*)&{k.name}{instantiations[k.name]}; }}\n"
+        for i, k in enumerate(templated)
+    )
+    return f'#line 1 "{path}"\n{source.translation_unit()}\n#line 1 "{LAUNCHER_FILE}"\n{refs}'
 
 
 def _messages(
