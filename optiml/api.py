@@ -9,7 +9,7 @@ from pathlib import Path
 from optiml.cuda.kernel_ast import KernelAST
 from optiml.cuda.source import Kernel, SourceFile, no_kernel_message
 from optiml.errors import ExitCode, NoSuchKernel, OptimlError, SpecError
-from optiml.harness.build import DEFAULT_FLAGS, Build, build_device_code, kernel_resources
+from optiml.harness.build import DEFAULT_FLAGS, Build, ResourceIndex, build_device_code
 from optiml.harness.evaluate import EvalOptions, evaluate
 from optiml.harness.gpu import default_arch, require_gpu
 from optiml.harness.nvcc import CompilerMessage, find_toolkit
@@ -126,6 +126,7 @@ def check_source(
         c.kernel.name: c.spec.instantiation for c in checks if c.spec and c.spec.instantiation
     }
     build = build_device_code(source, instantiations, arch=arch)
+    found = ResourceIndex(build.all_resources)
     for c in checks:
         c.build = build
         if c.kernel.template_params and c.kernel.name not in instantiations:
@@ -133,7 +134,7 @@ def check_source(
                 "a template without a valid spec: give `template:` in its spec to compile it"
             )
             continue
-        resources = kernel_resources(build.all_resources, c.kernel) if build.ok else None
+        resources = found.of(c.kernel) if build.ok else None
         if resources is None:
             continue
         with evaluated_at_run_time(source, c.kernel):

@@ -154,6 +154,9 @@ class KernelAST:
     # ---- structure ----------------------------------------------------------------------------
 
     def _function_node(self) -> Node:
+        found = self.source.definition(self.kernel)
+        if found is not None:
+            return found
         start = self.kernel.body_span.start
         for n in walk(self.source.tree.root_node):
             if n.type == "function_definition":

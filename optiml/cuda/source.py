@@ -127,6 +127,9 @@ class SourceFile:
         self.main_span: Span | None = None
         self._globals: dict[str, str] = {}
         self._launch_nodes: list[Node] = []
+        # each kernel's `function_definition` by the character offset of its body, found by the
+        # scan: a kernel's node without another walk of the tree
+        self._definitions: dict[int, Node] = {}
         self._scan(self.tree.root_node, namespace=(), extern_c=False)
 
     @classmethod
@@ -188,9 +191,18 @@ class SourceFile:
         return Position(self.path, line + 1, col + 1, end_line + 1, end_col + 1)
 
     def line_col(self, offset: int) -> tuple[int, int]:
-        line = self.text.count("\n", 0, offset)
-        col = offset - (self.text.rfind("\n", 0, offset) + 1)
-        return line, col
+        if not 0 <= offset <= len(self.text):
+            line = self.text.count("\n", 0, offset)
+            return line, offset - (self.text.rfind("\n", 0, offset) + 1)
+        starts = self._line_starts
+        line = bisect.bisect_right(starts, offset) - 1
+        return line, offset - starts[line]
+
+    @cached_property
+    def _line_starts(self) -> list[int]:
+        """The character offset of each line's start: a position is a search, not a count of the
+        newlines before it (a file's spec errors would each count them again)."""
+        return [0, *(m.end() for m in re.finditer("\n", self.text))]
 
     def node_text(self, node: Node) -> str:
         return self._bytes[node.start_byte : node.end_byte].decode("utf-8", errors="replace")
@@ -211,6 +223,11 @@ class SourceFile:
         close = difflib.get_close_matches(name, known, n=1)
         hint = f"did you mean `{close[0]}`?" if close else f"kernels here: {', '.join(known)}"
         raise NoSuchKernel(f"no kernel `{name}` in {self.path}; {hint}")
+
+    def definition(self, kernel: Kernel) -> Node | None:
+        """The `function_definition` node of a kernel of this file, found by the scan (None where
+        no kernel of this file has its body where `kernel`'s is)."""
+        return self._definitions.get(kernel.body_span.start)
 
     def launch_sites(self, kernel: str | None = None) -> list[LaunchSite]:
         sites = [self._launch_site(n) for n in self._launch_nodes]
@@ -317,18 +334,19 @@ class SourceFile:
             for i, p in enumerate(declarator.child_by_field_name("parameters").named_children)
             if p.type == "parameter_declaration"
         )
-        self.kernels.append(
-            Kernel(
-                name="::".join(namespace + (name,)),
-                params=params,
-                template_params=template_params,
-                extern_c=extern_c,
-                span=self.span(outer),
-                name_span=self.span(name_node),
-                body_span=self.span(body) if body is not None else self.span(fn),
-                spec_comment=self._spec_comment(outer),
-            )
+        kernel = Kernel(
+            name="::".join(namespace + (name,)),
+            params=params,
+            template_params=template_params,
+            extern_c=extern_c,
+            span=self.span(outer),
+            name_span=self.span(name_node),
+            body_span=self.span(body) if body is not None else self.span(fn),
+            spec_comment=self._spec_comment(outer),
         )
+        self.kernels.append(kernel)
+        if body is not None:
+            self._definitions.setdefault(kernel.body_span.start, fn)
 
     def _param(self, decl: Node, index: int) -> Param:
         type_node = decl.child_by_field_name("type")

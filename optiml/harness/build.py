@@ -158,13 +158,8 @@ def build_device_code(
 ) -> Build:
     """Compile the device code of a whole file once (templated kernels at the instantiations
     given), for static reports: one nvcc run however many kernels the file has."""
-    path = _line_name(source)
     templated = [k for k in source.kernels if k.name in instantiations]
-    refs = "".join(
-        f"static const void* optiml_ref_{i}() {{ return (const void*)&{k.name}{instantiations[k.name]}; }}\n"
-        for i, k in enumerate(templated)
-    )
-    text = f'#line 1 "{path}"\n{source.translation_unit()}\n#line 1 "{LAUNCHER_FILE}"\n{refs}'
+    text = device_code_source(source, instantiations)
     stem = Path(source.path).stem
     target, log, ok, seconds, cached = _compile_cached(source, text, stem, arch, flags, "cubin")
     return Build(
@@ -177,6 +172,18 @@ def build_device_code(
         cached=cached,
         log=log,
     )
+
+
+def device_code_source(source: SourceFile, instantiations: dict[str, str]) -> str:
+    """What `build_device_code` compiles: the file without `main`, and a reference to each
+    templated kernel at its instantiation so that nvcc compiles it."""
+    path = _line_name(source)
+    templated = [k for k in source.kernels if k.name in instantiations]
+    refs = "".join(
+        f"static const void* optiml_ref_{i}() {{ return (const void*)&{k.name}{instantiations[k.name]}; }}\n"
+        for i, k in enumerate(templated)
+    )
+    return f'#line 1 "{path}"\n{source.translation_unit()}\n#line 1 "{LAUNCHER_FILE}"\n{refs}'
 
 
 def _messages(
@@ -252,6 +259,27 @@ def kernel_resources(found: list[Resources], kernel: Kernel) -> Resources | None
         if _function_name(r.name) == kernel.name:
             return r
     return None
+
+
+class ResourceIndex:
+    """`kernel_resources` for every kernel of a file from one pass over ptxas's report: a file of
+    thousands of kernels looks each up in a dict rather than in the whole list."""
+
+    def __init__(self, found: list[Resources]):
+        self._found = found
+        self._by_mangled: dict[str, int] = {}
+        self._by_name: dict[str, int] = {}
+        for i, r in enumerate(found):
+            self._by_mangled.setdefault(r.mangled, i)
+            self._by_name.setdefault(_function_name(r.name), i)
+
+    def of(self, kernel: Kernel) -> Resources | None:
+        """What `kernel_resources(found, kernel)` gives: the first entry that matches."""
+        hits = [self._by_name.get(kernel.name)]
+        if kernel.extern_c:
+            hits.append(self._by_mangled.get(kernel.short_name))
+        first = min((i for i in hits if i is not None), default=None)
+        return self._found[first] if first is not None else None
 
 
 def _function_name(demangled: str) -> str:
