@@ -5,9 +5,11 @@ within the spec's tolerance; and bad formulas give one line with their position.
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -325,3 +327,86 @@ def test_a_position_is_the_files_where_the_formula_comes_from_a_file():
     with pytest.raises(FormulaError) as e:
         generate(source, "k")
     assert str(e.value).startswith("k.cu:11:13: index `j` is not bound")
+
+
+# ---- the command ---------------------------------------------------------------------------------
+
+OPTIML = [sys.executable, "-m", "optiml.cli"]
+
+
+def optiml(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*OPTIML, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+    )
+
+
+@needs_nvcc
+def test_generate_writes_the_kernel_and_its_reference_then_checks_them(tmp_path):
+    p = optiml("generate", "float x[R, C]; y[r] = sum(c) x[r, c]", "--out", "rowsum", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "rowsum.cu").is_file() and (tmp_path / "rowsum_ref.py").is_file()
+    assert "rowsum" in p.stdout and "ok" in p.stdout  # the check's table
+    assert "not given: 1024 each by default" in p.stderr
+    assert "optimization skipped" in p.stderr  # no GPU here, or --no-optimize on one
+    _, _, spec = load(tmp_path / "rowsum.cu", "rowsum")
+    assert spec.reference.function == "rowsum"
+
+
+@needs_nvcc
+def test_generate_to_stdout_writes_nothing(tmp_path):
+    p = optiml("generate", "for i < N: y[i] = max(x[i], 0)", "--out", "-", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("// generated: ") and "__global__ void generated(" in p.stdout
+    assert "compiles and its spec is valid" in p.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@needs_nvcc
+def test_generate_from_a_comment_writes_a_new_file_and_leaves_the_users_alone(tmp_path):
+    user = tmp_path / "attn.cu"
+    text = (
+        "// scores, softmax over rows:\n"
+        "//   float x[R, C]; R = 300; C = 77\n"
+        "//   m[r] = max(c) x[r, c]; y[r, c] = exp(x[r, c] - m[r]) / sum(c2) exp(x[r, c2] - m[r])\n"
+        "__global__ void other(float* p) { p[0] = 1.0f; }\n"
+    )
+    user.write_text(text)
+    p = optiml(
+        "generate", "attn.cu", "--line", "2", "--name", "softmax", "--no-optimize", cwd=tmp_path
+    )
+    assert p.returncode == 0, p.stderr
+    assert user.read_text() == text
+    new = (tmp_path / "attn.softmax.cu").read_text()
+    assert new.startswith(text[: text.index("__global__")])  # the comment, then the kernel
+    assert new.index("__global__ void softmax") < new.index("__global__ void other")
+    assert "optimization skipped (--no-optimize)" in p.stderr
+    _, _, spec = load(tmp_path / "attn.softmax.cu", "softmax")
+    assert spec.sizes[0] == {"R": 300, "C": 77}
+
+
+def test_a_bad_formula_in_a_file_is_one_line_at_the_files_position(tmp_path):
+    (tmp_path / "k.cu").write_text("#include <math.h>\n\n  // y[i] = x[j]\n")
+    p = optiml("generate", "k.cu", "--line", "3", cwd=tmp_path)
+    assert p.returncode == 24
+    lines = p.stderr.strip().splitlines()
+    assert lines == [
+        "optiml: error: k.cu:3:15: index `j` is not bound: it is not on the left-hand side "
+        "(`y[i]`) and no reduction around it binds it; write `sum(j) ...` or add `j` to the left"
+    ]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["k.cu"]
+
+
+def test_line_must_point_at_a_comment(tmp_path):
+    (tmp_path / "k.cu").write_text("int x;\n")
+    p = optiml("generate", "k.cu", "--line", "1", cwd=tmp_path)
+    assert p.returncode == 2 and "is not a comment" in p.stderr
+
+
+def test_help_lists_the_bad_formula_exit_code():
+    p = subprocess.run([*OPTIML, "generate", "--help"], capture_output=True, text=True)
+    assert p.returncode == 0 and "24 bad formula" in p.stdout and "--no-optimize" in p.stdout

@@ -73,8 +73,11 @@ def tolerance(c: Checked) -> tuple[tuple[float, float] | None, str]:
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def generate(source: FormulaSource | str, name: str = "generated") -> Generated:
-    """The kernel, spec and reference of a formula; `FormulaError` at the first problem."""
+def generate(
+    source: FormulaSource | str, name: str = "generated", ref_file: str | None = None
+) -> Generated:
+    """The kernel, spec and reference of a formula; `FormulaError` at the first problem.
+    `ref_file` is the reference module's file name next to the kernel's (`NAME_ref.py`)."""
     if isinstance(source, str):
         source = FormulaSource(source)
     if not _IDENT.fullmatch(name) or len(name) > 100:
@@ -94,7 +97,11 @@ def generate(source: FormulaSource | str, name: str = "generated") -> Generated:
         *headers(checked),
         "",
     ]
-    kernel = "\n".join(header) + "\n" + kernel_text(checked, name, tol, why)
+    kernel = (
+        "\n".join(header)
+        + "\n"
+        + kernel_text(checked, name, tol, why, ref_file or f"{name}_ref.py")
+    )
     names = [n for n, _ in params(checked)]
     reference = reference_text(checked, name, names, formula)
     return Generated(name, kernel, reference, checked, list(checked.notes))

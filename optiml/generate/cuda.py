@@ -314,7 +314,9 @@ def spec_sizes(c: Checked) -> tuple[list[str], list[dict[str, int]], dict[str, i
     return names, cases, {n: c.sizes[n].value for n in fixed}
 
 
-def spec_comment(c: Checked, name: str, tol: tuple[float, float] | None, why: str) -> str:
+def spec_comment(
+    c: Checked, name: str, tol: tuple[float, float] | None, why: str, ref_file: str
+) -> str:
     names, cases, fixed = spec_sizes(c)
     args = []
     for pname, _ in params(c):
@@ -341,7 +343,7 @@ def spec_comment(c: Checked, name: str, tol: tuple[float, float] | None, why: st
     ]
     if tol is not None:
         lines.append(f" *   tol:       rtol = {tol[0]:g}, atol = {tol[1]:g}  # {why}")
-    lines.append(f" *   reference: {name}_ref.py:{name}")
+    lines.append(f" *   reference: {ref_file}:{name}")
     lines.append(" */")
     return "\n".join(lines)
 
@@ -370,10 +372,10 @@ def headers(c: Checked) -> list[str]:
     return out
 
 
-def kernel_text(c: Checked, name: str, tol, why: str) -> str:
+def kernel_text(c: Checked, name: str, tol, why: str, ref_file: str) -> str:
     decls = ",\n    ".join(d for _, d in params(c))
     body = "\n".join(f"    {line}" for line in kernel_body(c))
     return (
-        f"{spec_comment(c, name, tol, why)}\n"
+        f"{spec_comment(c, name, tol, why, ref_file)}\n"
         f"__global__ void {name}(\n    {decls})\n{{\n{body}\n}}\n"
     )
