@@ -35,7 +35,8 @@ EXIT_CODES = """Exit codes:
   modified, 16 faster than the physical floor (work skipped);
   --executor: 17 remote unreachable or login refused, 18 SSH host key not trusted (unknown or
   changed), 19 no `optiml worker` there, or another version of OptiML;
-  llm: 20 no API key, 21 authentication failed, 22 provider unreachable, 23 other LLM error"""
+  llm: 20 no API key, 21 authentication failed, 22 provider unreachable, 23 other LLM error;
+  generate: 24 bad formula (`where:line:column: what is wrong; what would be right`)"""
 
 VERDICT_EXIT = {
     "ok": ExitCode.OK,
@@ -739,6 +740,128 @@ def _optimize_with_progress(request):
         return optimize_file(request, on_event=on_event)
     finally:
         bar.stop()
+
+
+# ---- generate -------------------------------------------------------------------------------
+
+
+def _check_summary(data: dict) -> None:
+    """`optiml check` of a kernel that was printed, not written: its verdict on stderr."""
+    for k in data["kernels"]:
+        for e in k["spec_errors"]:
+            err.print(f"spec error: {e['message']}", markup=False)
+        if k["compiled"] is False:
+            err.print(f"does not compile: {_first_compile_error(data)}", markup=False)
+        elif not k["spec_errors"]:
+            err.print(f"optiml check: {k['kernel']} compiles and its spec is valid", markup=False)
+
+
+@main.command(epilog=EXIT_CODES)
+@click.argument("formula")
+@click.option(
+    "--line",
+    "-l",
+    type=click.IntRange(1, None),
+    default=None,
+    help="FORMULA is a .cu file: take the formula from its comment at this line, and write the "
+    "file with the kernel below that comment into a new file (FILE is never changed).",
+)
+@click.option(
+    "--out",
+    "-o",
+    "out_path",
+    default=None,
+    metavar="FILE",
+    help="Write FILE.cu and FILE_ref.py (default: NAME in the current directory; with --line, "
+    "FILE's stem and NAME next to it); `-` prints the kernel instead.",
+)
+@click.option(
+    "--name",
+    "-n",
+    default=None,
+    help="The kernel's name (default: the stem of --out, else `generated`).",
+)
+@click.option("--no-optimize", is_flag=True, help="Do not optimize the kernel afterwards.")
+@arch_option
+@json_option
+@handles_errors
+def generate(
+    formula: str,
+    line: int | None,
+    out_path: str | None,
+    name: str | None,
+    no_optimize: bool,
+    arch: str | None,
+    as_json: bool,
+) -> None:
+    """Generate a plain, correct CUDA kernel, its @optiml spec and a float64 NumPy reference from
+    FORMULA, written in index notation (docs/generate.md), e.g.
+
+        optiml generate "float x[R, C]; y[r] = sum(c) x[r, c]" --out rowsum
+
+    then run `optiml check` on it, and, where there is a GPU, `optiml optimize`. Sizes that
+    the formula does not give get defaults, said on stderr."""
+    from optiml.generate.cli import run_generate
+
+    arch = resolve_arch(arch)
+    result = run_generate(formula, line, out_path, name, arch)
+    notes = [*result.notes]
+    if result.printed is not None:
+        click.echo(result.printed, nl=False)
+    data = result.check
+    if not as_json:
+        for note in notes:
+            err.print(f"optiml: note: {note}", markup=False)
+        for path in result.written:
+            err.print(f"wrote {path}", markup=False)
+        if result.printed is None:
+            _print_check(data)
+        else:
+            _check_summary(data)
+    failed = any(k["compiled"] is False for k in data["kernels"]) or any(
+        k["spec_errors"] for k in data["kernels"]
+    )
+    optimized = None
+    if failed:
+        skip = "optimization skipped: the generated file does not pass `optiml check`"
+    elif no_optimize:
+        skip = "optimization skipped (--no-optimize)"
+    elif result.printed is not None:
+        skip = "optimization skipped: nothing was written (--out -)"
+    else:
+        from optiml.harness.gpu import local_gpus
+
+        skip = None
+        if not local_gpus():
+            skip = (
+                "optimization skipped: no NVIDIA GPU here; on a machine with one, run "
+                f"`optiml optimize {result.checked_path} --kernel {result.name}`"
+            )
+    if skip is None:
+        from optiml.api import OptimizeRequest, optimize_file
+
+        request = OptimizeRequest(file=Path(result.checked_path), kernel=result.name, arch=arch)
+        optimized = optimize_file(request)
+        if not as_json:
+            out.print(f"{result.name}: {optimized.trajectory.outcome}", markup=False)
+            for label, path in optimized.files.items():
+                out.print(f"  {label}: {path}", markup=False)
+    elif not as_json:
+        err.print(skip, markup=False)
+    if as_json:
+        payload = {
+            "name": result.name,
+            "written": [str(p) for p in result.written],
+            "notes": notes,
+            "check": data,
+            "optimized": {k: str(v) for k, v in optimized.files.items()} if optimized else None,
+            "skipped": skip,
+        }
+        click.echo(json.dumps(payload, indent=2))
+    if any(k["compiled"] is False for k in data["kernels"]):
+        sys.exit(int(ExitCode.COMPILE_ERROR))
+    if failed:
+        sys.exit(int(ExitCode.BAD_SPEC))
 
 
 @main.command()

@@ -33,6 +33,7 @@ class ExitCode(IntEnum):
     REMOTE_UNREACHABLE = 17
     HOST_KEY_NOT_TRUSTED = 18
     REMOTE_WORKER = 19
+    BAD_FORMULA = 24  # 20-23 are the LLM's (optiml.llm.errors)
 
 
 def one_line(text: str) -> str:
@@ -112,6 +113,14 @@ class SpecValueError(OptimlError):
     """A value of a parsed spec that cannot be evaluated at run time, where no position is known."""
 
     exit_code = ExitCode.BAD_SPEC
+
+
+class FormulaError(OptimlError):
+    """A formula of `optiml generate` that cannot become a kernel: a syntax error, an unbound
+    index, a shape mismatch, an unknown function or type, a temporary used before it is defined.
+    The message says what would be right; the position is in the formula (or the file it is in)."""
+
+    exit_code = ExitCode.BAD_FORMULA
 
 
 class ToolMissing(OptimlError):

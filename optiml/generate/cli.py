@@ -1,0 +1,126 @@
+"""`optiml generate`'s work apart from printing: the formula from the command line or from a
+comment of a file, the files written (never the user's own), and `optiml check` on the result."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from optiml.errors import InputFileError, UsageError
+from optiml.generate import FormulaSource, Generated, generate
+
+_COMMENT_LINE = re.compile(r"^(\s*)//")
+
+
+@dataclass
+class GenerateResult:
+    name: str
+    generated: Generated
+    checked_path: str
+    check: dict  # what `optiml check --json` prints for the written file
+    written: list[Path] = field(default_factory=list)
+    printed: str | None = None  # the kernel, with `--out -`
+    notes: list[str] = field(default_factory=list)
+
+
+def formula_at(text: str, path: str, line: int) -> tuple[FormulaSource, int]:
+    """The formula in the comment that starts at `line` (1-based) of a file's text, with the
+    comment markers blanked so that columns stay the file's, and the comment's last line."""
+    lines = text.split("\n")
+    if line > len(lines):
+        raise UsageError(f"{path} has {len(lines)} lines; --line {line} is past its end")
+    first = lines[line - 1]
+    body: list[str] = []
+    if _COMMENT_LINE.match(first):
+        end = line - 1
+        while end < len(lines) and _COMMENT_LINE.match(lines[end]):
+            body.append(_COMMENT_LINE.sub(lambda m: " " * (len(m.group(1)) + 2), lines[end]))
+            end += 1
+        return FormulaSource("\n".join(body), path, line), end
+    if "/*" in first:
+        start = first.index("/*")
+        end = line - 1
+        current = " " * (start + 2) + first[start + 2 :]
+        while True:
+            if "*/" in current:
+                body.append(current[: current.index("*/")])
+                break
+            body.append(current)
+            end += 1
+            if end >= len(lines):
+                raise UsageError(f"{path}:{line}: the comment that starts here is never closed")
+            current = re.sub(r"^(\s*)\*(?!/)", lambda m: " " * (len(m.group(1)) + 1), lines[end])
+        return FormulaSource("\n".join(body), path, line), end + 1
+    raise UsageError(
+        f"{path}:{line}: this line is not a comment; --line names the line where the comment "
+        "with the formula starts (`// y[i] = ...` or `/* ... */`)"
+    )
+
+
+def _stem(out: str) -> Path:
+    path = Path(out)
+    return path.with_suffix("") if path.suffix == ".cu" else path
+
+
+def _kernel_name(name: str | None, out: str | None) -> str:
+    if name:
+        return name
+    if out and out != "-":
+        stem = re.sub(r"\W", "_", _stem(out).name)
+        return stem if stem and not stem[0].isdigit() else f"k_{stem}"
+    return "generated"
+
+
+def run_generate(
+    formula: str, line: int | None, out: str | None, name: str | None, arch: str | None
+) -> GenerateResult:
+    from optiml.api import check_file
+    from optiml.cuda.source import read_text
+
+    kernel_name = _kernel_name(name, out)
+    if line is not None:
+        user_file = Path(formula)
+        if not user_file.is_file():
+            raise InputFileError(f"{formula}: no such file (with --line, FORMULA is a .cu file)")
+        text = read_text(user_file)
+        source, after = formula_at(text, formula, line)
+        base = (
+            _stem(out)
+            if out and out != "-"
+            else user_file.with_name(f"{user_file.stem}.{kernel_name}")
+        )
+        ref_file = f"{base.name}_ref.py"
+        g = generate(source, kernel_name, ref_file)
+        lines = text.split("\n")
+        cu = "\n".join([*lines[:after], "", g.kernel.rstrip("\n"), *lines[after:]])
+    else:
+        base = _stem(out) if out and out != "-" else Path(kernel_name)
+        ref_file = f"{base.name}_ref.py"
+        g = generate(FormulaSource(formula), kernel_name, ref_file)
+        cu = g.kernel
+        user_file = None
+    if out == "-":
+        with tempfile.TemporaryDirectory(prefix="optiml-generate-") as tmp:
+            cu_path = Path(tmp) / f"{base.name}.cu"
+            cu_path.write_text(cu)
+            (Path(tmp) / ref_file).write_text(g.reference)
+            data = check_file(cu_path, kernel_name, arch).to_json()
+        return GenerateResult(
+            kernel_name, g, str(cu_path.name), data, printed=cu, notes=list(g.notes)
+        )
+    cu_path = base.with_name(base.name + ".cu")
+    ref_path = base.with_name(ref_file)
+    for p in (cu_path, ref_path):
+        if user_file is not None and p.resolve() == user_file.resolve():
+            raise UsageError(
+                f"--out would overwrite {user_file}; the formula's file is never changed"
+            )
+    cu_path.parent.mkdir(parents=True, exist_ok=True)
+    cu_path.write_text(cu)
+    ref_path.write_text(g.reference)
+    data = check_file(cu_path, kernel_name, arch).to_json()
+    return GenerateResult(
+        kernel_name, g, str(cu_path), data, written=[cu_path, ref_path], notes=list(g.notes)
+    )

@@ -1,0 +1,412 @@
+"""optiml generate: formulas become kernels whose spec parses, which compile with nvcc, and which,
+run as host C++ (tests/host_cuda.py) at small sizes, agree with their generated NumPy reference
+within the spec's tolerance; and bad formulas give one line with their position."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from optiml.api import check_file
+from optiml.cuda.types import DTYPES, lookup
+from optiml.errors import ExitCode, FormulaError
+from optiml.generate import FormulaSource, generate
+from optiml.harness import inputs
+from optiml.spec import load
+from tests.host_cuda import HOST_CUDA, host_text
+
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+needs_nvcc = pytest.mark.skipif(
+    shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
+    reason="nvcc not installed",
+)
+
+# name, formula, small sizes for the host run
+FORMULAS = [
+    ("scale_shift", "for i < N: y[i] = a * x[i] + b  with a = 2.5, b = -0.5", {"N": 1000}),
+    ("relu", "for i < N: y[i] = max(x[i], 0)", {"N": 777}),
+    ("axpy", "float x[N], y[N]; y[i] = a * x[i] + y[i]   with a = 2.5", {"N": 1000}),
+    (
+        "gelu_erf",
+        "float x[N]\ny[i] = 0.5 * x[i] * (1 + erf(x[i] * 0.7071067811865476))",
+        {"N": 600},
+    ),
+    (
+        "gelu_tanh",
+        "float x[N]; y[i] = 0.5 * x[i] * (1 + tanh(0.7978845608 * (x[i] + 0.044715 * x[i] ** 3)))",
+        {"N": 600},
+    ),
+    ("row_sum", "float x[R, C]; y[r] = sum(c) x[r, c]", {"R": 37, "C": 53}),
+    ("col_sum", "float x[R, C]; y[c] = sum(r) x[r, c]", {"R": 37, "C": 53}),
+    ("row_max", "float x[R, C]; y[r] = max(c) x[r, c]", {"R": 37, "C": 53}),
+    ("row_mean", "float x[R, C]; y[r] = mean(c) x[r, c]", {"R": 37, "C": 53}),
+    ("row_argmax", "float x[R, C]; y[r] = argmax(c) x[r, c]", {"R": 37, "C": 53}),
+    (
+        "softmax",
+        "float x[R, C]\n"
+        "m[r] = max(c) x[r, c];  e[r, c] = exp(x[r, c] - m[r]);  y[r, c] = e[r, c] / sum(c2) e[r, c2]",
+        {"R": 9, "C": 45},
+    ),
+    (
+        "layernorm",
+        "float x[R, C], w[C], b[C]; eps = 1e-5\n"
+        "mu[r] = mean(c) x[r, c]\n"
+        "var[r] = mean(c) (x[r, c] - mu[r]) ** 2\n"
+        "y[r, c] = (x[r, c] - mu[r]) * rsqrt(var[r] + eps) * w[c] + b[c]",
+        {"R": 9, "C": 45},
+    ),
+    (
+        "bmm",
+        "out[b, i, j] = sum(k) q[b, i, k] * kt[b, j, k] * scale   for b < B, i < M, j < N, k < K\n"
+        "scale = 0.125",
+        {"B": 3, "M": 5, "N": 7},  # K past the third size: fixed in `args` (128)
+    ),
+    ("half_map", "half x[N], y[N]; y[i] = x[i] * 2 + 1", {"N": 700}),
+    ("bf16_exp", "bf16 x[N]; y[i] = exp(x[i])", {"N": 300}),
+    ("transpose", "float x[M, N]; y[j, i] = x[i, j]", {"M": 13, "N": 29}),
+    ("causal_mask", "float s[N, N]; y[i, j] = where(j <= i, s[i, j], -1e9)", {"N": 21}),
+]
+IDS = [f[0] for f in FORMULAS]
+
+
+def write(tmp: Path, name: str, text: str) -> Path:
+    g = generate(text, name)
+    path = tmp / f"{name}.cu"
+    path.write_text(g.kernel)
+    (tmp / f"{name}_ref.py").write_text(g.reference)
+    return path
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("generated")
+    for name, text, _ in FORMULAS:
+        write(tmp, name, text)
+    return tmp
+
+
+@pytest.mark.parametrize("name", IDS)
+def test_the_spec_parses(generated, name):
+    _, kernel, spec = load(generated / f"{name}.cu", name)
+    assert spec.reference.kind == "numpy" and spec.reference.function == name
+    assert len(spec.sizes) == 2  # the given (or default) size and one not a multiple of 256
+    assert [p.name for p in kernel.params] == spec.params
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name", IDS)
+def test_it_compiles_with_nvcc(generated, name):
+    result = check_file(generated / f"{name}.cu")
+    assert not result.spec_failed, [k.spec_error for k in result.kernels]
+    assert not result.compile_failed, [str(m) for m in result.kernels[0].messages]
+    assert result.kernels[0].report is not None
+
+
+# ---- the kernels as host C++ against their NumPy references ------------------------------------
+
+HOST_TYPES = """
+#include <cstdint>
+#include <fstream>
+using __half = _Float16;
+inline float __half2float(__half h) { return (float)h; }
+inline __half __float2half(float f) { return (__half)f; }
+struct __nv_bfloat16 { uint16_t bits; };
+inline float __bfloat162float(__nv_bfloat16 b) {
+    uint32_t u = uint32_t(b.bits) << 16; float f; std::memcpy(&f, &u, 4); return f;
+}
+inline __nv_bfloat16 __float2bfloat16(float f) {
+    uint32_t u; std::memcpy(&u, &f, 4); u += 0x7fffu + ((u >> 16) & 1u);
+    return {uint16_t(u >> 16)};
+}
+template <class T> std::vector<T> load(const char* path, size_t n) {
+    std::vector<T> v(n);
+    std::ifstream(path, std::ios::binary).read((char*)v.data(), n * sizeof(T));
+    return v;
+}
+template <class T> void save(const char* path, const std::vector<T>& v) {
+    std::ofstream(path, std::ios::binary).write((const char*)v.data(), v.size() * sizeof(T));
+}
+"""
+HOST_CTYPES = {
+    "f32": "float",
+    "f64": "double",
+    "f16": "__half",
+    "bf16": "__nv_bfloat16",
+    "i32": "int",
+}
+FP_HEADERS = re.compile(r"^#include <cuda_(fp16|bf16)\.h>$", re.M)
+
+
+def _inputs(spec, case, tmp: Path, name: str) -> tuple[dict, dict]:
+    """Inputs for every buffer (files for the host program, arrays as the harness passes them)."""
+    rng = np.random.default_rng(7)
+    files, arrays = {}, {}
+    for b in spec.buffers:
+        d = DTYPES[b.dtype]
+        n = case.lengths[b.name]
+        if b.role == "out":
+            data = np.zeros(n, dtype=d.np_dtype())
+        elif d.is_float:
+            values = rng.uniform(-1.0, 1.0, n).astype(np.float32)
+            data = (
+                inputs._float_to_bf16_bits(values)
+                if b.dtype == "bf16"
+                else values.astype(d.np_dtype())
+            )
+        else:
+            data = rng.integers(-100, 100, n).astype(d.np_dtype())
+        path = tmp / f"{name}.{b.name}.in"
+        data.tofile(path)
+        files[b.name] = path
+        arrays[b.name] = (
+            (data.astype(np.uint32) << 16).view(np.float32) if b.dtype == "bf16" else data.copy()
+        )
+    return files, arrays
+
+
+@needs_gxx
+def test_each_kernel_agrees_with_its_numpy_reference_on_the_host(generated, tmp_path):
+    """All kernels in one host program (one g++ run): each at its small sizes, every output
+    element within the spec's tolerance of the reference's (NaN only where it has NaN)."""
+    parts, body, checks = [], [], []
+    for n, (name, _, sizes) in enumerate(FORMULAS):
+        source, kernel, spec = load(generated / f"{name}.cu", name)
+        case = spec.case(sizes)
+        files, arrays = _inputs(spec, case, tmp_path, name)
+        text = FP_HEADERS.sub("", source.text)
+        parts.append(f"namespace k{n} {{\n{host_text(text)}\n}}")
+        body.append("{")
+        args = []
+        for p in kernel.params:
+            b = spec.buffer(p.name)
+            if b is not None:
+                ctype = HOST_CTYPES[b.dtype]
+                body.append(
+                    f'auto {p.name} = load<{ctype}>("{files[p.name]}", {case.lengths[p.name]});'
+                )
+                args.append(f"{p.name}.data()")
+            else:
+                value = case.scalars.get(p.name, case.sizes.get(p.name))
+                args.append(f"{value!r}" + ("f" if isinstance(value, float) else ""))
+        g, bl = case.grid, case.block
+        body.append(
+            f"launch({{{g[0]}, {g[1]}, {g[2]}}}, {{{bl[0]}, {bl[1]}, {bl[2]}}}, [&] {{ "
+            f"k{n}::{name}({', '.join(args)}); }});"
+        )
+        outputs = [b for b in spec.buffers if b.role != "in"]
+        for b in outputs:
+            body.append(f'save("{tmp_path}/{name}.{b.name}.out", {b.name});')
+        body.append("}")
+        checks.append((name, spec, case, arrays, outputs))
+    program = "\n".join([HOST_CUDA, HOST_TYPES, *parts, "int main() {", *body, "}"])
+    (tmp_path / "generated.cpp").write_text(program)
+    built = subprocess.run(
+        [
+            "g++",
+            "-std=c++20",
+            "-O1",
+            "-pthread",
+            "-w",
+            "-o",
+            str(tmp_path / "run"),
+            str(tmp_path / "generated.cpp"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    subprocess.run([str(tmp_path / "run")], check=True, timeout=600)
+
+    failures = []
+    for name, spec, case, arrays, outputs in checks:
+        module_spec = importlib.util.spec_from_file_location(name, spec.reference.path)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+        args = [arrays[p] if p in arrays else case.scalars[p] for p in spec.params]
+        returned = getattr(module, name)(*args)
+        for b, want in zip(outputs, returned, strict=True):
+            d = DTYPES[b.dtype]
+            raw = np.fromfile(tmp_path / f"{name}.{b.name}.out", dtype=d.np_dtype())
+            if b.dtype == "bf16":
+                got = (raw.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+                want = inputs._float_to_bf16_bits(np.asarray(want, dtype=np.float32))
+                want = (want.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+            else:
+                got = raw.astype(np.float64)
+                want = np.asarray(want).astype(d.np_dtype()).astype(np.float64)
+            rtol, atol = spec.tolerance(d)
+            ok = np.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True) | (
+                np.abs(got - want) <= atol + rtol * np.abs(want)
+            )
+            if not ok.all():
+                i = int(np.argmin(ok))
+                failures.append(f"{name}.{b.name}[{i}]: got {got[i]}, want {want[i]}")
+    assert not failures, failures
+
+
+def test_the_bf16_and_half_types_are_the_specs():
+    assert lookup("bfloat16").code == "bf16" and lookup("half").code == "f16"
+
+
+# ---- what is generated ---------------------------------------------------------------------------
+
+
+def test_softmax_is_one_kernel_whose_row_max_and_sum_are_computed_once_per_thread():
+    g = generate(FORMULAS[10][1], "softmax")
+    body = g.kernel.split("__global__", 1)[1]
+    assert body.count("for (") == 2  # the max and the sum; `e[r, c]` in the loop, recomputed
+    assert body.count("fmaxf") == 1
+    assert "y[idx1] = " in body
+    assert "sums of up to 1024 terms" in g.kernel  # the sum of exp cannot cancel: a small atol
+    _, spec_line = next(
+        (line, line) for line in g.kernel.splitlines() if line.lstrip(" *").startswith("tol:")
+    )
+    assert "atol = 1e-06" in spec_line
+
+
+def test_defaults_are_said_and_given_sizes_are_used():
+    g = generate("for i < N: y[i] = max(x[i], 0)", "relu")
+    assert any("not given" in n and "1048576" in n for n in g.notes)
+    assert "N = 1048576, 262147" in g.kernel
+    g = generate("N = 1 << 16\nfor i < N: y[i] = max(x[i], 0)", "relu")
+    assert not g.notes and "N = 65536, 16387" in g.kernel
+
+
+def test_a_signed_sum_gets_an_atol_that_grows_with_its_length():
+    g = generate("float x[R, C]; y[r] = sum(c) x[r, c]\nC = 4096", "row_sum")
+    assert "a sum of up to 4096 terms of either sign" in g.kernel
+
+
+# ---- bad formulas: one line each, with the position ---------------------------------------------
+
+BAD = [
+    ("for i < N: y[i] = x[i, k]", "1:24", "index `k` is not bound"),
+    ("float x[N], w[M]; y[i] = x[i] * w[i]", "1:35", "shape mismatch: index `i` runs over `N`"),
+    ("for i < N: y[i] = expp(x[i])", "1:19", "unknown function `expp`; did you mean `exp`?"),
+    ("flaot x[N]; y[i] = x[i]", "1:1", "unknown element type `flaot`; did you mean `float`?"),
+    (
+        "float x[R, C]\ny[r] = m[r] * 2\nm[r] = max(c) x[r, c]",
+        "2:8",
+        "`m` is used before it is defined (at 3:1)",
+    ),
+    ("for i < N: y[i] = x[i] +", "1:25", "the formula ends too early"),
+    ("for i < N: y[i] = x[i] @ 2", "1:24", "unexpected `@`"),
+    ("for i < N: y[i] = sum(x[i])", "1:19", "`sum` is a reduction"),
+    ("float x[N]; y[i] = x[i, i]", "1:20", "`x` has 1 dimension(s)"),
+    ("for i < N: y[i] = y[i] + x[i]", "1:19", "`y` is used before it is defined"),
+    ("float x[N]; y[i] = x[i] * a", "1:27", "unknown name `a`"),
+    (
+        "float x[R, C]; m[r] = max(c) x[r, c]; y[r, c] = x[r, c] - m[r]; z[r] = m[r]",
+        "1:65",
+        "both results, of different shapes",
+    ),
+]
+
+
+@pytest.mark.parametrize(("formula", "where", "what"), BAD, ids=[b[2][:30] for b in BAD])
+def test_a_bad_formula_is_one_line_with_its_position(formula, where, what):
+    with pytest.raises(FormulaError) as e:
+        generate(formula, "k")
+    line = str(e.value)
+    assert "\n" not in line
+    assert line.startswith(f"<formula>:{where}: "), line
+    assert what in line, line
+    assert e.value.exit_code == ExitCode.BAD_FORMULA == 24
+
+
+def test_a_position_is_the_files_where_the_formula_comes_from_a_file():
+    source = FormulaSource("   float x[N]\n   y[i] = x[j]", path="k.cu", first_line=10)
+    with pytest.raises(FormulaError) as e:
+        generate(source, "k")
+    assert str(e.value).startswith("k.cu:11:13: index `j` is not bound")
+
+
+# ---- the command ---------------------------------------------------------------------------------
+
+OPTIML = [sys.executable, "-m", "optiml.cli"]
+
+
+def optiml(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*OPTIML, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+    )
+
+
+@needs_nvcc
+def test_generate_writes_the_kernel_and_its_reference_then_checks_them(tmp_path):
+    p = optiml("generate", "float x[R, C]; y[r] = sum(c) x[r, c]", "--out", "rowsum", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "rowsum.cu").is_file() and (tmp_path / "rowsum_ref.py").is_file()
+    assert "rowsum" in p.stdout and "ok" in p.stdout  # the check's table
+    assert "not given: 1024 each by default" in p.stderr
+    assert "optimization skipped" in p.stderr  # no GPU here, or --no-optimize on one
+    _, _, spec = load(tmp_path / "rowsum.cu", "rowsum")
+    assert spec.reference.function == "rowsum"
+
+
+@needs_nvcc
+def test_generate_to_stdout_writes_nothing(tmp_path):
+    p = optiml("generate", "for i < N: y[i] = max(x[i], 0)", "--out", "-", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("// generated: ") and "__global__ void generated(" in p.stdout
+    assert "compiles and its spec is valid" in p.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@needs_nvcc
+def test_generate_from_a_comment_writes_a_new_file_and_leaves_the_users_alone(tmp_path):
+    user = tmp_path / "attn.cu"
+    text = (
+        "// scores, softmax over rows:\n"
+        "//   float x[R, C]; R = 300; C = 77\n"
+        "//   m[r] = max(c) x[r, c]; y[r, c] = exp(x[r, c] - m[r]) / sum(c2) exp(x[r, c2] - m[r])\n"
+        "__global__ void other(float* p) { p[0] = 1.0f; }\n"
+    )
+    user.write_text(text)
+    p = optiml(
+        "generate", "attn.cu", "--line", "2", "--name", "softmax", "--no-optimize", cwd=tmp_path
+    )
+    assert p.returncode == 0, p.stderr
+    assert user.read_text() == text
+    new = (tmp_path / "attn.softmax.cu").read_text()
+    assert new.startswith(text[: text.index("__global__")])  # the comment, then the kernel
+    assert new.index("__global__ void softmax") < new.index("__global__ void other")
+    assert "optimization skipped (--no-optimize)" in p.stderr
+    _, _, spec = load(tmp_path / "attn.softmax.cu", "softmax")
+    assert spec.sizes[0] == {"R": 300, "C": 77}
+
+
+def test_a_bad_formula_in_a_file_is_one_line_at_the_files_position(tmp_path):
+    (tmp_path / "k.cu").write_text("#include <math.h>\n\n  // y[i] = x[j]\n")
+    p = optiml("generate", "k.cu", "--line", "3", cwd=tmp_path)
+    assert p.returncode == 24
+    lines = p.stderr.strip().splitlines()
+    assert lines == [
+        "optiml: error: k.cu:3:15: index `j` is not bound: it is not on the left-hand side "
+        "(`y[i]`) and no reduction around it binds it; write `sum(j) ...` or add `j` to the left"
+    ]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["k.cu"]
+
+
+def test_line_must_point_at_a_comment(tmp_path):
+    (tmp_path / "k.cu").write_text("int x;\n")
+    p = optiml("generate", "k.cu", "--line", "1", cwd=tmp_path)
+    assert p.returncode == 2 and "is not a comment" in p.stderr
+
+
+def test_help_lists_the_bad_formula_exit_code():
+    p = subprocess.run([*OPTIML, "generate", "--help"], capture_output=True, text=True)
+    assert p.returncode == 0 and "24 bad formula" in p.stdout and "--no-optimize" in p.stdout
