@@ -30,6 +30,7 @@ __all__ = [
     "default_arch",
     "evaluate_file",
     "evaluate_source",
+    "describe_kernel",
     "load",
     "profile_file",
     "OptimizeRequest",
@@ -90,6 +91,17 @@ class CheckResult:
                 }
             )
         return {"file": self.source.path, "arch": self.arch, "kernels": kernels}
+
+
+def describe_kernel(path: str | Path, kernel: str):
+    """What `kernel` in the file at `path` computes: its lifted model read as a `Description`
+    (family, evidence, domain, accesses, reductions, guards, outputs), or, for a kernel the
+    lifting does not follow, the family "opaque" with the lines and reasons."""
+    from optiml.lift import lift
+    from optiml.lift.families import describe
+
+    source, k, spec = load(path, kernel)
+    return describe(lift(source, k, spec))
 
 
 def check_file(path: str | Path, kernel: str | None = None, arch: str | None = None) -> CheckResult:

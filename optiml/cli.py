@@ -536,6 +536,54 @@ def spec(file: Path, kernel: str, as_json: bool) -> None:
         click.echo(text, nl=False)
 
 
+# ---- lift -----------------------------------------------------------------------------------
+
+
+@main.command(epilog=EXIT_CODES)
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--kernel", "-k", required=True, help="The kernel to read.")
+@json_option
+@handles_errors
+def lift(file: Path, kernel: str, as_json: bool) -> None:
+    """What KERNEL computes, read from its code and spec (no GPU): its family (map, reduction,
+    row normalization, contraction, permutation, gather, scatter, histogram, stencil, scan) with
+    the evidence, the iteration domain, every global access as an affine form of the thread and
+    loop indices (or indirect), the reductions and their strides, the guards, and each output's
+    value. A kernel the lifting does not follow is "opaque", with the line and the reason."""
+    import dataclasses
+
+    from optiml.api import describe_kernel
+
+    d = describe_kernel(file, kernel)
+    if as_json:
+        click.echo(json.dumps(dataclasses.asdict(d)))
+        return
+    out.print(f"[bold]{d.kernel}[/]: {d.family}", markup=True)
+    for line in d.not_understood:
+        out.print(f"  not understood: {line}", markup=False)
+    for line in d.evidence:
+        out.print(f"  because {line}", markup=False)
+    if not d.lifted:
+        return
+    if d.domain:
+        out.print(f"  domain: {', '.join(d.domain)}", markup=False)
+    for r in d.reductions:
+        strides = ", ".join(f"{t} stride {s}" for t, s in r.strides.items()) or "no data"
+        out.print(
+            f"  reduction: {r.op} into `{r.var}` (loop at line {r.line}; {strides})", markup=False
+        )
+    for g in d.guards:
+        out.print(f"  guard: {g}", markup=False)
+    table = Table(show_edge=False, box=None, pad_edge=False)
+    for col in ("tensor", "access", "pattern", "index"):
+        table.add_column(col)
+    for a in d.accesses:
+        table.add_row(a.tensor, a.kind, a.pattern, a.index)
+    out.print(table)
+    for t, v in d.outputs.items():
+        out.print(f"  {t} = {v}", markup=False)
+
+
 # ---- optimize -------------------------------------------------------------------------------
 
 

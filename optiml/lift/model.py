@@ -1,0 +1,272 @@
+"""What a kernel computes, as plain data: the lifted model.
+
+A lifted kernel is a small program over one generic thread: expressions over the thread's
+built-in indices (`threadIdx.x`, `blockIdx.y`, `blockDim.x`, `gridDim.x`), the scalar parameters
+and loads from the pointer parameters; stores guarded by the condition under which the thread
+reaches them; and loops, which carry values from one iteration to the next (an induction
+variable, an accumulator) and may store. Local variables are gone: every value is an expression
+tree of what it was computed from. A value read after a loop is `LoopOut`, the final value of
+one of the loop's carried variables.
+
+Every node is a frozen dataclass, so structurally equal expressions compare and hash equal.
+`optiml.lift.run` executes the model on the host with NumPy; `optiml.lift.families` reads its
+structure (accesses, reductions, the iteration domain).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+# Scalar types of values: what C's usual arithmetic conversions need, and what NumPy computes in.
+BOOL, INT, LONG, FLOAT, DOUBLE, HALF, BF16 = (
+    "bool",
+    "int",
+    "long",
+    "float",
+    "double",
+    "half",
+    "bf16",
+)
+FLOATS = (HALF, BF16, FLOAT, DOUBLE)
+INTS = (BOOL, INT, LONG)
+
+
+def arith_type(a: str, b: str) -> str:
+    """The type `a op b` is computed in (C's usual arithmetic conversions; 16-bit floats are
+    computed in float)."""
+    if DOUBLE in (a, b):
+        return DOUBLE
+    if a in FLOATS or b in FLOATS:
+        return FLOAT
+    return LONG if LONG in (a, b) else INT
+
+
+_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class Const:
+    value: float | int | bool
+    type: str
+
+
+@dataclass(frozen=True)
+class Builtin:
+    """`threadIdx.x`, `blockIdx.y`, `blockDim.z`, `gridDim.x`."""
+
+    name: str
+    type: str = INT
+
+
+@dataclass(frozen=True)
+class Param:
+    """A scalar parameter of the kernel."""
+
+    name: str
+    type: str
+
+
+@dataclass(frozen=True)
+class Var:
+    """A value carried by a loop: its value in the current iteration (inside the loop's body)."""
+
+    name: str
+    type: str
+    uid: int = field(default_factory=lambda: next(_ids))
+
+
+@dataclass(frozen=True)
+class Load:
+    tensor: str
+    index: Expr  # in elements of the tensor
+    type: str
+
+
+@dataclass(frozen=True)
+class Unary:
+    op: str  # "-" | "!" | "~"
+    a: Expr
+    type: str
+
+
+@dataclass(frozen=True)
+class Binary:
+    op: str  # + - * / % << >> & | ^ < <= > >= == != && ||
+    a: Expr
+    b: Expr
+    type: str
+
+
+@dataclass(frozen=True)
+class Call:
+    """A math function by its canonical name: exp, log, sqrt, rsqrt, tanh, erf, abs, max, min,
+    pow, fma, floor, ceil, sin, cos, exp2, log2, ..."""
+
+    fn: str
+    args: tuple[Expr, ...]
+    type: str
+
+
+@dataclass(frozen=True)
+class Select:
+    cond: Expr
+    a: Expr
+    b: Expr
+    type: str
+
+
+@dataclass(frozen=True)
+class Cast:
+    a: Expr
+    type: str
+
+
+@dataclass(frozen=True)
+class Carried:
+    var: Var
+    init: Expr  # the value before the loop
+    update: Expr  # the value at the end of an iteration, in terms of the loop's Vars
+
+
+@dataclass(frozen=True)
+class Loop:
+    """`for`/`while`: while `cond` holds (in terms of the carried Vars), run the body's stores and
+    update every carried variable at once. `guard`: the condition under which the thread reaches
+    the loop. `line`: where the loop starts in the file (1-based)."""
+
+    carried: tuple[Carried, ...]
+    cond: Expr
+    body: tuple[Stmt, ...]
+    guard: Expr
+    line: int
+    uid: int = field(default_factory=lambda: next(_ids))
+
+
+@dataclass(frozen=True)
+class LoopOut:
+    """The value of a loop's carried variable once the loop is done."""
+
+    loop: Loop
+    var: Var
+
+    @property
+    def type(self) -> str:
+        return self.var.type
+
+
+Expr = Const | Builtin | Param | Var | Load | Unary | Binary | Call | Select | Cast | LoopOut
+
+
+@dataclass(frozen=True)
+class Store:
+    """`tensor[index] = value` where `guard` holds; `op` "=" or, for an atomic, its reduction
+    ("add", "max", "min", "sub", "and", "or", "xor", "exch")."""
+
+    tensor: str
+    index: Expr
+    value: Expr
+    guard: Expr
+    op: str
+    atomic: bool
+    line: int
+
+
+Stmt = Store | Loop
+
+TRUE = Const(True, BOOL)
+FALSE = Const(False, BOOL)
+
+
+@dataclass
+class Tensor:
+    name: str
+    dtype: str  # the model's scalar type of an element: float, double, half, bf16, int, long, bool
+    code: str  # the type code of optiml.cuda.types ("f32", "u8", ...)
+    role: str  # "in" | "out" | "inout" (from the spec)
+
+
+@dataclass
+class Lifted:
+    kernel: str
+    tensors: dict[str, Tensor]
+    scalars: dict[str, str]  # name -> type
+    body: tuple[Stmt, ...]
+    params: list[str]  # every parameter in signature order
+
+
+@dataclass
+class Unlifted:
+    """A kernel that stays opaque: what was not understood, and where (1-based lines)."""
+
+    kernel: str
+    reasons: list[tuple[int, str]]
+
+    def message(self) -> str:
+        return "; ".join(f"line {line}: {why}" for line, why in self.reasons)
+
+
+def children(e: Expr) -> tuple[Expr, ...]:
+    """The expressions directly under `e` (a LoopOut's loop is not an expression child)."""
+    match e:
+        case Load(index=i):
+            return (i,)
+        case Unary(a=a) | Cast(a=a):
+            return (a,)
+        case Binary(a=a, b=b):
+            return (a, b)
+        case Call(args=args):
+            return args
+        case Select(cond=c, a=a, b=b):
+            return (c, a, b)
+    return ()
+
+
+def walk_expr(e: Expr, into_loops: bool = True):
+    """Every expression under `e`, itself first; with `into_loops`, also those of the loops whose
+    results it uses (their conditions, initial values, updates and stores), each loop once."""
+    seen: set[int] = set()
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        yield x
+        stack.extend(children(x))
+        if into_loops and isinstance(x, LoopOut) and x.loop.uid not in seen:
+            seen.add(x.loop.uid)
+            stack.extend(loop_exprs(x.loop))
+
+
+def loop_exprs(loop: Loop) -> list[Expr]:
+    out: list[Expr] = [loop.cond, loop.guard]
+    for c in loop.carried:
+        out += [c.init, c.update]
+    for s in loop.body:
+        out += stmt_exprs(s)
+    return out
+
+
+def stmt_exprs(s: Stmt) -> list[Expr]:
+    if isinstance(s, Store):
+        return [s.index, s.value, s.guard]
+    return loop_exprs(s)
+
+
+def walk_stmts(body: tuple[Stmt, ...]):
+    """Every statement, loops' bodies included, in program order."""
+    for s in body:
+        yield s
+        if isinstance(s, Loop):
+            yield from walk_stmts(s.body)
+
+
+def loops_of(lifted: Lifted) -> list[Loop]:
+    """Every loop of the model, whether it stores or only computes values, each once."""
+    found: dict[int, Loop] = {}
+    for s in walk_stmts(lifted.body):
+        if isinstance(s, Loop):
+            found.setdefault(s.uid, s)
+        for e in stmt_exprs(s):
+            for x in walk_expr(e):
+                if isinstance(x, LoopOut):
+                    found.setdefault(x.loop.uid, x.loop)
+    return list(found.values())
