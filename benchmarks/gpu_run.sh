@@ -4,7 +4,7 @@
 # each step's output under $OUT (at most a few files, for machines that return little).
 #
 #   OUT=/tmp/out benchmarks/gpu_run.sh [step ...]
-#     steps: search profile tests catalog editor llm verdicts tricks overhead deliver
+#     steps: search profile tests catalog editor llm verdicts tricks overhead deliver lift linear
 #
 # search: measures for SEARCH_SECONDS (default 200; SEARCH_FIXTURES: only these fixture files)
 # into $OUT/search-table-h200.json, starting from benchmarks/results/search-table-h200.json when it
@@ -15,6 +15,9 @@
 # verdicts: the GPU tests of the harness and of the verdict's checks (VERDICTS_TIMEOUT).
 # tricks: the corpus of tricks and honest controls (TRICKS_SHARD=K/N, TRICKS_ONLY, TRICKS_TIMEOUT).
 # overhead: what the checks cost per evaluation (OVERHEAD_REPEATS, OVERHEAD_TIMEOUT).
+# lift: the lifting's GPU test (every fixture kernel that lifts against its host model).
+# linear: PyTorch's F.linear on fixtures/wild/linear_bias.cu's size, and `optiml optimize` on it
+#   (LINEAR_BUDGET evaluations, LINEAR_SECONDS).
 # deliver: `optiml optimize` on the naive softmax and layernorm of fixtures/tricks/originals
 #   (DELIVER_BUDGET evaluations, DELIVER_SECONDS each; DELIVER_ONLY: softmax or layernorm).
 set -uo pipefail
@@ -87,6 +90,18 @@ for step in "${steps[@]}"; do
           --time "${DELIVER_SECONDS:-200}" --out "$OUT/deliver-$what" \
           2>&1 | (header; cat) | tee "$OUT/deliver-$what.txt" | tail -25
       done
+      ;;
+    lift)
+      timeout -s INT -k 15 "${LIFT_TIMEOUT:-300}" python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 tests/lift -rfEs \
+        2>&1 | (header; cat) | tee "$OUT/lift-gpu.txt" | tail -8
+      ;;
+    linear)
+      python3 benchmarks/linear_bias.py --out "$OUT" 2>&1 | (header; cat) | tee "$OUT/linear-torch.txt" | tail -20
+      cp fixtures/wild/linear_bias.cu "$OUT/linear_bias.cu"
+      timeout -s INT -k 15 "$(( ${LINEAR_SECONDS:-90} + 120 ))" python3 -m optiml.cli optimize \
+        "$OUT/linear_bias.cu" -k matmul_forward_naive --budget "${LINEAR_BUDGET:-12}" \
+        --time "${LINEAR_SECONDS:-90}" --out "$OUT/linear" \
+        2>&1 | (header; cat) | tee "$OUT/linear-optimize.txt" | tail -25
       ;;
     *) echo "unknown step $step" ;;
   esac

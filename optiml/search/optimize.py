@@ -33,6 +33,11 @@ from optiml.search.variant import Variant, kernel_text
 from optiml.spec import load
 
 
+# Confirmed candidates the judge looks at, best first, until one is accepted (a rejected one's
+# descendants are skipped: they carry its edit).
+JUDGE_TOP = 3
+
+
 @dataclass
 class OptimizeOptions:
     budget: int | None = 48  # evaluations
@@ -231,9 +236,15 @@ async def optimize(
     confirmed.sort(key=lambda item: -item[1].speedup)
 
     winner, verdict, winner_profile = None, None, None
-    for n, c, m in confirmed[:2]:
-        if stopped or not is_improvement(m, opts.reward):
+    rejected: list[Node] = []
+    judged = 0
+    for n, c, m in confirmed:
+        if stopped or not is_improvement(m, opts.reward) or judged == JUDGE_TOP:
             break
+        # a rejected candidate's descendants carry its edit: the next one judged is another line
+        if any(_descends(n, r) for r in rejected):
+            continue
+        judged += 1
         if not opts.judge:
             winner = n
             break
@@ -265,6 +276,7 @@ async def optimize(
         if verdict.accepted:
             winner = n
             break
+        rejected.append(n)
         stopped = should_stop is not None and should_stop()
     if winner is not None:
         info = Measurement.model_validate(winner.info.get("measurement", {}))
@@ -306,6 +318,15 @@ async def optimize(
         baseline_profile=baseline.profile,
         search=search,
     )
+
+
+def _descends(n: Node, ancestor: Node) -> bool:
+    """Whether `n` is `ancestor` or lies in its subtree."""
+    while n is not None:
+        if n is ancestor:
+            return True
+        n = n.parent
+    return False
 
 
 class BaselineFailed(Exception):

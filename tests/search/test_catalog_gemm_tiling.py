@@ -124,7 +124,29 @@ __global__ void matmul(const float* A, const float* B, float* C, int rows, int c
 }
 """
 
+# out = inp . W^T + bias as a transformer's linear layer writes it: the weight stored (out, in),
+# the sum seeded with the bias; the tiles sum from 0 and the epilogue adds the seed first
+LINEAR_SEEDED = """
+/* @optiml
+ *   args:   out: out float[BT * OC], inp: in float[BT * C], weight: in float[OC * C], bias: in float[OC]
+ *   launch: grid = (cdiv(OC, 16), cdiv(BT, 16)), block = (16, 16)
+ *   sizes:  BT, C, OC = (2048, 768, 3072), (1000, 333, 777)
+ *   tol:    rtol = 1e-4, atol = 1e-4
+ */
+__global__ void linear(float* out, const float* inp, const float* weight, const float* bias,
+                       int BT, int C, int OC)
+{
+    int oc = blockIdx.x * blockDim.x + threadIdx.x;
+    int bt = blockIdx.y * blockDim.y + threadIdx.y;
+    if (bt >= BT || oc >= OC) return;
+    float val = bias[oc] * 0.5f + 1.0f;
+    for (int i = 0; i < C; i++) val += inp[bt * C + i] * weight[oc * C + i];
+    out[bt * OC + oc] = val;
+}
+"""
+
 OTHER_WAYS = [
+    pytest.param(LINEAR_SEEDED, "linear", id="seeded-with-a-bias"),
     pytest.param(GEMM_NT, "gemm_nt", id="nt-early-return-fmaf"),
     pytest.param(SGEMM_COLMAJOR, "sgemm_colmajor", id="column-major-lds-epilogue-branch"),
     pytest.param(MATMUL_ALIAS, "matmul", id="row-pointer-swapped-operands"),
@@ -187,8 +209,8 @@ NOT_GEMM = [
         id="loop-from-one",
     ),
     pytest.param(
-        _with(FIXTURE, "float acc = 0.0f;", "float acc = 1.0f;"),
-        id="accumulator-not-zero",
+        _with(FIXTURE, "float acc = 0.0f;", "float acc = C[col * N + row];"),
+        id="accumulator-seeded-from-the-output",
     ),
     pytest.param(
         _with(
@@ -428,8 +450,9 @@ def test_fixture_proposals_compute_what_the_original_does(ctx, proposal, tmp_pat
             [{"m": 45, "n": 70, "k": 9}, {"m": 132, "n": 20, "k": 24}],
         ),
         (MATMUL_ALIAS, "matmul", [{"rows": 33, "cols": 130, "inner": 11}]),
+        (LINEAR_SEEDED, "linear", [{"BT": 77, "C": 36, "OC": 130}]),
     ],
-    ids=["nt", "column-major", "row-pointer"],
+    ids=["nt", "column-major", "row-pointer", "seeded-with-a-bias"],
 )
 def test_other_kernels_compute_what_the_original_does(text, kernel, sizes, tmp_path):
     ctx = context(text, kernel)
@@ -550,3 +573,10 @@ def test_stream_k_ptx_hands_partial_sums_over_through_l2():
     assert re.search(r"atom\.global(\.\w+)*\.add\.u32", ptx)  # the arrivals
     assert "membar.gl" in ptx or "fence.sc.gpu" in ptx or "fence.acq_rel.gpu" in ptx
     assert "bar.red.or.pred" in ptx  # the last block to arrive, voted at the barrier
+
+
+def test_a_seeded_sum_starts_the_epilogue():
+    ctx = context(LINEAR_SEEDED, "linear")
+    out = variant(ctx, propose(ctx)[0]).definition
+    assert "run(smem, inp, C, weight, C, BT, OC, C, [=](int bt, int oc, float val_sum)" in out
+    assert "float val = (bias[oc] * 0.5f + 1.0f) + val_sum;" in out

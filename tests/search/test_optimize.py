@@ -273,3 +273,32 @@ def test_the_search_resumes_from_its_saved_tree(tmp_path):
     second, _ = run(StandInExecutor(), budget=5, resume=saved)
     assert second.trajectory.evaluations == 10
     assert len(second.trajectory.nodes) >= len(first.trajectory.nodes)
+
+
+def test_a_rejected_best_gives_way_to_the_next_line_not_its_descendants():
+    """The judge rejects every candidate that carries `__restrict__` (memcheck finds errors in
+    them): the two best (each vectorized line with it) are rejected, their descendants are
+    skipped unjudged, and the best candidate without it is delivered."""
+
+    class Strict(StandInExecutor):
+        async def sanitize(self, job, tool, sizes=None):
+            self.calls.append(tool)
+            bad = tool == "memcheck" and "__restrict__" in job.target[0].text
+            return SanitizerReport(
+                tool=tool,
+                errors=int(bad),
+                ok=not bad,
+                size="n=1000003",
+                messages=["Invalid __global__ read of size 16"] if bad else [],
+                seconds=0.1,
+            )
+
+    ex = Strict()
+    outcome, _ = run(ex, budget=16, confirm_top=16)
+    t = outcome.trajectory
+    assert t.winner is not None and t.judge.accepted
+    assert "__restrict__" not in outcome.winner.text and "optiml_pack" in outcome.winner.text
+    # judged: the two rejected lines' best, then the winner; their descendants were not
+    assert ex.calls.count("memcheck") == 3
+    best = max(c.speedup for c in t.confirmed)
+    assert 1 < outcome.speedup < best

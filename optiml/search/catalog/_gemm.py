@@ -574,6 +574,9 @@ class Gemm:
     before: list[Node]  # declarations the epilogue needs from before the guard, in order
     kept: list[Node]  # those from under the guard, before the loop
     epilogue: list[Node]  # the statements after the loop
+    # what the accumulator starts from where it is not 0 (`float acc = bias[col];`): the tiles sum
+    # the products from 0 and the epilogue adds it first (a sum in another order, as any tiling)
+    seed: str | None = None
 
 
 @dataclass(frozen=True)
@@ -670,13 +673,14 @@ def match(ast: KernelAST) -> Gemm | None:
     if len(loops) != 1:
         return None
     prologue, loop, epilogue = flat[: loops[0]], flat[loops[0]], flat[loops[0] + 1 :]
-    if not all(_pure_declaration(ast, st) for st in prologue):
-        return None
     found = _accumulation(ast, loop)
     if found is None:
         return None
     acc, k, bound, factors = found
-    if not _zero_float(ast, prologue, acc):
+    seed = _seed(ast, prologue, acc)
+    if seed is None:
+        return None
+    if not all(_pure_declaration(ast, st) for st in prologue if st is not seed[0]):
         return None
     # The epilogue sees the sum where the prologue saw 0: nothing before the loop may read acc.
     if sum(acc in ast.identifiers(st) for st in prologue) != 1:
@@ -719,7 +723,9 @@ def match(ast: KernelAST) -> Gemm | None:
         return None
     if not set().union(*(ast.assigned(st) for st in epilogue)) <= allowed:
         return None
-    needed = _needed(ast, prologue, [guard.condition, *epilogue], acc)
+    seed_value = seed[1]
+    users = [guard.condition, *epilogue] + ([seed_value] if seed_value is not None else [])
+    needed = _needed(ast, prologue, users, acc)
     outside = {st.id for st in before}
     return Gemm(
         ast,
@@ -735,6 +741,7 @@ def match(ast: KernelAST) -> Gemm | None:
         [st for st in before if st.id in needed],
         [st for st in prologue if st.id in needed and st.id not in outside],
         epilogue,
+        ast.text(seed_value) if seed_value is not None else None,
     )
 
 
@@ -845,6 +852,33 @@ def _steps_by_one(ast: KernelAST, update: Node, k: str) -> bool:
         return False
     step = ast.affine(update.child_by_field_name("right"))
     return (operator_of(update), step) in (("+=", {(): 1}), ("=", {(k,): 1, (): 1}))
+
+
+def _seed(ast: KernelAST, prologue: list[Node], acc: str) -> tuple[Node, Node | None] | None:
+    """The prologue's `float acc = value;` and its value (None where it is 0): a value that
+    changes nothing (no assignment, call with side effects or address taken), reads memory only
+    through subscripts; None if acc is declared otherwise."""
+    for st in prologue:
+        declarators = st.children_by_field_name("declarator")
+        if not any(_name(ast, d) == acc for d in declarators):
+            continue
+        if _zero_float(ast, [st], acc):
+            return st, None
+        if len(declarators) != 1 or _type_text(ast, st) != "float":
+            return None
+        value = declarators[0].child_by_field_name("value")
+        if value is None or "__shared__" in ast.text(st) or "static" in _type_text(ast, st):
+            return None
+        if any(n.type in ("assignment_expression", "update_expression") for n in walk(value)):
+            return None
+        if ast.dereferences(value) or ast.pointer_escapes(value) or ast.calls(value):
+            return None
+        # it reads only memory the kernel never writes: the tiled kernel reads it later
+        written = {a.pointer for a in ast.accesses() if a.write or a.atomic}
+        if any(a.pointer in written for a in ast.accesses(value)):
+            return None
+        return st, value
+    return None
 
 
 def _zero_float(ast: KernelAST, prologue: list[Node], acc: str) -> bool:
@@ -1139,9 +1173,10 @@ def definition(g: Gemm, c: Config, stream_k: int = 0) -> str:
     taken = ast.identifiers(ast.fn)
     tile, smem = _fresh("Tile", taken), _fresh("smem", taken)
     flags = f"{str(g.a.k_contiguous).lower()}, {str(g.b.k_contiguous).lower()}"
+    total = _fresh(f"{g.acc}_sum", taken) if g.seed is not None else g.acc
     params = (
         f"{_index_type(ast, g.row)} {g.row.var}, {_index_type(ast, g.col)} {g.col.var}, "
-        f"float {g.acc}"
+        f"float {total}"
     )
     args = ", ".join(
         [
@@ -1184,7 +1219,10 @@ def definition(g: Gemm, c: Config, stream_k: int = 0) -> str:
     else:
         lines.append(f"{inner}if ({ast.text(g.guard.condition)}) {{")
         body, close = inner + unit, [f"{inner}}}"]
-    lines += [_reindent(ast, st, body) for st in [*g.kept, *g.epilogue]]
+    lines += [_reindent(ast, st, body) for st in g.kept]
+    if g.seed is not None:
+        lines.append(f"{body}float {g.acc} = ({g.seed}) + {total};")
+    lines += [_reindent(ast, st, body) for st in g.epilogue]
     lines += close
     lines += [f"{unit}}});", "}"]
     replace = {(ast.body.start_byte, ast.body.end_byte): "\n".join(lines)}
