@@ -32,7 +32,6 @@ from optiml.search.trajectory import (
 from optiml.search.variant import Variant, kernel_text
 from optiml.spec import load
 
-
 # Confirmed candidates the judge looks at, best first, until one is accepted (a rejected one's
 # descendants are skipped: they carry its edit).
 JUDGE_TOP = 3
