@@ -174,6 +174,20 @@ def build_device_code(
     )
 
 
+def device_ptx(
+    source: SourceFile,
+    instantiations: dict[str, str],
+    *,
+    arch: str,
+    flags: list[str] | tuple[str, ...] = DEFAULT_FLAGS,
+) -> str | None:
+    """The PTX of a file's device code (templated kernels at the instantiations given), or None
+    where it does not compile: what the kernels instantiate and reference, no more."""
+    text = device_code_source(source, instantiations)
+    target, _, ok, _, _ = _compile_cached(source, text, Path(source.path).stem, arch, flags, "ptx")
+    return target.read_text() if ok else None
+
+
 def device_code_source(source: SourceFile, instantiations: dict[str, str]) -> str:
     """What `build_device_code` compiles: the file without `main`, and a reference to each
     templated kernel at its instantiation so that nvcc compiles it."""
@@ -208,7 +222,7 @@ def _compile_cached(
             [text, arch, " ".join(flags), mode, tk.version, _local_includes_digest(text, directory)]
         ).encode()
     ).hexdigest()[:24]
-    suffix = ".so" if mode == "shared" else ".cubin"
+    suffix = {"shared": ".so", "cubin": ".cubin", "ptx": ".ptx"}[mode]
     out_dir = cache_dir() / "build"
     out_dir.mkdir(exist_ok=True)
     target = out_dir / f"{stem}-{key}{suffix}"

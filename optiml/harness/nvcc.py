@@ -110,6 +110,7 @@ def compile_cuda(
     flags: list[str],
     include_dirs: list[Path],
     mode: str,  # "shared" (a .so for the runner) | "cubin" (device code only, for static reports)
+    # | "ptx" (the device code's PTX: what a kernel instantiates and references)
     timeout_s: float = 300,
 ) -> CompileResult:
     tk = find_toolkit()
@@ -127,6 +128,8 @@ def compile_cuda(
         ]
     elif mode == "cubin":
         cmd += ["-cubin"]
+    elif mode == "ptx":
+        cmd += ["-ptx"]
     else:
         raise ValueError(mode)
     cmd += list(flags) + ["-o", str(output), str(source)]

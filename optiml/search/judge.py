@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import re
 import secrets
 from collections.abc import Callable
 from dataclasses import replace
@@ -45,6 +46,7 @@ from optiml.cuda.types import DTYPES
 from optiml.errors import OptimlError
 from optiml.executors.base import Executor, Job
 from optiml.expr import ExprError
+from optiml.harness.build import device_ptx
 from optiml.harness.evaluate import CasePlan, EvalOptions
 from optiml.harness.inputs import Dist, Mode
 from optiml.harness.sanitize import TOOLS
@@ -271,6 +273,11 @@ def hardcoded_constants(
 def local_statics(source: SourceFile) -> list[str]:
     """Function-local `static` variables of device code that are not constants: state that lives
     from one launch to the next and that no harness can reach to reset."""
+    return [text for text, _ in _local_statics(source)]
+
+
+def _local_statics(source: SourceFile) -> list[tuple[str, str]]:
+    """`local_statics` with each one's variable name."""
     found = []
 
     def walk(node, in_device: bool):
@@ -292,12 +299,54 @@ def local_statics(source: SourceFile) -> list[str]:
                 "__shared__",
             }:
                 line = node.start_point[0] + 1
-                found.append(f"line {line}: {source.node_text(node).strip()[:60]}")
+                text = f"line {line}: {source.node_text(node).strip()[:60]}"
+                for d in node.children_by_field_name("declarator"):
+                    while d is not None and d.type != "identifier":
+                        d = d.child_by_field_name("declarator")
+                    found.append((text, source.node_text(d) if d is not None else ""))
         for child in node.children:
             walk(child, in_device)
 
     walk(source.tree.root_node, False)
     return found
+
+
+# A function-local static as PTX declares it at module scope: `.global .align 16 .b8
+# _ZZN...9workspaceEvE8partials[...]` (the name's tail is the variable's, with a discriminator
+# `_N` where a function has several of that name).
+_PTX_STATIC = re.compile(r"^\s*(?:\.visible\s+)?\.global\s[^;]*?\b(_ZZ\w+)", re.M)
+_DISCRIMINATOR = re.compile(r"_\d*_?$")
+
+
+def _local_name(mangled: str) -> str | None:
+    """The variable's own name at the end of a local entity's mangled name: `...E<len><name>`,
+    with `_<n>` (or `__<n>_`) after it where the function has several of that name."""
+    for m in reversed(list(re.finditer(r"E(\d+)", mangled))):
+        n, rest = int(m.group(1)), mangled[m.end() :]
+        if len(rest) == n or (len(rest) > n and _DISCRIMINATOR.fullmatch(rest[n:])):
+            return rest[:n]
+    return None
+
+
+def reachable_statics(source: SourceFile, kernel, spec: Spec, arch: str | None) -> set[str] | None:
+    """The names of the function-local statics that the compiled device code of `source` holds
+    (a template's static exists only where the template is instantiated and used), or None where
+    the PTX cannot be had (no arch, no nvcc, a compile error)."""
+    if arch is None:
+        return None
+    instantiations = {kernel.name: spec.instantiation} if spec.instantiation else {}
+    try:
+        ptx = device_ptx(source, instantiations, arch=arch)
+    except OptimlError:
+        return None
+    if ptx is None:
+        return None
+    names = set()
+    for mangled in _PTX_STATIC.findall(ptx):
+        name = _local_name(mangled)
+        if name:
+            names.add(name)
+    return names
 
 
 def _failed_case(v: Verdict) -> str:
@@ -427,9 +476,17 @@ async def _state_check(
 ) -> Check:
     """Function-local statics the candidate added, and its added `__device__` variables filled
     with noise between launches: results that change mean state one launch leaves for the next."""
-    state = local_statics(candidate) if job.candidate is not None else []
+    found = _local_statics(candidate) if job.candidate is not None else []
     original_state = set(local_statics(job.source))
-    state = [s for s in state if s not in original_state]
+    found = [(text, name) for text, name in found if text not in original_state]
+    if found:
+        # only those the compiled kernel holds: a template's static that this instantiation never
+        # uses does not exist (where the PTX cannot be had, every one found counts)
+        _, kernel, spec = job.target
+        reachable = reachable_statics(candidate, kernel, spec, options.arch)
+        if reachable is not None:
+            found = [(text, name) for text, name in found if name in reachable]
+    state = list(dict.fromkeys(text for text, _ in found))
     variables = [v for v in candidate.device_variables if v not in set(job.source.device_variables)]
     if variables and sizes:
         poisoned = await executor.evaluate(

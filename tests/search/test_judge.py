@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import random
+import shutil
+
+import pytest
 
 from optiml.cuda.source import SourceFile
 from optiml.executors.base import Job
@@ -29,6 +32,7 @@ from optiml.search.judge import (
     _work,
     judge,
     local_statics,
+    reachable_statics,
     unseen_sizes,
     value_variations,
 )
@@ -243,3 +247,38 @@ def test_state_a_candidate_keeps_across_launches_is_a_finding_unless_the_spec_al
     check = judged("")["no state across launches"]
     assert not check.ok and "static int calls" in check.detail
     assert judged(" *   state:  kept\n")["no state across launches"].ok
+
+
+TEMPLATE_STATE = """
+template <int SK> struct Tiles {
+    __device__ static float* workspace() { static float partials[2 * (SK > 0 ? SK : 1)]; return partials; }
+    __device__ static void run(float* y, int i) {
+        if constexpr (SK > 0) { workspace()[i % SK] += 1.0f; y[i] = workspace()[0]; }
+        else { y[i] = 2.0f; }
+    }
+};
+/* @optiml
+ *   args:   y: out float[n]
+ *   launch: grid = cdiv(n, 256), block = 256
+ *   sizes:  n = (1000)
+ */
+__global__ void k(float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) Tiles<SK_VALUE>::run(y, i);
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_a_templates_static_is_state_only_where_the_kernel_instantiates_it():
+    """A helper template declares a static workspace that only its SK > 0 form uses: the kernel
+    that instantiates SK = 0 holds no state (its PTX has no such variable); SK = 4 does."""
+    for sk, expected in ((0, set()), (4, {"partials"})):
+        source = SourceFile(TEMPLATE_STATE.replace("SK_VALUE", str(sk)), "state.cu")
+        kernel = source.kernel("k")
+        assert reachable_statics(source, kernel, parse_spec(source, kernel), "sm_90") == expected
+    # without the compiled code (no arch), every static found in the text counts
+    source = SourceFile(TEMPLATE_STATE.replace("SK_VALUE", "0"), "state.cu")
+    kernel = source.kernel("k")
+    assert reachable_statics(source, kernel, parse_spec(source, kernel), None) is None
+    assert len(local_statics(source)) == 1
