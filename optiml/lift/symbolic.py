@@ -176,9 +176,15 @@ class _State:
     written: dict[tuple[str, Expr], Expr] = field(default_factory=dict)
     # tensors this thread wrote so far (a read of another of their elements is not followed)
     dirty: set[str] = field(default_factory=set)
+    # within a loop's body: whether this iteration has left by `break` (brk) or by `break` or
+    # `continue` (cut); an assignment after that point changes nothing
+    brk: Expr = FALSE
+    cut: Expr = FALSE
 
     def fork(self, live: Expr) -> _State:
-        return _State(dict(self.env), live, [], dict(self.written), set(self.dirty))
+        return _State(
+            dict(self.env), live, [], dict(self.written), set(self.dirty), self.brk, self.cut
+        )
 
 
 # ---- boolean and arithmetic simplification (enough to keep guards readable) --------------------
@@ -271,6 +277,13 @@ def _cast(e: Expr, t: str) -> Expr:
     if e.type in (INT, LONG) and t in (INT, LONG):
         return e if not isinstance(e, Cast) else Cast(e.a, t)
     return Cast(e, t)
+
+
+def _merge_flag(c: Expr, a: Expr, b: Expr) -> Expr:
+    """`c ? a : b` for conditions, kept in boolean form."""
+    if a == b:
+        return a
+    return _or(_and(c, a), _and(_not(c), b))
 
 
 def _select(c: Expr, a: Expr, b: Expr) -> Expr:
@@ -366,7 +379,7 @@ class Lifter:
                 self._expr(node.named_children[0], st)
         elif kind == "if_statement":
             self._if(node, st)
-        elif kind in ("for_statement", "while_statement"):
+        elif kind in ("for_statement", "while_statement", "do_statement"):
             self._loop(node, st)
         elif kind == "return_statement":
             st.live = FALSE
@@ -376,8 +389,13 @@ class Lifter:
             text = self.ast.text(node)
             if "pragma" not in text:
                 raise Opaque(node, "a preprocessor directive inside the kernel")
-        elif kind in ("break_statement", "continue_statement", "goto_statement"):
-            raise Opaque(node, f"`{kind.split('_')[0]}`: the model has no early loop exits yet")
+        elif kind == "break_statement":
+            # only where the thread still runs this iteration (not after a `continue`)
+            st.brk, st.cut, st.live = _or(st.brk, st.live), _or(st.cut, st.live), FALSE
+        elif kind == "continue_statement":
+            st.cut, st.live = _or(st.cut, st.live), FALSE
+        elif kind == "goto_statement":
+            raise Opaque(node, "`goto`")
         else:
             raise Opaque(node, f"a `{kind.replace('_', ' ')}` the model does not follow")
 
@@ -416,8 +434,13 @@ class Lifter:
                     raise Opaque(init, f"`{name}` holds a pointer as a number")
                 st.env[name] = value if base == "auto" else _cast(value, self._type_of(base, node))
 
+    def _condition(self, node: Node, st: _State) -> Expr:
+        """A condition; a pointer parameter in one is never null (the spec allocates it)."""
+        v = self._value(node, st)
+        return TRUE if isinstance(v, Ptr) else _bool(v)
+
     def _if(self, node: Node, st: _State) -> None:
-        cond = _bool(self._scalar(node.child_by_field_name("condition"), st))
+        cond = self._condition(node.child_by_field_name("condition"), st)
         then = st.fork(_and(st.live, cond))
         self._stmt(node.child_by_field_name("consequence"), then)
         other = st.fork(_and(st.live, _not(cond)))
@@ -447,6 +470,8 @@ class Lifter:
             written[key] = a if a == b else _select(cond, a, b)
         st.written = written
         st.dirty = then.dirty | other.dirty
+        st.brk = _merge_flag(cond, then.brk, other.brk)
+        st.cut = _merge_flag(cond, then.cut, other.cut)
 
     def _loop(self, node: Node, st: _State) -> None:
         line = node.start_point[0] + 1
@@ -454,6 +479,7 @@ class Lifter:
         for n in walk(body):
             if n.type == "return_statement":
                 raise Opaque(n, "a `return` inside a loop")
+        update = None
         if node.type == "for_statement":
             init = node.child_by_field_name("initializer")
             if init is not None:
@@ -461,19 +487,19 @@ class Lifter:
                     self._declaration(init, st)
                 else:
                     self._expr(init, st)
-            cond_node = node.child_by_field_name("condition")
             update = node.child_by_field_name("update")
-        else:
-            cond_node = node.child_by_field_name("condition")
-            update = None
+        cond_node = node.child_by_field_name("condition")
         if cond_node is None:
             raise Opaque(node, "a loop without a condition")
         # carried: variables the loop assigns that exist before it
         assigned = self._assigned(body) | (self._assigned(update) if update is not None else set())
+        if node.type == "do_statement":
+            assigned |= self._assigned(cond_node)  # `while (++j < n)`
         carried_names = sorted(n for n in assigned if n in st.env)
         vars_: dict[str, Var] = {}
         inner = st.fork(TRUE)
         inner.written = {}  # an element written before the loop may be rewritten in it
+        inner.brk, inner.cut = FALSE, FALSE
         for name in carried_names:
             value = st.env[name]
             if isinstance(value, Ptr):
@@ -486,12 +512,23 @@ class Lifter:
             v = Var(name, value.type)
             vars_[name] = v
             inner.env[name] = v
-        cond = _bool(self._scalar(cond_node, inner))
-        self._stmt(body, inner)
+        # a `do` loop runs its body, then its condition (with its side effects) says whether to go
+        # on: a carried flag holds that answer for the next iteration; a `break` ends the loop
+        again = Var("do again", BOOL) if node.type == "do_statement" else None
+        broke = Var("break taken", BOOL) if self._breaks(node) else None
+        if again is not None:
+            self._stmt(body, inner)
+            inner.cut = inner.brk  # `continue` goes to the condition, `break` past it
+            again_update = self._condition(cond_node, inner)
+            cond = again
+        else:
+            cond = self._condition(cond_node, inner)
+            self._stmt(body, inner)
+        if broke is not None:
+            cond = _and(cond, _not(broke))
         if update is not None:
+            inner.cut = inner.brk  # `continue` runs the update, `break` does not
             self._expr(update, inner)
-        if inner.live != TRUE:
-            raise Opaque(node, "a loop whose iterations end early")
         carried = []
         for name, v in vars_.items():
             before, after = st.env[name], inner.env.get(name)
@@ -503,15 +540,37 @@ class Lifter:
                 if after is None or isinstance(after, Ptr):
                     raise Opaque(node, f"`{name}` is not a number after the loop's body")
                 carried.append(Carried(v, before, _cast(after, v.type)))
+        if again is not None:
+            carried.append(Carried(again, TRUE, again_update))
+        if broke is not None:
+            carried.append(Carried(broke, FALSE, inner.brk))
         loop = Loop(tuple(carried), cond, tuple(inner.stores), st.live, line)
         if inner.stores:
             st.stores.append(loop)
             st.written.clear()
             st.dirty |= inner.dirty
         for c in carried:
+            if c.var.name not in st.env:
+                continue
             before = st.env[c.var.name]
             out = LoopOut(loop, c.var)
             st.env[c.var.name] = Ptr(before.tensor, out) if isinstance(before, Ptr) else out
+
+    def _breaks(self, loop: Node) -> bool:
+        """Whether a `break` in `loop`'s body ends `loop` (not an inner loop or a switch)."""
+        for n in walk(loop.child_by_field_name("body")):
+            if n.type == "break_statement":
+                p = n.parent
+                while p is not None and p.type not in (
+                    "for_statement",
+                    "while_statement",
+                    "do_statement",
+                    "switch_statement",
+                ):
+                    p = p.parent
+                if p is loop or (p is not None and p.id == loop.id):
+                    return True
+        return False
 
     def _assigned(self, node: Node | None) -> set[str]:
         out: set[str] = set()
@@ -560,6 +619,8 @@ class Lifter:
             return self._binary_node(node, st)
         if kind == "unary_expression":
             op = self.ast.text(node.child_by_field_name("operator"))
+            if op == "!" and isinstance(self._expr(node.child_by_field_name("argument"), st), Ptr):
+                return FALSE  # `!ptr`: a buffer of the spec is never null
             a = self._scalar(node.child_by_field_name("argument"), st)
             if op == "+":
                 return a
@@ -610,7 +671,7 @@ class Lifter:
             self._expr(node.child_by_field_name("left"), st)
             return self._expr(node.child_by_field_name("right"), st)
         if kind == "null":
-            raise Opaque(node, f"`{self.ast.text(node)}`: pointers compared or set to null")
+            return Const(0, LONG)
         raise Opaque(
             node,
             f"`{_short(self.ast.text(node))}`: a {kind.replace('_', ' ')} the model does not follow",
@@ -628,6 +689,8 @@ class Lifter:
             return v
         if name in self.value_args:
             return Const(int(self.value_args[name]), INT)
+        if name == "NULL":
+            return Const(0, LONG)
         if name in _CONSTANTS:
             value, t = _CONSTANTS[name]
             return Const(value, t)
@@ -697,6 +760,11 @@ class Lifter:
             b = self._scalar(node.child_by_field_name("right"), st)
             return _binary(op, _bool(a), _bool(b))
         b = self._expr(node.child_by_field_name("right"), st)
+        if op in ("==", "!=") and (isinstance(a, Ptr) or isinstance(b, Ptr)):
+            other = b if isinstance(a, Ptr) else a
+            if other == Const(0, LONG) or other == Const(0, INT):
+                # a buffer of the spec is never null
+                return TRUE if op == "!=" else FALSE
         if isinstance(a, Ptr) or isinstance(b, Ptr):
             if op == "+" and isinstance(a, Ptr) and not isinstance(b, Ptr):
                 return Ptr(a.tensor, _binary("+", a.offset, b))
@@ -769,6 +837,8 @@ class Lifter:
                     new = _cast(_binary(op[:-1], old, right), old.type)
             if old is not None and not isinstance(old, Ptr) and not isinstance(new, Ptr):
                 new = _cast(new, old.type)
+                if st.cut != FALSE:
+                    new = _select(st.cut, old, new)
             st.env[name] = new
             return new
         if left.type == "subscript_expression":
@@ -805,6 +875,8 @@ class Lifter:
             new = Ptr(old.tensor, _binary("+" if op == "++" else "-", old.offset, one))
         else:
             new = _cast(_binary("+" if op == "++" else "-", old, one), old.type)
+            if st.cut != FALSE:
+                new = _select(st.cut, old, new)
         st.env[name] = new
         prefix = node.children[0].type in ("++", "--")
         return new if prefix else old
