@@ -49,6 +49,7 @@ from optiml.expr import ExprError
 from optiml.harness.build import device_ptx
 from optiml.harness.evaluate import CasePlan, EvalOptions
 from optiml.harness.inputs import Dist, Mode
+from optiml.harness.nvcc import demangle
 from optiml.harness.sanitize import TOOLS
 from optiml.harness.verdict import Verdict
 from optiml.search.trajectory import Check, JudgeVerdict, Measurement
@@ -311,11 +312,21 @@ def _local_statics(source: SourceFile) -> list[tuple[str, str]]:
     return found
 
 
-# A function-local static as PTX declares it at module scope: `.global .align 16 .b8
-# _ZZN...9workspaceEvE8partials[...]` (the name's tail is the variable's, with a discriminator
-# `_N` where a function has several of that name).
-_PTX_STATIC = re.compile(r"^\s*(?:\.visible\s+)?\.global\s[^;]*?\b(_ZZ\w+)", re.M)
+# Device memory as PTX declares it at module scope: `.global .align 16 .b8 NAME[...]`, `.visible
+# .global .align 4 .u32 NAME;` (a function-local static's NAME is `_ZZ...E<len><name>`, with a
+# discriminator `_N` where a function has several of that name).
+_PTX_GLOBAL = re.compile(r"^\s*(?:\.(?:visible|weak|extern)\s+)*\.global\s([^;=]*)", re.M)
 _DISCRIMINATOR = re.compile(r"_\d*_?$")
+
+
+def ptx_globals(ptx: str) -> set[str]:
+    """The names of the variables in global memory that PTX declares."""
+    out = set()
+    for decl in _PTX_GLOBAL.findall(ptx):
+        words = re.sub(r"\[[^\]]*\]", "", decl).split()
+        if words:
+            out.add(words[-1])
+    return out
 
 
 def _local_name(mangled: str) -> str | None:
@@ -328,9 +339,18 @@ def _local_name(mangled: str) -> str | None:
     return None
 
 
-def reachable_statics(source: SourceFile, kernel, spec: Spec, arch: str | None) -> set[str] | None:
-    """The names of the function-local statics that the compiled device code of `source` holds
-    (a template's static exists only where the template is instantiated and used), or None where
+def _mangled_variable(qualified: str) -> str:
+    """How PTX names a namespace-scope `__device__` variable: `hits`, or `_ZN2ns4hitsE` for
+    `ns::hits`."""
+    parts = qualified.split("::")
+    if len(parts) == 1:
+        return qualified
+    return "_ZN" + "".join(f"{len(p)}{p}" for p in parts) + "E"
+
+
+def compiled_globals(source: SourceFile, kernel, spec: Spec, arch: str | None) -> set[str] | None:
+    """The variables in global memory that the compiled device code of `source` holds (a
+    template's static or variable exists only where it is instantiated and used), or None where
     the PTX cannot be had (no arch, no nvcc, a compile error)."""
     if arch is None:
         return None
@@ -339,14 +359,33 @@ def reachable_statics(source: SourceFile, kernel, spec: Spec, arch: str | None) 
         ptx = device_ptx(source, instantiations, arch=arch)
     except OptimlError:
         return None
-    if ptx is None:
+    return None if ptx is None else ptx_globals(ptx)
+
+
+def reachable_statics(source: SourceFile, kernel, spec: Spec, arch: str | None) -> set[str] | None:
+    """The names of the function-local statics that the compiled device code of `source` holds,
+    or None where the PTX cannot be had."""
+    found = compiled_globals(source, kernel, spec, arch)
+    if found is None:
         return None
-    names = set()
-    for mangled in _PTX_STATIC.findall(ptx):
-        name = _local_name(mangled)
-        if name:
-            names.add(name)
-    return names
+    return {n for g in found if g.startswith("_ZZ") and (n := _local_name(g))}
+
+
+def hidden_state(
+    candidate: SourceFile, original: SourceFile, kernel, spec: Spec, arch: str | None
+) -> list[str]:
+    """Device memory the candidate's compiled code holds that the original's does not, which is
+    neither a function-local static (reported with its line) nor a `__device__` variable of the
+    file (filled with noise between launches): a variable template, say. [] where the PTX
+    cannot be had."""
+    cand = compiled_globals(candidate, kernel, spec, arch)
+    orig = compiled_globals(original, kernel, spec, arch) if cand else None
+    if not cand or orig is None:
+        return []
+    poisoned = {_mangled_variable(v) for v in candidate.device_variables}
+    hidden = sorted(g for g in cand - orig if not g.startswith("_ZZ") and g not in poisoned)
+    names = demangle(hidden)
+    return [f"device memory `{names.get(g, g)}` that no launch resets" for g in hidden]
 
 
 def _failed_case(v: Verdict) -> str:
@@ -487,6 +526,9 @@ async def _state_check(
         if reachable is not None:
             found = [(text, name) for text, name in found if name in reachable]
     state = list(dict.fromkeys(text for text, _ in found))
+    if job.candidate is not None:
+        _, kernel, spec = job.target
+        state += hidden_state(candidate, job.source, kernel, spec, options.arch)
     variables = [v for v in candidate.device_variables if v not in set(job.source.device_variables)]
     if variables and sizes:
         poisoned = await executor.evaluate(

@@ -30,6 +30,7 @@ from optiml.search.judge import (
     _scaling,
     _unseen_speed,
     _work,
+    hidden_state,
     judge,
     local_statics,
     reachable_statics,
@@ -282,3 +283,23 @@ def test_a_templates_static_is_state_only_where_the_kernel_instantiates_it():
     kernel = source.kernel("k")
     assert reachable_statics(source, kernel, parse_spec(source, kernel), None) is None
     assert len(local_statics(source)) == 1
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_a_variable_template_that_caches_across_launches_is_state():
+    """A `__device__` variable template escapes the file's list of `__device__` variables (which
+    the judge fills with noise between launches); the compiled code still declares it."""
+    original = SourceFile(TEMPLATE_STATE.replace("SK_VALUE", "0"), "state.cu")
+    cached = SourceFile(
+        "template <int N> __device__ float seen[N];\n"
+        + TEMPLATE_STATE.replace("SK_VALUE", "0").replace(
+            "if (i < n) Tiles<0>::run(y, i);",
+            "if (i < n) { if (seen<1>[0] == 0.f) Tiles<0>::run(y, i); seen<1>[0] = 1.f; }",
+        ),
+        "cached.cu",
+    )
+    kernel = cached.kernel("k")
+    spec = parse_spec(cached, kernel)
+    found = hidden_state(cached, original, kernel, spec, "sm_90")
+    assert found == ["device memory `seen<1>` that no launch resets"]
+    assert hidden_state(original, original, original.kernel("k"), spec, "sm_90") == []
