@@ -101,7 +101,7 @@ def describe_kernel(path: str | Path, kernel: str):
     from optiml.lift.families import describe
 
     source, k, spec = load(path, kernel)
-    return describe(lift(source, k, spec))
+    return describe(lift(source, k, spec), spec)
 
 
 def check_file(path: str | Path, kernel: str | None = None, arch: str | None = None) -> CheckResult:

@@ -10,8 +10,12 @@ how the code is spelled; the evidence is kept with it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from optiml.expr import ExprError
 from optiml.lift.model import (
     Binary,
     Builtin,
@@ -34,6 +38,8 @@ from optiml.lift.model import (
     walk_expr,
     walk_stmts,
 )
+
+MAX_PROBE_THREADS = 1 << 22
 
 # An affine form: monomial (sorted atom names) -> integer coefficient; () is the constant term.
 Affine = dict[tuple[str, ...], int]
@@ -334,7 +340,9 @@ def _reduction_op(var: Var, update: Expr) -> str:
     return _reduction(var, update)[0]
 
 
-def describe(lifted: Lifted | Unlifted) -> Description:
+def describe(lifted: Lifted | Unlifted, spec=None) -> Description:
+    """What the model computes. With the kernel's `spec`, index arithmetic the affine forms do not
+    follow (divisions, remainders) is probed by running the indices at the smallest size."""
     if isinstance(lifted, Unlifted):
         return Description(
             kernel=lifted.kernel,
@@ -412,7 +420,7 @@ def describe(lifted: Lifted | Unlifted) -> Description:
             v = next(c.var for c in loop.carried if c.var.uid == uid)
             d.domain.append(f"{v.name} (loop at line {loop.line})")
 
-    d.family, d.evidence = _family(lifted, d, stores, loops, inductions)
+    d.family, d.evidence = _family(lifted, d, stores, loops, inductions, spec)
     return d
 
 
@@ -431,6 +439,7 @@ def _family(
     stores: list[Store],
     loops: list[Loop],
     inductions: dict[int, Expr],
+    spec=None,
 ) -> tuple[str, list[str]]:
     atomics = [s for s in stores if s.atomic]
     if atomics:
@@ -458,15 +467,8 @@ def _family(
                 f"line {loop.line}: the loop stores while carrying `{extra[0].var.name}` from one element to the next"
             ]
 
-    for s in stores:
-        for ld in _loads(s.value) + _loads(s.index):
-            if _has_load(ld.index):
-                return "gather", [
-                    f"line {s.line}: {s.tensor} takes {ld.tensor}[{text(ld.index)}], an index loaded from memory"
-                ]
-
     reds = [r for r in d.reductions if r.op != "recurrence"]
-    if d.reductions and all(set(r.strides.values()) <= {"0"} for r in d.reductions):
+    if d.reductions and not any(_walks_data(loop, inductions) for loop in loops):
         outs = sorted({s.tensor for s in stores})
         lines = sorted({r.line for r in d.reductions})
         return "map", [
@@ -529,7 +531,14 @@ def _family(
             f"line {d.reductions[0].line}: a loop carries `{d.reductions[0].var}` through a recurrence"
         ]
 
-    # no reduction: stencil, permutation or map
+    # no reduction: a gather, stencil, permutation or map
+    for s in stores:
+        for ld in _loads(s.value) + _loads(s.index):
+            if _has_load(ld.index):
+                return "gather", [
+                    f"line {s.line}: {s.tensor} takes {ld.tensor}[{text(ld.index)}], an index loaded from memory"
+                ]
+
     for s in stores:
         _, fs = _pattern(s.index)
         by_tensor: dict[str, set[str]] = {}
@@ -560,8 +569,28 @@ def _family(
                 return "permutation", [
                     f"line {s.line}: {s.tensor}[{affine_text(fs)}] = {ld.tensor}[{affine_text(fl)}]: the same indices, another order of strides"
                 ]
+    moved = _moves_data(lifted, stores, spec)
+    if moved:
+        return "permutation", [moved]
     outs = sorted({s.tensor for s in stores})
+    inout = [t for t in outs if lifted.tensors[t].role == "inout"]
+    if len(inout) >= 2:
+        return "multi-buffer update", [
+            f"{', '.join(inout)} updated in place, element by element (an optimizer step's shape)"
+        ]
     return "map", [f"{', '.join(outs)}: each element from elements at its own index (or broadcast)"]
+
+
+def _walks_data(loop: Loop, inductions: dict[int, Expr]) -> bool:
+    """Whether a loop's carried values read memory at an index that moves with the loop."""
+    own = {c.var.uid for c in loop.carried}
+    for c in loop.carried:
+        if c.var.uid in inductions:
+            continue
+        for ld in _loads(c.update):
+            if any(isinstance(x, Var) and x.uid in own for x in walk_expr(ld.index)):
+                return True
+    return False
 
 
 def _thread_dependent(index: Expr, k: Var | None) -> bool:
@@ -597,6 +626,42 @@ def _window(update: Expr, k: Var | None) -> str:
         if any(others.get(m) == c for m, c in with_k.items()):
             return ld.tensor
     return ""
+
+
+def _moves_data(lifted: Lifted, stores: list[Store], spec) -> str:
+    """Where every store copies one loaded element (through a cast at most) and, run at the
+    spec's smallest size, each store reads distinct elements and not at the index it writes:
+    data moved to other places (a permutation however its indices are computed); "" otherwise."""
+    if spec is None or not stores or any(s not in lifted.body for s in stores):
+        return ""
+    for s in stores:
+        v = s.value
+        while isinstance(v, Cast):
+            v = v.a
+        if s.atomic or not isinstance(v, Load):
+            return ""
+    from optiml.lift.run import ModelError, Runner
+
+    sizes = min(spec.sizes, key=lambda z: math.prod(z.values()))
+    try:
+        case = spec.case(sizes)
+        scalars = {**sizes, **case.scalars}
+        zeros = {t: np.zeros(case.lengths[t], dtype=np.float32) for t in lifted.tensors}
+        runner = Runner(lifted, zeros, scalars, case.grid, case.block)
+        if case.grid[0] * case.grid[1] * case.grid[2] * math.prod(case.block) > MAX_PROBE_THREADS:
+            return ""
+        pairs = runner.indices([s for s in stores])
+    except (ModelError, KeyError, ValueError, ExprError):
+        return ""
+    moved = 0
+    for written, read in pairs:
+        if len(read) == 0 or len(np.unique(read)) != len(read):
+            return ""
+        moved += int(np.any(written != read))
+    if not moved:
+        return ""
+    names = ", ".join(sorted({s.tensor for s in stores}))
+    return f"line {stores[0].line}: {names} copy elements of their input to other places, each once (probed at {case.label})"
 
 
 def _unit_atoms(f: Affine) -> tuple[str, ...]:

@@ -198,6 +198,12 @@ class Runner:
     # -- running
 
     def run(self) -> dict[str, np.ndarray]:
+        for _ in self._chunks():
+            self.exec_body(self.m.body, np.ones(self.n, dtype=bool))
+        return {k: v for k, v in self.out.items() if self.m.tensors[k].role != "in"}
+
+    def _chunks(self):
+        """Set up the built-ins of a few thousand blocks at a time; yields once per chunk."""
         gx, gy, gz = self.grid
         bx, by, bz = self.block
         per_block = bx * by * bz
@@ -219,8 +225,22 @@ class Runner:
             self.n = len(bi)
             self.scopes = [_Scope(frozenset())]
             self.values: dict[int, np.ndarray] = {}
-            self.exec_body(self.m.body, np.ones(self.n, dtype=bool))
-        return {k: v for k, v in self.out.items() if self.m.tensors[k].role != "in"}
+            yield first
+
+    def indices(self, stores: list[Store]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """For stores of a straight-line body (no loop around them) that each copy one loaded
+        element: the element indices each thread that reaches it writes and reads, over the
+        whole launch."""
+        out: list[tuple[list, list]] = [([], []) for _ in stores]
+        for _ in self._chunks():
+            for (written, read), s in zip(out, stores, strict=True):
+                mask = np.broadcast_to(self.ev(s.guard), (self.n,)).astype(bool)
+                v = s.value
+                while isinstance(v, Cast):
+                    v = v.a
+                written.append(np.broadcast_to(self.ev(s.index), (self.n,))[mask])
+                read.append(np.broadcast_to(self.ev(v.index), (self.n,))[mask])
+        return [(np.concatenate(w), np.concatenate(r)) for w, r in out]
 
     def exec_body(self, body: tuple[Stmt, ...], active: np.ndarray) -> None:
         for s in body:

@@ -26,8 +26,7 @@ from tree_sitter import Node
 
 from optiml.cuda import types as ctypes
 from optiml.cuda.kernel_ast import KernelAST, walk
-from optiml.cuda.source import Kernel, SourceFile
-from optiml.expr import Expr as SizeExpr
+from optiml.cuda.source import Kernel, SourceFile, _parser
 from optiml.lift.model import (
     BF16,
     BOOL,
@@ -386,7 +385,7 @@ class Lifter:
         elif kind in ("comment", "empty_statement"):
             pass
         elif kind == "preproc_call" or kind.startswith("preproc"):
-            text = self.ast.text(node)
+            text = _t(node)
             if "pragma" not in text:
                 raise Opaque(node, "a preprocessor directive inside the kernel")
         elif kind == "break_statement":
@@ -400,11 +399,11 @@ class Lifter:
             raise Opaque(node, f"a `{kind.replace('_', ' ')}` the model does not follow")
 
     def _declaration(self, node: Node, st: _State) -> None:
-        text = self.ast.text(node)
+        text = _t(node)
         if "__shared__" in text:
             raise Opaque(node, "shared memory: threads of a block cooperate through it")
         type_node = node.child_by_field_name("type")
-        base = self.ast.text(type_node) if type_node is not None else "int"
+        base = _t(type_node) if type_node is not None else "int"
         for decl in node.children_by_field_name("declarator"):
             init = None
             if decl.type == "init_declarator":
@@ -418,7 +417,7 @@ class Lifter:
                 raise Opaque(node, "a local array")
             if decl.type != "identifier":
                 raise Opaque(node, "a declaration the model does not follow")
-            name = self.ast.text(decl)
+            name = _t(decl)
             if init is None:
                 st.env[name] = None
                 continue
@@ -583,7 +582,7 @@ class Lifter:
             elif n.type == "update_expression":
                 target = n.child_by_field_name("argument")
             if target is not None and target.type == "identifier":
-                out.add(self.ast.text(target))
+                out.add(_t(target))
         return out
 
     # -- expressions
@@ -604,7 +603,7 @@ class Lifter:
         if kind == "parenthesized_expression":
             return self._expr(node.named_children[-1], st)
         if kind == "number_literal":
-            return _literal(self.ast.text(node), node)
+            return _literal(_t(node), node)
         if kind in ("true", "false"):
             return TRUE if kind == "true" else FALSE
         if kind == "char_literal":
@@ -614,11 +613,11 @@ class Lifter:
         if kind == "field_expression":
             return self._field(node, st)
         if kind == "qualified_identifier":
-            raise Opaque(node, f"`{self.ast.text(node)}` is not a name the model knows")
+            raise Opaque(node, f"`{_t(node)}` is not a name the model knows")
         if kind == "binary_expression":
             return self._binary_node(node, st)
         if kind == "unary_expression":
-            op = self.ast.text(node.child_by_field_name("operator"))
+            op = _t(node.child_by_field_name("operator"))
             if op == "!" and isinstance(self._expr(node.child_by_field_name("argument"), st), Ptr):
                 return FALSE  # `!ptr`: a buffer of the spec is never null
             a = self._scalar(node.child_by_field_name("argument"), st)
@@ -628,7 +627,7 @@ class Lifter:
                 return _not(a)
             return Unary(op, a, arith_type(a.type, INT) if op == "-" else a.type)
         if kind == "pointer_expression":
-            op = self.ast.text(node.child_by_field_name("operator"))
+            op = _t(node.child_by_field_name("operator"))
             arg = node.child_by_field_name("argument")
             if op == "&":
                 if arg.type != "subscript_expression":
@@ -648,7 +647,7 @@ class Lifter:
             b = self._scalar(node.child_by_field_name("alternative"), st)
             return _select(c, a, b)
         if kind == "cast_expression":
-            t = self._type_of(self.ast.text(node.child_by_field_name("type")), node)
+            t = self._type_of(_t(node.child_by_field_name("type")), node)
             v = self._value(node.child_by_field_name("value"), st)
             if isinstance(v, Ptr):
                 raise Opaque(node, "a pointer cast")
@@ -657,9 +656,9 @@ class Lifter:
             t = node.child_by_field_name("type")
             if t is None:
                 raise Opaque(node, "sizeof of an expression")
-            d = ctypes.lookup(ctypes.normalize_c_type(self._resolve_type_text(self.ast.text(t))))
+            d = ctypes.lookup(ctypes.normalize_c_type(self._resolve_type_text(_t(t))))
             if d is None:
-                raise Opaque(node, f"sizeof({self.ast.text(t)})")
+                raise Opaque(node, f"sizeof({_t(t)})")
             return Const(d.size, LONG)
         if kind == "call_expression":
             return self._call(node, st)
@@ -674,14 +673,14 @@ class Lifter:
             return Const(0, LONG)
         raise Opaque(
             node,
-            f"`{_short(self.ast.text(node))}`: a {kind.replace('_', ' ')} the model does not follow",
+            f"`{_short(_t(node))}`: a {kind.replace('_', ' ')} the model does not follow",
         )
 
     def _resolve_type_text(self, text: str) -> str:
         return self.type_args.get(text.strip(), text)
 
     def _name(self, node: Node, st: _State) -> Value:
-        name = self.ast.text(node)
+        name = _t(node)
         if name in st.env:
             v = st.env[name]
             if v is None:
@@ -694,19 +693,26 @@ class Lifter:
         if name in _CONSTANTS:
             value, t = _CONSTANTS[name]
             return Const(value, t)
-        macro = self._macro(name)
+        macro = self._macro(name, st, node)
         if macro is not None:
             return macro
         raise Opaque(node, f"`{name}` is not a name the model knows")
 
-    def _macro(self, name: str) -> Const | None:
+    def _macros_of_file(self) -> dict[str, tuple[list[str] | None, str]]:
+        """`#define`s of the file and its file-scope constants: name -> (parameters, or None for
+        an object-like macro; the body's text)."""
         if self._macros is None:
             self._macros = {}
             for n in walk(self.source.tree.root_node):
-                if n.type == "preproc_def":
+                if n.type in ("preproc_def", "preproc_function_def"):
                     key, value = n.child_by_field_name("name"), n.child_by_field_name("value")
-                    if key is not None and value is not None:
-                        self._macros[key.text.decode()] = value.text.decode().strip()
+                    if key is None or value is None:
+                        continue
+                    params = None
+                    if n.type == "preproc_function_def":
+                        plist = n.child_by_field_name("parameters")
+                        params = [_t(c) for c in plist.named_children] if plist else []
+                    self._macros[_t(key)] = (params, _t(value).strip())
                 elif (
                     n.type == "declaration"
                     and n.parent is not None
@@ -717,42 +723,62 @@ class Lifter:
                     )
                 ):
                     # file-scope `constexpr int T = 16;` / `const int T = 16;`
-                    head = n.text.decode().split("=")[0]
+                    head = _t(n).split("=")[0]
                     if not {"const", "constexpr"} & set(head.split()):
                         continue
                     for d in n.children_by_field_name("declarator"):
-                        key, value = (
-                            d.child_by_field_name("declarator"),
-                            d.child_by_field_name("value"),
-                        )
+                        key = d.child_by_field_name("declarator")
+                        value = d.child_by_field_name("value")
                         if (
                             d.type == "init_declarator"
                             and key is not None
                             and key.type == "identifier"
                         ):
-                            self._macros[key.text.decode()] = value.text.decode().strip()
-        text = self._macros.get(name)
-        if text is None:
+                            self._macros[_t(key)] = (None, _t(value).strip())
+        return self._macros
+
+    def _macro(self, name: str, st: _State, node: Node, args: list[Value] | None = None) -> Value:
+        """The value of a macro or file-scope constant used as `name` (or called with `args`),
+        or None where the file defines none by that name."""
+        found = self._macros_of_file().get(name)
+        if found is None:
             return None
-        try:
-            return _literal(text, None)
-        except Opaque:
-            pass
-        try:
-            value = SizeExpr.parse(text).evaluate(dict(self.value_args))
-        except Exception:
+        params, text = found
+        if (params is None) != (args is None):
             return None
-        return Const(value, INT if isinstance(value, int) else DOUBLE)
+        if params is None:
+            try:
+                return _literal(text, None)
+            except Opaque:
+                pass
+        if self.depth >= MAX_INLINE_DEPTH:
+            raise Opaque(node, f"macro `{name}` expands too deeply (or recursively)")
+        if params is not None and len(params) != len(args):
+            raise Opaque(node, f"macro `{name}` takes {len(params)} arguments")
+        tree = _parser().parse(f"void optiml_macro() {{ ({text}); }}".encode())
+        body = tree.root_node.named_children[0].child_by_field_name("body")
+        if tree.root_node.has_error or body is None or not body.named_children:
+            raise Opaque(node, f"macro `{name}` is not an expression")
+        expr = body.named_children[0].named_children[0]
+        sub = st.fork(st.live)
+        sub.stores = st.stores
+        for p, a in zip(params or [], args or [], strict=True):
+            sub.env[p] = a
+        self.depth += 1
+        try:
+            return self._expr(expr, sub)
+        finally:
+            self.depth -= 1
 
     def _field(self, node: Node, st: _State) -> Expr:
         arg = node.child_by_field_name("argument")
-        fld = self.ast.text(node.child_by_field_name("field"))
-        if arg.type == "identifier" and self.ast.text(arg) in _BUILTINS and fld in "xyz":
-            return Builtin(f"{self.ast.text(arg)}.{fld}")
-        raise Opaque(node, f"member access `{self.ast.text(node)}` (vector types, structs)")
+        fld = _t(node.child_by_field_name("field"))
+        if arg.type == "identifier" and _t(arg) in _BUILTINS and fld in "xyz":
+            return Builtin(f"{_t(arg)}.{fld}")
+        raise Opaque(node, f"member access `{_t(node)}` (vector types, structs)")
 
     def _binary_node(self, node: Node, st: _State) -> Value:
-        op = self.ast.text(node.child_by_field_name("operator"))
+        op = _t(node.child_by_field_name("operator"))
         a = self._expr(node.child_by_field_name("left"), st)
         if op in ("&&", "||"):
             # the right side runs only where the left allows; the model evaluates both (loads
@@ -817,10 +843,10 @@ class Lifter:
 
     def _assign(self, node: Node, st: _State) -> Value:
         left = node.child_by_field_name("left")
-        op = self.ast.text(node.child_by_field_name("operator"))
+        op = _t(node.child_by_field_name("operator"))
         right = self._expr(node.child_by_field_name("right"), st)
         if left.type == "identifier":
-            name = self.ast.text(left)
+            name = _t(left)
             if name not in st.env:
                 raise Opaque(left, f"`{name}` is assigned but is not a local variable")
             old = st.env[name]
@@ -844,14 +870,18 @@ class Lifter:
         if left.type == "subscript_expression":
             p, index = self._element(left, st)
             p = Ptr(p.tensor, _binary("+", p.offset, index))
-        elif (
-            left.type == "pointer_expression"
-            and self.ast.text(left.child_by_field_name("operator")) == "*"
-        ):
+        elif left.type == "pointer_expression" and _t(left.child_by_field_name("operator")) == "*":
             p = self._expr(left.child_by_field_name("argument"), st)
             if not isinstance(p, Ptr):
                 raise Opaque(left, "`*` on something that is not a pointer into a parameter")
         else:
+            misread = next((n for n in walk(left) if n.type == "template_function"), None)
+            if misread is not None:
+                raise Opaque(
+                    left,
+                    f"the parser reads `{_short(_t(misread))}` as a template's arguments (C++'s `<` "
+                    "ambiguity); parenthesize the comparison, e.g. `(a < b)`",
+                )
             raise Opaque(left, "an assignment to something the model does not follow")
         if isinstance(right, Ptr):
             raise Opaque(node, "a pointer stored to memory")
@@ -863,10 +893,10 @@ class Lifter:
 
     def _update(self, node: Node, st: _State) -> Value:
         arg = node.child_by_field_name("argument")
-        op = self.ast.text(node.child_by_field_name("operator"))
+        op = _t(node.child_by_field_name("operator"))
         if arg.type != "identifier":
             raise Opaque(node, "`++`/`--` on something other than a local variable")
-        name = self.ast.text(arg)
+        name = _t(arg)
         old = st.env.get(name)
         if old is None:
             raise Opaque(node, f"`{name}` is not a local variable with a value")
@@ -883,7 +913,7 @@ class Lifter:
 
     def _call(self, node: Node, st: _State) -> Value:
         fn_node = node.child_by_field_name("function")
-        name = self.ast.text(fn_node)
+        name = _t(fn_node)
         args_node = node.child_by_field_name("arguments")
         arg_nodes = list(args_node.named_children) if args_node is not None else []
         if name in _OPAQUE_CALLS:
@@ -902,6 +932,21 @@ class Lifter:
             if not isinstance(p, Ptr):
                 raise Opaque(node, f"`{name}` of something that is not a pointer into a parameter")
             return self._load(p.tensor, p.offset, st, node)
+        if name in self._macros_of_file() and self._macros_of_file()[name][0] is not None:
+            values = [self._value(a, st) for a in arg_nodes]
+            return self._macro(name, st, node, values)
+        if name in ("sincosf", "sincos", "__sincosf") and len(arg_nodes) == 3:
+            x = self._scalar(arg_nodes[0], st)
+            t = FLOAT if name != "sincos" or x.type != DOUBLE else DOUBLE
+            for target, fn in ((arg_nodes[1], "sin"), (arg_nodes[2], "cos")):
+                if target.type != "pointer_expression" or _t(target.children[0]) != "&":
+                    raise Opaque(node, f"`{name}` into something other than a local's address")
+                local = target.child_by_field_name("argument")
+                name_ = _t(local)
+                if local.type != "identifier" or name_ not in st.env:
+                    raise Opaque(node, f"`{name}` into something other than a local variable")
+                st.env[name_] = Call(fn, (_cast(x, t),), t)
+            return Const(0, INT)
         args = [self._scalar(a, st) for a in arg_nodes]
         if name in _CONVERSIONS and len(args) == 1:
             return _cast(args[0], _CONVERSIONS[name])
@@ -978,6 +1023,11 @@ class Lifter:
         if sub.stores:
             raise Opaque(call, "a device function that writes memory")
         return _cast(value, ret)
+
+
+def _t(node: Node) -> str:
+    """A node's text (from whichever tree it belongs to: the kernel's, or a macro's body)."""
+    return node.text.decode("utf-8", errors="replace")
 
 
 def _short(text: str, limit: int = 40) -> str:
