@@ -459,9 +459,20 @@ def _family(
             ]
         return "reduction", [f"line {s.line}: atomic {s.op} into {s.tensor} at {text(s.index)}"]
 
-    # a loop that stores and carries a value other than its induction variable: a scan
+    # a loop that stores values that depend on what it carries from one element to the next
     for loop in (s for s in walk_stmts(lifted.body) if isinstance(s, Loop)):
-        extra = [c for c in loop.carried if c.var.uid not in inductions]
+        carried = {c.var.uid for c in loop.carried if c.var.uid not in inductions}
+        extra = [
+            c
+            for c in loop.carried
+            if c.var.uid in carried
+            and any(
+                isinstance(x, Var) and x.uid in carried
+                for st in loop.body
+                if isinstance(st, Store)
+                for x in walk_expr(st.value)
+            )
+        ]
         if extra:
             return "scan", [
                 f"line {loop.line}: the loop stores while carrying `{extra[0].var.name}` from one element to the next"

@@ -179,10 +179,22 @@ class _State:
     # `continue` (cut); an assignment after that point changes nothing
     brk: Expr = FALSE
     cut: Expr = FALSE
+    # statements of the enclosing code before this block began (for reads of what they stored)
+    before: tuple[Stmt, ...] = ()
+    # induction variables of the loops being built around this point: uid -> (init, condition)
+    counting: dict[int, tuple[Expr, Expr]] = field(default_factory=dict)
 
     def fork(self, live: Expr) -> _State:
         return _State(
-            dict(self.env), live, [], dict(self.written), set(self.dirty), self.brk, self.cut
+            dict(self.env),
+            live,
+            [],
+            dict(self.written),
+            set(self.dirty),
+            self.brk,
+            self.cut,
+            self.before + tuple(self.stores),
+            dict(self.counting),
         )
 
 
@@ -522,6 +534,7 @@ class Lifter:
             cond = again
         else:
             cond = self._condition(cond_node, inner)
+            self._count(node, cond, vars_, st, inner)
             self._stmt(body, inner)
         if broke is not None:
             cond = _and(cond, _not(broke))
@@ -554,6 +567,57 @@ class Lifter:
             before = st.env[c.var.name]
             out = LoopOut(loop, c.var)
             st.env[c.var.name] = Ptr(before.tensor, out) if isinstance(before, Ptr) else out
+
+    def _count(self, node: Node, cond: Expr, vars_: dict[str, Var], st: _State, inner: _State):
+        """Note the loop's counters (`for (int i = a; cond; i++)`, read off its update) for reads,
+        in its body, of elements an earlier loop over the same range stored."""
+        update = node.child_by_field_name("update") if node.type == "for_statement" else None
+        if update is None or update.type != "update_expression":
+            return
+        target = update.child_by_field_name("argument")
+        if _t(update.child_by_field_name("operator")) != "++" or target.type != "identifier":
+            return
+        v = vars_.get(_t(target))
+        if v is not None and not isinstance(st.env[v.name], Ptr):
+            inner.counting[v.uid] = (st.env[v.name], cond)
+
+    def _forward(self, tensor: str, index: Expr, st: _State) -> Expr | None:
+        """The value an earlier loop of this thread stored at `tensor[index]`, where the read
+        runs in a loop over the same range as that loop and at the same index function of its
+        counter (`for i: y[r*C + i] = e(i)` ... `for j: ... y[r*C + j] ...`); None otherwise."""
+        earlier = [x for x in st.before + tuple(st.stores) if isinstance(x, Loop)]
+        if not earlier or not st.counting:
+            return None
+        loop = earlier[-1]
+        writes = [x for x in loop.body if isinstance(x, Store) and x.tensor == tensor]
+        later = st.before[st.before.index(loop) + 1 :] if loop in st.before else ()
+        if len(writes) != 1 or writes[0].atomic or writes[0].guard != TRUE:
+            return None
+        if any(isinstance(x, Store | Loop) and _stores_to(x, tensor) for x in later):
+            return None
+        w = writes[0]
+        counters = [c for c in loop.carried if _steps_by_one(c)]
+        for c in counters:
+            for uid, (init, cond) in st.counting.items():
+                mine = _find_var(cond, uid)
+                if mine is None or init != c.init:
+                    continue
+                if _substitute(loop.cond, c.var, mine) != cond:
+                    continue
+                if _substitute(w.index, c.var, mine) != index:
+                    continue
+                from optiml.lift.model import loop_exprs, walk_expr
+
+                others = {x.var.uid for x in loop.carried} - {c.var.uid}
+                for x in walk_expr(w.value):
+                    if isinstance(x, Var) and x.uid in others:
+                        return None  # the value depends on what the loop carried
+                    if isinstance(x, LoopOut) and any(
+                        _find_var(y, c.var.uid) for y in loop_exprs(x.loop)
+                    ):
+                        return None  # a loop inside this one, which the counter drives
+                return _substitute(w.value, c.var, mine)
+        return None
 
     def _breaks(self, loop: Node) -> bool:
         """Whether a `break` in `loop`'s body ends `loop` (not an inner loop or a switch)."""
@@ -821,6 +885,9 @@ class Lifter:
         key = (tensor, index)
         if key in st.written:
             return st.written[key]
+        forwarded = self._forward(tensor, index, st) if tensor in st.dirty else None
+        if forwarded is not None:
+            return forwarded
         if tensor in st.dirty:
             raise Opaque(
                 node, f"`{tensor}` is read after this thread wrote it (at another element)"
@@ -1023,6 +1090,53 @@ class Lifter:
         if sub.stores:
             raise Opaque(call, "a device function that writes memory")
         return _cast(value, ret)
+
+
+def _walk(e: Expr):
+    from optiml.lift.model import walk_expr
+
+    return walk_expr(e, into_loops=False)
+
+
+def _find_var(e: Expr, uid: int) -> Var | None:
+    return next((x for x in _walk(e) if isinstance(x, Var) and x.uid == uid), None)
+
+
+def _steps_by_one(c: Carried) -> bool:
+    u = c.update
+    while isinstance(u, Cast):
+        u = u.a
+    return (
+        isinstance(u, Binary)
+        and u.op == "+"
+        and u.a == c.var
+        and u.b in (Const(1, INT), Const(1, LONG))
+    )
+
+
+def _stores_to(x: Stmt, tensor: str) -> bool:
+    from optiml.lift.model import walk_stmts
+
+    return any(isinstance(s, Store) and s.tensor == tensor for s in walk_stmts((x,)))
+
+
+def _substitute(e: Expr, var: Var, by: Expr) -> Expr:
+    """`e` with `var` replaced by `by` (not inside loops: a LoopOut stays as it is)."""
+    if e == var:
+        return by
+    if isinstance(e, Load):
+        return Load(e.tensor, _substitute(e.index, var, by), e.type)
+    if isinstance(e, Unary):
+        return Unary(e.op, _substitute(e.a, var, by), e.type)
+    if isinstance(e, Binary):
+        return Binary(e.op, _substitute(e.a, var, by), _substitute(e.b, var, by), e.type)
+    if isinstance(e, Call):
+        return Call(e.fn, tuple(_substitute(a, var, by) for a in e.args), e.type)
+    if isinstance(e, Select):
+        return Select(*(_substitute(x, var, by) for x in (e.cond, e.a, e.b)), e.type)
+    if isinstance(e, Cast):
+        return Cast(_substitute(e.a, var, by), e.type)
+    return e
 
 
 def _t(node: Node) -> str:

@@ -463,3 +463,31 @@ def test_a_buffer_checked_against_null_is_taken_as_allocated():
         out["out"].reshape(B, OC), x.reshape(B, C) @ w.reshape(OC, C).T + bias
     )
     assert d.family == "contraction (matrix-matrix)"
+
+
+INPLACE = r"""
+/* @optiml
+ *   args:   x: in float[R * C], y: out float[R * C]
+ *   launch: grid = cdiv(R, 32), block = 32
+ *   sizes:  R, C = (50, 21)
+ */
+__global__ void softmax_inplace(const float* x, float* y, int R, int C) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= R) return;
+    float s = 0.f;
+    for (int i = 0; i < C; i++) { y[r * C + i] = expf(x[r * C + i]); s += y[r * C + i]; }
+    for (int j = 0; j < C; j++) y[r * C + j] /= s;
+}
+"""
+
+
+def test_a_row_written_then_normalized_in_place_reads_back_what_it_wrote():
+    R, C = 50, 21
+    x = uniform(R * C)
+    out, d = model_outputs(INPLACE, {"R": R, "C": C}, {"x": x})
+    e = np.exp(x.reshape(R, C))
+    np.testing.assert_allclose(out["y"].reshape(R, C), e / e.sum(1, keepdims=True), rtol=1e-12)
+    assert d.family == "row normalization"
+    # another range in the second loop: what it reads was not all written by the first
+    shifted, _ = lifted_of(INPLACE.replace("int j = 0; j < C", "int j = 1; j < C"))
+    assert isinstance(shifted, Unlifted) and "read after this thread wrote it" in shifted.message()
