@@ -546,7 +546,8 @@ def spec(file: Path, kernel: str, as_json: bool) -> None:
 @handles_errors
 def lift(file: Path, kernel: str, as_json: bool) -> None:
     """What KERNEL computes, read from its code and spec (no GPU): its family (map, reduction,
-    row normalization, contraction, permutation, gather, scatter, histogram, stencil, scan) with
+    row normalization, contraction, permutation, gather, scatter, histogram, stencil, scan,
+    multi-buffer update) with
     the evidence, the iteration domain, every global access as an affine form of the thread and
     loop indices (or indirect), the reductions and their strides, the guards, and each output's
     value. A kernel the lifting does not follow is "opaque", with the line and the reason."""
