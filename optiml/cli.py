@@ -806,7 +806,16 @@ def _check_summary(data: dict) -> None:
 
 
 @main.command(epilog=EXIT_CODES)
-@click.argument("formula")
+@click.argument("formula", required=False)
+@click.option(
+    "--from-torch",
+    "from_torch",
+    default=None,
+    metavar="TASK.py",
+    help="Translate the forward of a PyTorch module in KernelBench's format (class Model, "
+    "get_inputs, get_init_inputs) into the formula, reading the file without running it; no "
+    "FORMULA then. What the notation cannot express is one line with the task's line.",
+)
 @click.option(
     "--line",
     "-l",
@@ -828,14 +837,16 @@ def _check_summary(data: dict) -> None:
     "--name",
     "-n",
     default=None,
-    help="The kernel's name (default: the stem of --out, else `generated`).",
+    help="The kernel's name (default: the stem of --out, else `generated`; with --from-torch, "
+    "the task file's name without its number, e.g. `LeakyReLU`).",
 )
 @click.option("--no-optimize", is_flag=True, help="Do not optimize the kernel afterwards.")
 @arch_option
 @json_option
 @handles_errors
 def generate(
-    formula: str,
+    formula: str | None,
+    from_torch: str | None,
     line: int | None,
     out_path: str | None,
     name: str | None,
@@ -848,12 +859,19 @@ def generate(
 
         optiml generate "float x[R, C]; y[r] = sum(c) x[r, c]" --out rowsum
 
-    then run `optiml check` on it, and, where there is a GPU, `optiml optimize`. Sizes that
-    the formula does not give get defaults, said on stderr."""
+    or from a PyTorch module's forward (`--from-torch TASK.py`), then run `optiml check` on it,
+    and, where there is a GPU, `optiml optimize`. Sizes that the formula does not give get
+    defaults, said on stderr."""
     from optiml.generate.cli import run_generate
 
+    if from_torch is not None and formula is not None:
+        raise click.UsageError("give FORMULA or --from-torch TASK.py, not both")
+    if from_torch is None and formula is None:
+        raise click.UsageError("missing FORMULA (or --from-torch TASK.py)")
+    if from_torch is not None and line is not None:
+        raise click.UsageError("--line reads a formula from a comment; not with --from-torch")
     arch = resolve_arch(arch)
-    result = run_generate(formula, line, out_path, name, arch)
+    result = run_generate(formula, line, out_path, name, arch, from_torch=from_torch)
     notes = [*result.notes]
     if result.printed is not None:
         click.echo(result.printed, nl=False)

@@ -1,5 +1,6 @@
-"""`optiml generate`'s work apart from printing: the formula from the command line or from a
-comment of a file, the files written (never the user's own), and `optiml check` on the result."""
+"""`optiml generate`'s work apart from printing: the formula from the command line, from a
+comment of a file or translated from a PyTorch module (`--from-torch`), the files written (never
+the user's own), and `optiml check` on the result."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from optiml.errors import InputFileError, UsageError
+from optiml.errors import FormulaError, InputFileError, UsageError
 from optiml.generate import FormulaSource, Generated, generate
+from optiml.generate.from_torch import Translation, translate
 
 _COMMENT_LINE = re.compile(r"^(\s*)//")
 
@@ -23,6 +25,7 @@ class GenerateResult:
     written: list[Path] = field(default_factory=list)
     printed: str | None = None  # the kernel, with `--out -`
     notes: list[str] = field(default_factory=list)
+    translation: Translation | None = None  # with --from-torch
 
 
 def formula_at(text: str, path: str, line: int) -> tuple[FormulaSource, int]:
@@ -73,14 +76,71 @@ def _kernel_name(name: str | None, out: str | None) -> str:
     return "generated"
 
 
+def read_task(path: str) -> str:
+    """The text of a PyTorch task file (never imported: --from-torch reads it with `ast`)."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise InputFileError(f"no such file: {p} (--from-torch reads a PyTorch module)") from None
+    except IsADirectoryError:
+        raise InputFileError(f"{p} is a directory, not a Python file") from None
+    except OSError as e:
+        raise InputFileError(f"cannot read {p}: {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputFileError(f"{p} is not UTF-8 text (byte {e.start})") from None
+
+
+def translate_task(path: str) -> tuple[Translation, FormulaSource]:
+    """A task file's translation and the formula that goes to `generate`, whose first line says
+    where it comes from."""
+    t = translate(read_task(path), path)
+    text = f"// from {Path(path).name} (optiml generate --from-torch)\n{t.formula}"
+    return t, FormulaSource(text, "<translated formula>", 0)
+
+
+def _generate_translated(t: Translation, source: FormulaSource, name: str, ref_file: str):
+    """`generate` of a translated formula; a formula the notation's checker refuses (a size past
+    what an `int` holds, say) is an error at forward's return, not in a formula nobody wrote."""
+    try:
+        return generate(source, name, ref_file)
+    except FormulaError as e:
+        if e.position is None:  # the kernel's name, not the formula
+            raise
+        raise FormulaError(
+            f"the formula translated from forward is not accepted: {e.message}", t.position
+        ) from None
+
+
 def run_generate(
-    formula: str, line: int | None, out: str | None, name: str | None, arch: str | None
+    formula: str | None,
+    line: int | None,
+    out: str | None,
+    name: str | None,
+    arch: str | None,
+    from_torch: str | None = None,
 ) -> GenerateResult:
     from optiml.api import check_file
     from optiml.cuda.source import read_text
 
-    kernel_name = _kernel_name(name, out)
-    if line is not None:
+    translation = None
+    if from_torch is not None:
+        translation, source = translate_task(from_torch)
+        kernel_name = name or translation.name
+    else:
+        kernel_name = _kernel_name(name, out)
+    if translation is not None:
+        base = _stem(out) if out and out != "-" else Path(kernel_name)
+        ref_file = f"{base.name}_ref.py"
+        g = _generate_translated(translation, source, kernel_name, ref_file)
+        one_line = "; ".join(translation.formula.splitlines())
+        where = f"{translation.position.path}:{translation.position.line}"
+        g.notes = [f"forward ({where}) as a formula: {one_line}", *translation.notes, *g.notes]
+        cu = g.kernel
+        user_file = Path(from_torch)
+    elif line is not None:
         user_file = Path(formula)
         if not user_file.is_file():
             raise InputFileError(f"{formula}: no such file (with --line, FORMULA is a .cu file)")
@@ -108,19 +168,31 @@ def run_generate(
             (Path(tmp) / ref_file).write_text(g.reference)
             data = check_file(cu_path, kernel_name, arch).to_json()
         return GenerateResult(
-            kernel_name, g, str(cu_path.name), data, printed=cu, notes=list(g.notes)
+            kernel_name,
+            g,
+            str(cu_path.name),
+            data,
+            printed=cu,
+            notes=list(g.notes),
+            translation=translation,
         )
     cu_path = base.with_name(base.name + ".cu")
     ref_path = base.with_name(ref_file)
     for p in (cu_path, ref_path):
         if user_file is not None and p.resolve() == user_file.resolve():
             raise UsageError(
-                f"--out would overwrite {user_file}; the formula's file is never changed"
+                f"--out would overwrite {user_file}; the formula's or task's file is never changed"
             )
     cu_path.parent.mkdir(parents=True, exist_ok=True)
     cu_path.write_text(cu)
     ref_path.write_text(g.reference)
     data = check_file(cu_path, kernel_name, arch).to_json()
     return GenerateResult(
-        kernel_name, g, str(cu_path), data, written=[cu_path, ref_path], notes=list(g.notes)
+        kernel_name,
+        g,
+        str(cu_path),
+        data,
+        written=[cu_path, ref_path],
+        notes=list(g.notes),
+        translation=translation,
     )
