@@ -519,7 +519,13 @@ def _family(
                         f"line {loop.line}: `{c.var.name}` sums products of {' and '.join(tensors)} ({layout})"
                     ]
         # a reduction's result used element by element with the data it reduced: a normalization
-        reduced_tensors = {t for r in d.reductions for t in r.strides}
+        reduced_tensors = {
+            ld.tensor
+            for loop in loops
+            for c in loop.carried
+            if c.var.uid not in inductions
+            for ld in _loads(c.update)
+        }
         for s in stores:
             uses_reduction = any(
                 isinstance(x, LoopOut) for x in walk_expr(s.value, into_loops=False)
@@ -536,7 +542,9 @@ def _family(
                 ]
         if reds:
             r = reds[0]
-            axis = ", ".join(f"{t} stride {st}" for t, st in r.strides.items())
+            axis = (
+                ", ".join(f"{t} stride {st}" for t, st in r.strides.items()) or "strides not affine"
+            )
             return "reduction", [f"line {r.line}: a {r.op} over `{r.var}` ({axis})"]
         return "other", [
             f"line {d.reductions[0].line}: a loop carries `{d.reductions[0].var}` through a recurrence"
