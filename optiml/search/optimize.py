@@ -308,6 +308,7 @@ async def optimize(
         rejected=list(getattr(policy, "rejected", [])),
     )
     trajectory.outcome = _outcome(trajectory, confirmed, verdict)
+    trajectory.computes = _computes(source, kernel, spec)
     emit(
         Event("done", search.evaluations, opts.budget, best_box["speedup"], last=trajectory.outcome)
     )
@@ -317,6 +318,19 @@ async def optimize(
         baseline_profile=baseline.profile,
         search=search,
     )
+
+
+def _computes(source: SourceFile, kernel, spec) -> str:
+    """What the input computes, in one line (its family and the evidence, or why not)."""
+    from optiml.lift import lift
+    from optiml.lift.families import describe
+
+    try:
+        d = describe(lift(source, kernel, spec), spec)
+    except Exception as e:  # a report's line: never the reason a search fails
+        return f"not read: {type(e).__name__}"
+    why = (d.evidence or d.not_understood or [""])[0]
+    return f"{d.family}: {why}" if why else d.family
 
 
 def _descends(n: Node, ancestor: Node) -> bool:

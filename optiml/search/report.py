@@ -33,6 +33,7 @@ def render(t: Trajectory) -> str:
         f"<p><b>{e(t.outcome)}</b></p>",
         "<table>",
         _row("file", e(t.file)),
+        _row("computes", e(t.computes or "?")),
         _row("device", e(t.device or "?")),
         _row("tools", f"nvcc {e(t.nvcc)}" + (f", ncu {e(t.ncu)}" if t.ncu else "")),
         _row("date", e(t.date)),

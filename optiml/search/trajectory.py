@@ -235,3 +235,5 @@ class Trajectory(BaseModel):
     # edits the policy proposed that failed a check before evaluation: title, reason, stage
     rejected: list[dict[str, Any]] = Field(default_factory=list)
     outcome: str = ""  # one line: what came of it
+    # what the input computes, as the lifting reads it: "row normalization: line 42: ..."
+    computes: str | None = None

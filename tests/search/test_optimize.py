@@ -219,8 +219,10 @@ def test_finds_confirms_and_judges_the_vectorized_saxpy():
     profiles = [c for c in ex.calls if c.startswith("profile")]
     assert profiles[0] == "profile (full)" and "profile (full)" not in profiles[1:]
     assert len(profiles) > 1
+    assert t.computes.startswith("map: y: each element")  # what the lifting reads
     html = render(t)
     assert "Diff of the kernel" in html and "optiml_pack" in html and "<script" not in html
+    assert "map: y: each element" in html
     json.loads(t.model_dump_json())  # the trajectory is plain JSON
 
 
