@@ -105,3 +105,22 @@ def test_the_host_model_of_a_naive_softmax_is_a_softmax():
     np.testing.assert_allclose(
         out.reshape(rows, cols), e / e.sum(axis=1, keepdims=True), rtol=1e-12
     )
+
+
+TRICKS = sorted((ROOT / "tricks").glob("*.cu"))
+
+
+@pytest.mark.parametrize("path", TRICKS, ids=[p.name for p in TRICKS])
+def test_a_trick_lifts_or_says_why_never_crashes(path):
+    """Kernels written to cheat (caches, counters, races, side streams, forged results): the
+    lifting reads them as it reads any kernel, or says where it cannot; it never fails."""
+    from optiml.cuda.source import SourceFile
+    from optiml.spec import parse_spec
+
+    source = SourceFile.read(path)
+    for k in source.kernels:
+        if k.spec_comment is None:
+            continue
+        spec = parse_spec(source, k)
+        d = describe(lift(source, k, spec), spec)
+        assert d.family and (d.evidence or d.not_understood)
