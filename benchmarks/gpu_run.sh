@@ -15,7 +15,8 @@
 # verdicts: the GPU tests of the harness and of the verdict's checks (VERDICTS_TIMEOUT).
 # tricks: the corpus of tricks and honest controls (TRICKS_SHARD=K/N, TRICKS_ONLY, TRICKS_TIMEOUT).
 # overhead: what the checks cost per evaluation (OVERHEAD_REPEATS, OVERHEAD_TIMEOUT).
-# lift: the lifting's GPU test (every fixture kernel that lifts against its host model).
+# lift: the lifting's GPU tests (every fixture kernel that lifts against its host model; every
+#   kernel of fixtures/corpus against its NumPy reference).
 # linear: PyTorch's F.linear on fixtures/wild/linear_bias.cu's size, and `optiml optimize` on it
 #   (LINEAR_BUDGET evaluations, LINEAR_SECONDS).
 # deliver: `optiml optimize` on the naive softmax and layernorm of fixtures/tricks/originals
