@@ -1,0 +1,242 @@
+"""A warp per row, emitted from the lifted model (optiml.lift) rather than matched in the text:
+for a kernel whose model is one thread per row (its only thread index is the row, guarded by
+`row < R`), every loop over the row becomes a loop of the warp's lanes striding over it; each
+value it carries as a sum, max or min becomes a per-lane partial, all-reduced by shuffles and
+then combined with its initial value; every store in such a loop is made by the lane that owns the
+element, and a store per row by lane 0. The values, indices and types are the model's, written
+back by optiml.lift.emit, so any spelling of the same computation gives the same kernel.
+
+Applies to what `row_parallel` reads in the text and to what it does not (16-bit rows, macros,
+`while` loops, a row written and normalized in place); it has no float4 path or row cache.
+"""
+
+from __future__ import annotations
+
+from optiml.expr import Expr as SizeExpr
+from optiml.expr import ExprError
+from optiml.lift import Lifted, lift
+from optiml.lift.emit import C_TYPES, CEmitter, NotEmittable
+from optiml.lift.families import _induction, _reduction, affine, global_indices
+from optiml.lift.model import (
+    DOUBLE,
+    FLOAT,
+    INT,
+    LONG,
+    TRUE,
+    Binary,
+    Loop,
+    LoopOut,
+    Param,
+    Store,
+    Var,
+    loop_exprs,
+    loops_of,
+    walk_expr,
+)
+from optiml.search.catalog.base import Context, Proposal, Transformation
+
+THREADS = (256, 128)
+FULL_MASK = "0xffffffffu"
+_IDENTITY = {
+    ("sum", FLOAT): "0.0f",
+    ("sum", DOUBLE): "0.0",
+    ("sum", INT): "0",
+    ("sum", LONG): "0LL",
+    ("max", FLOAT): "-INFINITY",
+    ("max", DOUBLE): "-(double)INFINITY",
+    ("max", INT): "(-2147483647 - 1)",
+    ("max", LONG): "(-9223372036854775807LL - 1)",
+    ("min", FLOAT): "INFINITY",
+    ("min", DOUBLE): "(double)INFINITY",
+    ("min", INT): "2147483647",
+    ("min", LONG): "9223372036854775807LL",
+}
+
+
+class _NoPlan(Exception):
+    pass
+
+
+class WarpRows(Transformation):
+    name = "warp_rows"
+    addresses = frozenset({"uncoalesced", "l1_shared", "l2", "small_grid", "latency"})
+    description = "a warp per row, emitted from the lifted model, with shuffle all-reduces"
+
+    def propose(self, ctx: Context) -> list[Proposal]:
+        try:
+            lifted = lift(ctx.source, ctx.kernel, ctx.spec)
+            if not isinstance(lifted, Lifted):
+                return []
+            rows, body = _Writer(lifted).write()
+            _check_launch(ctx, rows)
+        except (_NoPlan, NotEmittable, ExprError, KeyError, ValueError):
+            return []
+        head = ctx.source.text[ctx.kernel.span.start : ctx.kernel.body_span.start]
+        out = []
+        for threads in THREADS:
+            variant = ctx.rewrite(
+                head + body, launch=([f"cdiv({rows}, {threads // 32})"], [str(threads)], "0")
+            )
+            summary = (
+                f"warp per row ({threads // 32} rows per {threads}-thread block), from the lifted "
+                "model: lanes stride over the row, shuffle all-reduce"
+            )
+            out.append(
+                Proposal({"threads": threads}, summary, variant, 1.0 if threads == 256 else 0.8)
+            )
+        return out
+
+
+def _check_launch(ctx: Context, rows: str) -> None:
+    """A 1-D launch that covers the rows, and a row count the spec can evaluate."""
+    expr = SizeExpr.parse(rows)
+    for sizes in ctx.spec.sizes:
+        case = ctx.spec.case(sizes)
+        if case.grid[1:] != (1, 1) or case.block[1:] != (1, 1):
+            raise _NoPlan("not a 1-D launch")
+        value = expr.evaluate({**ctx.spec.template_values, **case.sizes, **case.scalars})
+        if not isinstance(value, int) or value <= 0 or case.grid[0] * case.block[0] < value:
+            raise _NoPlan("the launch does not cover the rows")
+
+
+class _Writer:
+    def __init__(self, lifted: Lifted):
+        self.m = lifted
+        self.names: dict[int, str] = {}
+        self.c = CEmitter(self.names, gx="optiml_row")
+        self.lines: list[str] = []
+
+    def write(self) -> tuple[str, str]:
+        top = list(self.m.body)
+        loops = loops_of(self.m)
+        guard = self._guard([s.guard for s in top] + [lp.guard for lp in loops])
+        rows = _rows_bound(guard)
+        value_loops = [lp for lp in loops if lp not in top]
+        for lp in loops:
+            own = {c.var.uid for c in lp.carried}
+            for e in loop_exprs(lp):
+                if any(
+                    isinstance(x, Var) and x.uid not in own for x in walk_expr(e, into_loops=False)
+                ):
+                    raise _NoPlan("a loop inside another loop")
+        if not any(isinstance(s, Loop) for s in top) and not value_loops:
+            raise _NoPlan("no loop over a row")
+        items = sorted(top + value_loops, key=lambda x: x.line)
+        self.lines = [
+            "{",
+            "    const int optiml_lane = threadIdx.x & 31;",
+            "    const long long optiml_row = (long long)blockIdx.x * (blockDim.x >> 5) + "
+            "(threadIdx.x >> 5);",
+            f"    if (!(optiml_row < {rows})) return;  // a whole warp: the row is the warp's",
+        ]
+        for i, item in enumerate(items):
+            if isinstance(item, Store):
+                self.lines.append(f"    if (optiml_lane == 0) {self._store(item)}")
+            else:
+                self._loop(item, i)
+        self.lines.append("}")
+        return rows, "\n".join(self.lines)
+
+    def _guard(self, guards) -> Binary:
+        first = guards[0]
+        if any(g != first for g in guards) or not isinstance(first, Binary):
+            raise _NoPlan("statements under different conditions")
+        return first
+
+    def _loop(self, loop: Loop, i: int) -> None:
+        steps = _induction(loop)
+        counters = [c for c in loop.carried if c.var.uid in steps]
+        if len(counters) != 1 or affine(steps[counters[0].var.uid]) != {(): 1}:
+            raise _NoPlan("not a loop counting by one")
+        k = counters[0]
+        bound = _upper(loop.cond, k.var)
+        name = f"optiml_k{i}"
+        self.names[k.var.uid] = name
+        own = {c.var.uid for c in loop.carried}
+        reductions = []
+        for c in loop.carried:
+            if c is k:
+                continue
+            op, operand = _reduction(c.var, c.update)
+            if op not in ("sum", "max", "min") or operand is None:
+                raise _NoPlan(f"`{c.var.name}` is not a sum, max or min")
+            if c.var.type not in (FLOAT, DOUBLE, INT, LONG):
+                raise _NoPlan("a 16-bit accumulator")
+            if any(isinstance(x, Var) and x.uid in own - {k.var.uid} for x in walk_expr(operand)):
+                raise _NoPlan("a value that depends on another carried value")
+            if any(isinstance(x, Var) and x.uid in own for x in walk_expr(c.init)):
+                raise _NoPlan("an initial value inside the loop")
+            reductions.append((c, op, operand))
+        t = {c.var.uid: C_TYPES[c.var.type] for c, _, _ in reductions}
+        for c, op, _ in reductions:
+            part = f"{c.var.name}_part{i}"
+            self.lines.append(f"    {t[c.var.uid]} {part} = {_IDENTITY[(op, c.var.type)]};")
+        start = self.c.expr(k.init)
+        self.lines.append(
+            f"    for (long long {name} = {start} + optiml_lane; {name} < {bound}; {name} += 32) {{"
+        )
+        for c, op, operand in reductions:
+            part = f"{c.var.name}_part{i}"
+            self.lines.append(
+                f"        {part} = {_combine(op, c.var.type, part, self.c.expr(operand))};"
+            )
+        for s in loop.body:
+            if not isinstance(s, Store) or s.atomic:
+                raise _NoPlan("a loop inside the row loop, or an atomic")
+            text = self._store(s)
+            self.lines.append(
+                f"        {text}"
+                if s.guard == TRUE
+                else f"        if ({self.c.expr(s.guard)}) {text}"
+            )
+        self.lines.append("    }")
+        for c, op, _ in reductions:
+            part = f"{c.var.name}_part{i}"
+            total = f"{c.var.name}_{i}"
+            self.lines.append(
+                f"    for (int optiml_o = 16; optiml_o > 0; optiml_o >>= 1) "
+                f"{part} = {_combine(op, c.var.type, part, f'__shfl_xor_sync({FULL_MASK}, {part}, optiml_o)')};"
+            )
+            init = self.c.expr(c.init)
+            self.lines.append(
+                f"    const {t[c.var.uid]} {total} = {_combine(op, c.var.type, f'({init})', part)};"
+            )
+            self.names[c.var.uid] = total
+        del self.names[k.var.uid]  # the counter is not a value after the loop
+
+    def _store(self, s: Store) -> str:
+        if s.atomic:
+            raise _NoPlan("an atomic")
+        return f"{s.tensor}[{self.c.expr(s.index)}] = {self.c.expr(s.value)};"
+
+
+def _rows_bound(guard: Binary) -> str:
+    """`row < R` with R a scalar parameter: R's name."""
+    if guard.op != "<" or not isinstance(guard.b, Param):
+        raise _NoPlan("not `row < R`")
+    f = affine(guard.a)
+    if f is None or global_indices(f) != {("g.x",): 1}:
+        raise _NoPlan("the guarded index is not the thread's row")
+    return guard.b.name
+
+
+def _upper(cond, k: Var) -> str:
+    if isinstance(cond, Binary) and cond.a == k and cond.op in ("<", "<="):
+        if any(isinstance(x, Var | LoopOut) for x in walk_expr(cond.b)):
+            raise _NoPlan("a bound that moves")
+        text = CEmitter({}, gx="optiml_row").expr(cond.b)
+        return text if cond.op == "<" else f"({text}) + 1"
+    raise _NoPlan("not `k < bound`")
+
+
+def _combine(op: str, t: str, a: str, b: str) -> str:
+    if op == "sum":
+        return f"{a} + {b}"
+    if t in (FLOAT, DOUBLE):
+        fn = (
+            {"max": "fmaxf", "min": "fminf"}[op]
+            if t == FLOAT
+            else {"max": "fmax", "min": "fmin"}[op]
+        )
+        return f"{fn}({a}, {b})"
+    return f"{op}({a}, {b})"
