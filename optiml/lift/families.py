@@ -289,6 +289,9 @@ def _induction(loop: Loop) -> dict[int, Expr]:
     return out
 
 
+_IDENTITIES = {"sum": 0, "prod": 1, "max": -math.inf, "min": math.inf}
+
+
 def _reduction(var: Var, update: Expr) -> tuple[str, Expr | None]:
     """How a loop's carried value is updated: (op, operand) for `v = v op e` (also through
     `fmaxf`, `fma`, a comparison and select, an `if` that skips some iterations, and nested
@@ -305,10 +308,14 @@ def _reduction(var: Var, update: Expr) -> tuple[str, Expr | None]:
         if inner is not None and inner.init == var:
             return _reduction(inner.var, inner.update)
     if isinstance(u, Select):
-        if u.b == var and not mentions(u.cond):
-            return _reduction(var, u.a)
-        if u.a == var and not mentions(u.cond):
-            return _reduction(var, u.b)
+        # an `if` that skips some iterations: the operand is the identity where it skips
+        for taken, skipped, cond in ((u.a, u.b, u.cond), (u.b, u.a, Unary("!", u.cond, "bool"))):
+            if skipped == var and not mentions(u.cond):
+                op, operand = _reduction(var, taken)
+                if operand is None or op not in _IDENTITIES:
+                    return op, operand
+                ident = Const(_IDENTITIES[op], var.type)
+                return op, Select(cond, operand, ident, operand.type)
         if isinstance(u.cond, Binary) and u.cond.op in ("<", ">", "<=", ">="):
             a, b = u.cond.a, u.cond.b
             if {a, b} == {u.a, u.b} and var in (u.a, u.b):
@@ -317,7 +324,8 @@ def _reduction(var: Var, update: Expr) -> tuple[str, Expr | None]:
                 return (op, other) if not mentions(other) else ("recurrence", None)
     if isinstance(u, Binary) and u.op in ("+", "-", "*"):
         if u.a == var and not mentions(u.b):
-            return {"+": "sum", "-": "sum", "*": "prod"}[u.op], u.b
+            operand = Unary("-", u.b, u.b.type) if u.op == "-" else u.b
+            return {"+": "sum", "-": "sum", "*": "prod"}[u.op], operand
         if u.b == var and u.op != "-" and not mentions(u.a):
             return {"+": "sum", "*": "prod"}[u.op], u.a
     if isinstance(u, Call) and u.fn in ("max", "min") and len(u.args) == 2:
@@ -695,7 +703,8 @@ def _unit_atoms(f: Affine) -> tuple[str, ...]:
 
 def _is_product(update: Expr, var: Var) -> bool:
     op, term = _reduction(var, update)
-    while isinstance(term, Cast):
+    # through casts, and the select of an `if` that skips some terms (the identity elsewhere)
+    while isinstance(term, Cast | Select):
         term = term.a
     return op == "sum" and isinstance(term, Binary) and term.op == "*"
 
