@@ -183,6 +183,12 @@ class _Writer:
         for s in loop.body:
             if not isinstance(s, Store) or s.atomic:
                 raise _NoPlan("a loop inside the row loop, or an atomic")
+            # each iteration its own element (lanes write different ones): k with a constant,
+            # non-zero coefficient in an affine index
+            f = affine(s.index)
+            coefficient = [c for m, c in (f or {}).items() if m == (f"{k.var.name}#{k.var.uid}",)]
+            if not coefficient or any(k.var.name + "#" in a for m in f for a in m if len(m) > 1):
+                raise _NoPlan("a store that several iterations may share")
             text = self._store(s)
             self.lines.append(
                 f"        {text}"
