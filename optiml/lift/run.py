@@ -142,12 +142,14 @@ class Runner:
         grid: tuple[int, int, int],
         block: tuple[int, int, int],
         precision: str = "float64",
+        blocks: int | None = None,
     ):
         if precision not in ("float64", "native"):
             raise ValueError("precision is float64 or native")
         self.m = lifted
         self.precision = precision
         self.grid, self.block = grid, block
+        self.blocks = blocks  # run only the first blocks of the grid (a sample: for tests)
         self.scalars = scalars
         self.snapshot: dict[str, np.ndarray] = {}
         self.out: dict[str, np.ndarray] = {}
@@ -207,7 +209,7 @@ class Runner:
         gx, gy, gz = self.grid
         bx, by, bz = self.block
         per_block = bx * by * bz
-        blocks = gx * gy * gz
+        blocks = gx * gy * gz if self.blocks is None else min(self.blocks, gx * gy * gz)
         step = max(1, MAX_THREADS_PER_CHUNK // per_block)
         for first in range(0, blocks, step):
             b = np.arange(first, min(blocks, first + step), dtype=np.int64)
@@ -447,9 +449,11 @@ def run(
     grid: tuple[int, int, int],
     block: tuple[int, int, int],
     precision: str = "float64",
+    blocks: int | None = None,
 ) -> dict[str, np.ndarray]:
     """The model's outputs for one launch: `args` by parameter name (flat arrays for pointers,
-    numbers for scalars); the written tensors, flat, in the precision's types."""
+    numbers for scalars); the written tensors, flat, in the precision's types. `blocks`: run
+    only the first that many blocks of the grid (the rest of the outputs keep their values)."""
     arrays = {k: v for k, v in args.items() if k in lifted.tensors}
     scalars = {k: v for k, v in args.items() if k in lifted.scalars}
-    return Runner(lifted, arrays, scalars, grid, block, precision).run()
+    return Runner(lifted, arrays, scalars, grid, block, precision, blocks).run()
