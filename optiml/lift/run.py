@@ -45,7 +45,7 @@ from optiml.lift.model import (
 )
 
 MAX_THREADS_PER_CHUNK = 1 << 18
-MAX_ITERATIONS = 1 << 24
+MAX_ITERATIONS = 1 << 22
 
 
 class ModelError(Exception):

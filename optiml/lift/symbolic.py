@@ -645,9 +645,30 @@ class Lifter:
                 target = n.child_by_field_name("left")
             elif n.type == "update_expression":
                 target = n.child_by_field_name("argument")
+            if target is not None:
+                target = _unparen(target)
             if target is not None and target.type == "identifier":
                 out.add(_t(target))
+            if n.type == "call_expression":
+                out |= self._assigned_by_macro(n)
         return out
+
+    def _assigned_by_macro(self, call: Node) -> set[str]:
+        """Names a function-like macro's expansion assigns: `NEXT(j)` with `(i++)` assigns j."""
+        name = _t(call.child_by_field_name("function"))
+        found = self._macros_of_file().get(name)
+        if found is None or found[0] is None or self.depth >= MAX_INLINE_DEPTH:
+            return set()
+        args = call.child_by_field_name("arguments")
+        try:
+            expr = self._expansion(name, list(args.named_children) if args else [], call)
+        except Opaque:
+            return set()
+        self.depth += 1
+        try:
+            return self._assigned(expr) if expr is not None else set()
+        finally:
+            self.depth -= 1
 
     # -- expressions
 
@@ -801,36 +822,52 @@ class Lifter:
                             self._macros[_t(key)] = (None, _t(value).strip())
         return self._macros
 
-    def _macro(self, name: str, st: _State, node: Node, args: list[Value] | None = None) -> Value:
-        """The value of a macro or file-scope constant used as `name` (or called with `args`),
-        or None where the file defines none by that name."""
+    def _expansion(self, name: str, args: list[Node] | None, node: Node) -> Node | None:
+        """A macro's body with each parameter replaced by its argument's text, as C expands it,
+        parsed as an expression; None where the file defines no such macro (or the call does not
+        match an object-like one)."""
         found = self._macros_of_file().get(name)
         if found is None:
             return None
         params, text = found
         if (params is None) != (args is None):
             return None
-        if params is None:
-            try:
-                return _literal(text, None)
-            except Opaque:
-                pass
-        if self.depth >= MAX_INLINE_DEPTH:
-            raise Opaque(node, f"macro `{name}` expands too deeply (or recursively)")
-        if params is not None and len(params) != len(args):
-            raise Opaque(node, f"macro `{name}` takes {len(params)} arguments")
+        if "#" in text:
+            raise Opaque(node, f"macro `{name}` pastes or quotes tokens")
+        if params:
+            if len(params) != len(args):
+                raise Opaque(node, f"macro `{name}` takes {len(params)} arguments")
+            given = {p: f"({_t(a)})" for p, a in zip(params, args, strict=True)}
+            text = re.sub(
+                r"\b(" + "|".join(map(re.escape, params)) + r")\b",
+                lambda m: given[m.group(1)],
+                text,
+            )
         tree = _parser().parse(f"void optiml_macro() {{ ({text}); }}".encode())
         body = tree.root_node.named_children[0].child_by_field_name("body")
         if tree.root_node.has_error or body is None or not body.named_children:
             raise Opaque(node, f"macro `{name}` is not an expression")
-        expr = body.named_children[0].named_children[0]
-        sub = st.fork(st.live)
-        sub.stores = st.stores
-        for p, a in zip(params or [], args or [], strict=True):
-            sub.env[p] = a
+        return body.named_children[0].named_children[0]
+
+    def _macro(self, name: str, st: _State, node: Node, args: list[Node] | None = None) -> Value:
+        """The value of a macro or file-scope constant used as `name` (or called with `args`, as
+        nodes of the call), or None where the file defines none by that name."""
+        found = self._macros_of_file().get(name)
+        if found is not None and found[0] is None and args is None:
+            try:
+                return _literal(found[1], None)
+            except Opaque:
+                pass
+        if self.depth >= MAX_INLINE_DEPTH:
+            raise Opaque(node, f"macro `{name}` expands too deeply (or recursively)")
+        expr = self._expansion(name, args, node)
+        if expr is None:
+            return None
         self.depth += 1
         try:
-            return self._expr(expr, sub)
+            return self._expr(expr, st)
+        except Opaque as e:  # said at the use: the expansion's own lines are not the file's
+            raise Opaque(node, f"in macro `{name}`: {e.why}") from None
         finally:
             self.depth -= 1
 
@@ -909,7 +946,7 @@ class Lifter:
             st.written = {k: v for k, v in st.written.items() if k[0] != p.tensor}
 
     def _assign(self, node: Node, st: _State) -> Value:
-        left = node.child_by_field_name("left")
+        left = _unparen(node.child_by_field_name("left"))
         op = _t(node.child_by_field_name("operator"))
         right = self._expr(node.child_by_field_name("right"), st)
         if left.type == "identifier":
@@ -959,7 +996,7 @@ class Lifter:
         return _cast(right, self.tensors[p.tensor].dtype)
 
     def _update(self, node: Node, st: _State) -> Value:
-        arg = node.child_by_field_name("argument")
+        arg = _unparen(node.child_by_field_name("argument"))
         op = _t(node.child_by_field_name("operator"))
         if arg.type != "identifier":
             raise Opaque(node, "`++`/`--` on something other than a local variable")
@@ -1000,8 +1037,7 @@ class Lifter:
                 raise Opaque(node, f"`{name}` of something that is not a pointer into a parameter")
             return self._load(p.tensor, p.offset, st, node)
         if name in self._macros_of_file() and self._macros_of_file()[name][0] is not None:
-            values = [self._value(a, st) for a in arg_nodes]
-            return self._macro(name, st, node, values)
+            return self._macro(name, st, node, arg_nodes)
         if name in ("sincosf", "sincos", "__sincosf") and len(arg_nodes) == 3:
             x = self._scalar(arg_nodes[0], st)
             t = FLOAT if name != "sincos" or x.type != DOUBLE else DOUBLE
@@ -1137,6 +1173,12 @@ def _substitute(e: Expr, var: Var, by: Expr) -> Expr:
     if isinstance(e, Cast):
         return Cast(_substitute(e.a, var, by), e.type)
     return e
+
+
+def _unparen(node: Node) -> Node:
+    while node.type == "parenthesized_expression" and node.named_child_count == 1:
+        node = node.named_children[0]
+    return node
 
 
 def _t(node: Node) -> str:

@@ -505,3 +505,28 @@ def test_a_reduction_read_off_an_if_or_a_subtraction_keeps_its_meaning():
     c = Binary(">", x, Const(0.0, "float"), "bool")
     op, operand = _reduction(s, Select(c, Binary("+", s, x, "float"), s, "float"))
     assert op == "sum" and operand == Select(c, x, Const(0, "float"), "float")
+
+
+def test_macros_expand_with_their_arguments_and_side_effects():
+    text = r"""
+#define IDX2(r, c, ld) ((r) * (ld) + (c))
+#define SQ(x) ((x) * (x))
+#define NEXT(i) (i++)
+/* @optiml
+ *   args:   a: in float[R * C], y: out float[R]
+ *   launch: grid = cdiv(R, 32), block = 32
+ *   sizes:  R, C = (40, 9)
+ */
+__global__ void k(const float* a, float* y, int R, int C) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= R) return;
+    float x = 0.f;
+    int j = 0;
+    while (j < C) { x += SQ(a[IDX2(r, j, C)]); NEXT(j); }
+    y[r] = x;
+}
+"""
+    a = uniform(40 * 9)
+    out, d = model_outputs(text, {"R": 40, "C": 9}, {"a": a})
+    np.testing.assert_allclose(out["y"], (a.reshape(40, 9) ** 2).sum(1), rtol=1e-12)
+    assert d.family == "reduction"
