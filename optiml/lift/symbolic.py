@@ -183,6 +183,9 @@ class _State:
     before: tuple[Stmt, ...] = ()
     # induction variables of the loops being built around this point: uid -> (init, condition)
     counting: dict[int, tuple[Expr, Expr]] = field(default_factory=dict)
+    # reads answered from an earlier loop's stores: (tensor, index, counter uid), shared by the
+    # states of one kernel (checked against the stores of the loop that reads, once built)
+    forwards: list[tuple[str, Expr, int]] = field(default_factory=list)
 
     def fork(self, live: Expr) -> _State:
         return _State(
@@ -195,6 +198,7 @@ class _State:
             self.cut,
             self.before + tuple(self.stores),
             dict(self.counting),
+            self.forwards,
         )
 
 
@@ -538,6 +542,19 @@ class Lifter:
             self._stmt(body, inner)
         if broke is not None:
             cond = _and(cond, _not(broke))
+        # a read answered from an earlier loop holds only if this loop writes that tensor at no
+        # other element than the one it read (an iteration may not read what another wrote)
+        own = {v.uid for v in vars_.values()}
+        from optiml.lift.model import walk_stmts
+
+        for tensor, index, uid in inner.forwards:
+            if uid in own and any(
+                isinstance(x, Store) and x.tensor == tensor and x.index != index
+                for x in walk_stmts(tuple(inner.stores))
+            ):
+                raise Opaque(
+                    node, f"`{tensor}` is read after this loop wrote it at another element"
+                )
         if update is not None:
             inner.cut = inner.brk  # `continue` runs the update, `break` does not
             self._expr(update, inner)
@@ -616,6 +633,7 @@ class Lifter:
                         _find_var(y, c.var.uid) for y in loop_exprs(x.loop)
                     ):
                         return None  # a loop inside this one, which the counter drives
+                st.forwards.append((tensor, index, uid))
                 return _substitute(w.value, c.var, mine)
         return None
 

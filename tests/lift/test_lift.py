@@ -530,3 +530,12 @@ __global__ void k(const float* a, float* y, int R, int C) {
     out, d = model_outputs(text, {"R": 40, "C": 9}, {"a": a})
     np.testing.assert_allclose(out["y"], (a.reshape(40, 9) ** 2).sum(1), rtol=1e-12)
     assert d.family == "reduction"
+
+
+def test_a_read_another_iteration_of_the_loop_wrote_is_not_answered_from_an_earlier_loop():
+    shifted = INPLACE.replace(
+        "for (int j = 0; j < C; j++) y[r * C + j] /= s;",
+        "for (int j = 0; j < C; j++) { float v = y[r * C + j]; if (j + 1 < C) y[r * C + j + 1] = v; }",
+    )
+    lifted, _ = lifted_of(shifted)
+    assert isinstance(lifted, Unlifted) and "after this loop wrote it" in lifted.message()
