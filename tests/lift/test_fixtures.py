@@ -10,10 +10,9 @@ import tomllib
 import numpy as np
 import pytest
 
-from optiml.cuda.types import DTYPES
 from optiml.lift import Lifted, Unlifted, lift, run
 from optiml.lift.families import describe
-from tests.lift.corpus import ROOT, kernels, label, load
+from tests.lift.corpus import ROOT, kernels, label, load, smallest_args
 
 KERNELS = kernels()
 OPAQUE = {  # what each cooperates through, or the construct the model does not follow yet
@@ -22,23 +21,6 @@ OPAQUE = {  # what each cooperates through, or the construct the model does not 
     "wild/block_sum_tree.cu::block_sum": "shared memory",
     "spill.cu::batched_matmul8": "a local array",
 }
-
-
-def smallest_args(spec, seed=0):
-    sizes = min(spec.sizes, key=lambda s: int(np.prod(list(s.values()))))
-    case = spec.case(sizes)
-    rng = np.random.default_rng(seed)
-    args: dict = {}
-    for b in spec.buffers:
-        d = DTYPES[b.dtype]
-        lo, hi = case.ranges.get(b.name, (d.low, d.high))
-        n = case.lengths[b.name]
-        args[b.name] = rng.uniform(lo, hi, n) if d.is_float else rng.integers(lo, hi, n)
-    args.update(case.scalars)
-    for p in spec.params:
-        if p not in args and p in sizes:
-            args[p] = sizes[p]
-    return case, args
 
 
 @pytest.mark.parametrize("item", KERNELS, ids=[label(k) for k in KERNELS])
