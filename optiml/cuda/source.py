@@ -123,6 +123,12 @@ class SourceFile:
         self.tree: Tree = _parser().parse(self._bytes)
         self.kernels: list[Kernel] = []
         self.device_functions: list[str] = []
+        # their definitions by (unqualified) name, for code that reads a kernel's calls
+        self.device_function_nodes: dict[str, Node] = {}
+        # `#define`s: name -> (parameters, or None for an object-like macro; the body's text)
+        self.macros: dict[str, tuple[list[str] | None, str]] = {}
+        # file-scope `const`/`constexpr` variables with a value: name -> the value's text
+        self.constants: dict[str, str] = {}
         self.device_variables: list[str] = []  # writable file-scope `__device__` variables
         self.main_span: Span | None = None
         self._globals: dict[str, str] = {}
@@ -295,12 +301,23 @@ class SourceFile:
             "declaration_list",
         ):
             return child, namespace, extern_c
-        elif t == "preproc_def":
+        elif t in ("preproc_def", "preproc_function_def"):
             name, value = child.child_by_field_name("name"), child.child_by_field_name("value")
             if name is not None and value is not None:
-                self._globals[self.node_text(name)] = self.node_text(value).strip()
+                text = self.node_text(value).strip()
+                params = None
+                if t == "preproc_function_def":
+                    plist = child.child_by_field_name("parameters")
+                    params = [self.node_text(c) for c in plist.named_children] if plist else []
+                else:
+                    self._globals[self.node_text(name)] = text
+                self.macros[self.node_text(name)] = (params, text)
         elif t == "declaration":
-            self._globals.update(self._bindings_of(child))
+            bindings = self._bindings_of(child)
+            self._globals.update(bindings)
+            qualifiers = {self.node_text(c) for c in child.children if c.type == "type_qualifier"}
+            if qualifiers & {"const", "constexpr"}:
+                self.constants.update(bindings)
             self.device_variables.extend(_device_variables(self, child, namespace))
         return None
 
@@ -326,6 +343,7 @@ class SourceFile:
         if "__global__" not in qualifiers:
             if "__device__" in qualifiers:
                 self.device_functions.append(name)
+                self.device_function_nodes[name] = fn
             elif name == "main" and not namespace:
                 self.main_span = self.span(outer)
             return

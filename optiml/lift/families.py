@@ -38,6 +38,7 @@ from optiml.lift.model import (
     walk_expr,
     walk_stmts,
 )
+from optiml.lift.run import ModelError, Runner
 
 MAX_PROBE_THREADS = 1 << 22
 
@@ -271,7 +272,7 @@ def _pattern(index: Expr) -> tuple[str, Affine | None]:
     return "affine: " + affine_text(f), f
 
 
-def _induction(loop: Loop) -> dict[int, Expr]:
+def induction_steps(loop: Loop) -> dict[int, Expr]:
     """The loop's induction variables (updated by adding a value that does not change in the
     loop) and their steps."""
     own = {c.var.uid for c in loop.carried}
@@ -292,7 +293,7 @@ def _induction(loop: Loop) -> dict[int, Expr]:
 _IDENTITIES = {"sum": 0, "prod": 1, "max": -math.inf, "min": math.inf}
 
 
-def _reduction(var: Var, update: Expr) -> tuple[str, Expr | None]:
+def reduction_of(var: Var, update: Expr) -> tuple[str, Expr | None]:
     """How a loop's carried value is updated: (op, operand) for `v = v op e` (also through
     `fmaxf`, `fma`, a comparison and select, an `if` that skips some iterations, and nested
     loops that carry it on), ("recurrence", None) otherwise."""
@@ -306,12 +307,12 @@ def _reduction(var: Var, update: Expr) -> tuple[str, Expr | None]:
     if isinstance(u, LoopOut):
         inner = next((c for c in u.loop.carried if c.var.uid == u.var.uid), None)
         if inner is not None and inner.init == var:
-            return _reduction(inner.var, inner.update)
+            return reduction_of(inner.var, inner.update)
     if isinstance(u, Select):
         # an `if` that skips some iterations: the operand is the identity where it skips
         for taken, skipped, cond in ((u.a, u.b, u.cond), (u.b, u.a, Unary("!", u.cond, "bool"))):
             if skipped == var and not mentions(u.cond):
-                op, operand = _reduction(var, taken)
+                op, operand = reduction_of(var, taken)
                 if operand is None or op not in _IDENTITIES:
                     return op, operand
                 ident = Const(_IDENTITIES[op], var.type)
@@ -345,7 +346,7 @@ def _reduction(var: Var, update: Expr) -> tuple[str, Expr | None]:
 
 
 def _reduction_op(var: Var, update: Expr) -> str:
-    return _reduction(var, update)[0]
+    return reduction_of(var, update)[0]
 
 
 def describe(lifted: Lifted | Unlifted, spec=None) -> Description:
@@ -363,7 +364,7 @@ def describe(lifted: Lifted | Unlifted, spec=None) -> Description:
     loops = loops_of(lifted)
     inductions: dict[int, Expr] = {}
     for loop in loops:
-        inductions.update(_induction(loop))
+        inductions.update(induction_steps(loop))
 
     # accesses
     seen: set[tuple[str, str, str]] = set()
@@ -424,7 +425,7 @@ def describe(lifted: Lifted | Unlifted, spec=None) -> Description:
     d.domain = sorted(a for a in atoms if a.startswith(("g.", "threadIdx", "blockIdx")))
     storing_loops = [s for s in walk_stmts(lifted.body) if isinstance(s, Loop)]
     for loop in storing_loops:
-        for uid in _induction(loop):
+        for uid in induction_steps(loop):
             v = next(c.var for c in loop.carried if c.var.uid == uid)
             d.domain.append(f"{v.name} (loop at line {loop.line})")
 
@@ -667,8 +668,6 @@ def _moves_data(lifted: Lifted, stores: list[Store], spec) -> str:
             v = v.a
         if s.atomic or not isinstance(v, Load):
             return ""
-    from optiml.lift.run import ModelError, Runner
-
     sizes = min(spec.sizes, key=lambda z: math.prod(z.values()))
     try:
         case = spec.case(sizes)
@@ -702,7 +701,7 @@ def _unit_atoms(f: Affine) -> tuple[str, ...]:
 
 
 def _is_product(update: Expr, var: Var) -> bool:
-    op, term = _reduction(var, update)
+    op, term = reduction_of(var, update)
     # through casts, and the select of an `if` that skips some terms (the identity elsewhere)
     while isinstance(term, Cast | Select):
         term = term.a

@@ -58,6 +58,9 @@ from optiml.lift.model import (
     Unlifted,
     Var,
     arith_type,
+    loop_exprs,
+    walk_expr,
+    walk_stmts,
 )
 from optiml.spec import Spec
 
@@ -326,7 +329,6 @@ class Lifter:
         self.tensors: dict[str, Tensor] = {}
         self.scalars: dict[str, str] = {}
         self._macros: dict[str, str] | None = None
-        self._functions: dict[str, Node] | None = None
         self.depth = 0
 
     # -- entry
@@ -545,8 +547,6 @@ class Lifter:
         # a read answered from an earlier loop holds only if this loop writes that tensor at no
         # other element than the one it read (an iteration may not read what another wrote)
         own = {v.uid for v in vars_.values()}
-        from optiml.lift.model import walk_stmts
-
         for tensor, index, uid in inner.forwards:
             if uid in own and any(
                 isinstance(x, Store) and x.tensor == tensor and x.index != index
@@ -623,8 +623,6 @@ class Lifter:
                     continue
                 if _substitute(w.index, c.var, mine) != index:
                     continue
-                from optiml.lift.model import loop_exprs, walk_expr
-
                 others = {x.var.uid for x in loop.carried} - {c.var.uid}
                 for x in walk_expr(w.value):
                     if isinstance(x, Var) and x.uid in others:
@@ -803,41 +801,11 @@ class Lifter:
 
     def _macros_of_file(self) -> dict[str, tuple[list[str] | None, str]]:
         """`#define`s of the file and its file-scope constants: name -> (parameters, or None for
-        an object-like macro; the body's text)."""
+        an object-like macro; the body's text), as the source's scan found them."""
         if self._macros is None:
-            self._macros = {}
-            for n in walk(self.source.tree.root_node):
-                if n.type in ("preproc_def", "preproc_function_def"):
-                    key, value = n.child_by_field_name("name"), n.child_by_field_name("value")
-                    if key is None or value is None:
-                        continue
-                    params = None
-                    if n.type == "preproc_function_def":
-                        plist = n.child_by_field_name("parameters")
-                        params = [_t(c) for c in plist.named_children] if plist else []
-                    self._macros[_t(key)] = (params, _t(value).strip())
-                elif (
-                    n.type == "declaration"
-                    and n.parent is not None
-                    and n.parent.type
-                    in (
-                        "translation_unit",
-                        "declaration_list",
-                    )
-                ):
-                    # file-scope `constexpr int T = 16;` / `const int T = 16;`
-                    head = _t(n).split("=")[0]
-                    if not {"const", "constexpr"} & set(head.split()):
-                        continue
-                    for d in n.children_by_field_name("declarator"):
-                        key = d.child_by_field_name("declarator")
-                        value = d.child_by_field_name("value")
-                        if (
-                            d.type == "init_declarator"
-                            and key is not None
-                            and key.type == "identifier"
-                        ):
-                            self._macros[_t(key)] = (None, _t(value).strip())
+            self._macros = dict(self.source.macros)
+            for name, text in self.source.constants.items():
+                self._macros.setdefault(name, (None, text))
         return self._macros
 
     def _expansion(self, name: str, args: list[Node] | None, node: Node) -> Node | None:
@@ -1093,20 +1061,7 @@ class Lifter:
         return self._inline(fn, args, node, st)
 
     def _device_function(self, name: str) -> Node | None:
-        if self._functions is None:
-            self._functions = {}
-            for n in walk(self.source.tree.root_node):
-                if n.type == "function_definition":
-                    d = n.child_by_field_name("declarator")
-                    while d is not None and d.type != "function_declarator":
-                        d = d.child_by_field_name("declarator")
-                    if d is None:
-                        continue
-                    fname = d.child_by_field_name("declarator")
-                    text = n.text.decode()
-                    if fname is not None and ("__device__" in text.split("{")[0]):
-                        self._functions[fname.text.decode()] = n
-        return self._functions.get(name)
+        return self.source.device_function_nodes.get(name)
 
     def _inline(self, fn: Node, args: list[Expr], call: Node, st: _State) -> Expr:
         if self.depth >= MAX_INLINE_DEPTH:
@@ -1147,8 +1102,6 @@ class Lifter:
 
 
 def _walk(e: Expr):
-    from optiml.lift.model import walk_expr
-
     return walk_expr(e, into_loops=False)
 
 
@@ -1169,8 +1122,6 @@ def _steps_by_one(c: Carried) -> bool:
 
 
 def _stores_to(x: Stmt, tensor: str) -> bool:
-    from optiml.lift.model import walk_stmts
-
     return any(isinstance(s, Store) and s.tensor == tensor for s in walk_stmts((x,)))
 
 

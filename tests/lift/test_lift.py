@@ -495,15 +495,15 @@ def test_a_row_written_then_normalized_in_place_reads_back_what_it_wrote():
 
 def test_a_reduction_read_off_an_if_or_a_subtraction_keeps_its_meaning():
     """What families hand to schedules: `s -= x` sums -x; `if (c) s += x` sums x where c holds."""
-    from optiml.lift.families import _reduction
+    from optiml.lift.families import reduction_of
     from optiml.lift.model import Binary, Const, Load, Select, Unary, Var
 
     s = Var("s", "float")
     x = Load("x", Var("k", "int"), "float")
-    op, operand = _reduction(s, Binary("-", s, x, "float"))
+    op, operand = reduction_of(s, Binary("-", s, x, "float"))
     assert op == "sum" and operand == Unary("-", x, "float")
     c = Binary(">", x, Const(0.0, "float"), "bool")
-    op, operand = _reduction(s, Select(c, Binary("+", s, x, "float"), s, "float"))
+    op, operand = reduction_of(s, Select(c, Binary("+", s, x, "float"), s, "float"))
     assert op == "sum" and operand == Select(c, x, Const(0, "float"), "float")
 
 

@@ -16,7 +16,7 @@ from optiml.expr import Expr as SizeExpr
 from optiml.expr import ExprError
 from optiml.lift import Lifted, lift
 from optiml.lift.emit import C_TYPES, CEmitter, NotEmittable
-from optiml.lift.families import _induction, _reduction, affine, global_indices
+from optiml.lift.families import affine, global_indices, induction_steps, reduction_of
 from optiml.lift.model import (
     DOUBLE,
     FLOAT,
@@ -144,7 +144,7 @@ class _Writer:
         return first
 
     def _loop(self, loop: Loop, i: int) -> None:
-        steps = _induction(loop)
+        steps = induction_steps(loop)
         counters = [c for c in loop.carried if c.var.uid in steps]
         if len(counters) != 1 or affine(steps[counters[0].var.uid]) != {(): 1}:
             raise _NoPlan("not a loop counting by one")
@@ -157,7 +157,7 @@ class _Writer:
         for c in loop.carried:
             if c is k:
                 continue
-            op, operand = _reduction(c.var, c.update)
+            op, operand = reduction_of(c.var, c.update)
             if op not in ("sum", "max", "min") or operand is None:
                 raise _NoPlan(f"`{c.var.name}` is not a sum, max or min")
             if c.var.type not in (FLOAT, DOUBLE, INT, LONG):
