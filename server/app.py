@@ -23,7 +23,7 @@ from pygls.exceptions import (
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
-from optiml import __version__
+from optiml.api import __version__
 from server import probe, transport
 from server.capabilities import ClientCapabilities, resolve
 from server.checks import Checks
@@ -127,7 +127,7 @@ class OptimlServer(LanguageServer):
         return Snapshot(uri, doc.version or 0, doc.source) if doc is not None else None
 
     def publish(self, model: Model) -> None:
-        check = self.documents.check(model.snapshot.uri)
+        check = self.checks.latest(model.snapshot.uri)
         profiles = self.profiles.of(model)
         found = diagnostics(model, check, hints=not self.caps.inlay_hints, profiles=profiles)
         self.text_document_publish_diagnostics(
@@ -152,7 +152,7 @@ class OptimlServer(LanguageServer):
         doc = self.documents.get(snapshot.uri)
         if outcome is None or doc is None:
             return  # superseded, or closed meanwhile
-        doc.check = outcome
+        self.checks.keep(outcome)
         if outcome.error is not None:
             kind = types.MessageType.Warning if outcome.tool_missing else types.MessageType.Error
             self.tell(f"OptiML: {outcome.error}", kind, once=True)
@@ -178,9 +178,8 @@ class OptimlServer(LanguageServer):
         for problem in problems:
             self.tell(problem)
         if self.settings.arch != before.arch:
-            for doc in self.documents:
-                if doc.check is not None:
-                    self.spawn(self.compile(doc.check.snapshot))
+            for outcome in self.checks.outcomes():
+                self.spawn(self.compile(outcome.snapshot))
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run `coro` in the background, its failure reported like a handler's."""
@@ -263,7 +262,7 @@ async def did_save(ls: OptimlServer, params: types.DidSaveTextDocumentParams) ->
 
 
 def did_close(ls: OptimlServer, params: types.DidCloseTextDocumentParams) -> None:
-    ls.checks.cancel(params.text_document.uri)
+    ls.checks.forget(params.text_document.uri)
     if ls.documents.close(params.text_document.uri) is not None:
         ls.text_document_publish_diagnostics(
             types.PublishDiagnosticsParams(uri=params.text_document.uri, diagnostics=[])
@@ -306,7 +305,7 @@ async def hover_(ls: OptimlServer, params: types.HoverParams) -> types.Hover | N
     model = await ls.documents.model(params.text_document.uri)
     if model is None:
         return None
-    check = ls.documents.check(params.text_document.uri)
+    check = ls.checks.latest(params.text_document.uri)
     return hover(model, check, params.position, ls.caps.hover_markdown, ls.profiles, ls.proposals)
 
 
@@ -472,7 +471,7 @@ async def _show(ls: OptimlServer, uri: str, external: bool) -> None:
 
 async def inlay_hint(ls: OptimlServer, params: types.InlayHintParams) -> list[types.InlayHint]:
     model = await ls.documents.model(params.text_document.uri)
-    check = ls.documents.check(params.text_document.uri)
+    check = ls.checks.latest(params.text_document.uri)
     if model is None or check is None:
         return []
     return inlay_hints(model, check, params.range)

@@ -14,19 +14,13 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from optiml.api import CompilerMessage, StaticReport
+from optiml.api import CheckFeedback, CompilerMessage, KernelFeedback
 from server.documents import Snapshot
 
 logger = logging.getLogger(__name__)
 
 # The job imports `server` too, wherever the editor started this process from.
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
-
-
-@dataclass(frozen=True)
-class KernelFeedback:
-    report: StaticReport | None
-    skipped: str | None  # why the kernel was not compiled
 
 
 @dataclass(frozen=True)
@@ -40,23 +34,8 @@ class CheckOutcome:
     tool_missing: bool = False
 
     @classmethod
-    def from_json(cls, snapshot: Snapshot, data: dict) -> CheckOutcome:
-        if "error" in data:
-            kind, message = data["error"]["kind"], data["error"]["message"]
-            return cls(snapshot, error=message, tool_missing=kind == "tool_missing")
-        return cls(
-            snapshot,
-            arch=data["arch"],
-            ok=data["ok"],
-            messages=[CompilerMessage.model_validate(m) for m in data["messages"]],
-            kernels={
-                name: KernelFeedback(
-                    StaticReport.model_validate(k["report"]) if k["report"] else None,
-                    k["skipped"],
-                )
-                for name, k in data["kernels"].items()
-            },
-        )
+    def of(cls, snapshot: Snapshot, found: CheckFeedback) -> CheckOutcome:
+        return cls(snapshot, **dict(found))
 
 
 async def run_job(snapshot: Snapshot, arch: str | None) -> CheckOutcome:
@@ -88,12 +67,13 @@ async def run_job(snapshot: Snapshot, arch: str | None) -> CheckOutcome:
         logger.error("the compile job for %s failed:\n%s", snapshot.uri, err.decode())
         last = next((x for x in reversed(err.decode().splitlines()) if x.strip()), "no output")
         return CheckOutcome(snapshot, error=f"the compile job failed: {last.strip()}")
-    return CheckOutcome.from_json(snapshot, json.loads(out))
+    return CheckOutcome.of(snapshot, CheckFeedback.model_validate_json(out))
 
 
 class Checks:
     def __init__(self, slots: int):
         self._running: dict[str, asyncio.Task[CheckOutcome]] = {}
+        self._latest: dict[str, CheckOutcome] = {}  # the newest finished compile per document
         self._slots = asyncio.Semaphore(slots)
 
     async def run(self, snapshot: Snapshot, arch: str | None) -> CheckOutcome | None:
@@ -112,6 +92,20 @@ class Checks:
         finally:
             if self._running.get(snapshot.uri) is task:
                 del self._running[snapshot.uri]
+
+    def latest(self, uri: str) -> CheckOutcome | None:
+        return self._latest.get(uri)
+
+    def keep(self, outcome: CheckOutcome) -> None:
+        self._latest[outcome.snapshot.uri] = outcome
+
+    def outcomes(self) -> list[CheckOutcome]:
+        return list(self._latest.values())
+
+    def forget(self, uri: str) -> None:
+        """The document closed: its compile in flight ends, its outcome goes."""
+        self.cancel(uri)
+        self._latest.pop(uri, None)
 
     def cancel(self, uri: str) -> None:
         if (task := self._running.pop(uri, None)) is not None:

@@ -23,28 +23,32 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 
-from optiml.api import OptimizeRequest, optimize_file
-from optiml.cuda.source import Kernel, SourceFile
-from optiml.errors import OptimlError
-from optiml.executors import Executor, LocalExecutor, parse_gpus
-from optiml.executors import Job as KernelJob
-from optiml.harness import procs
-from optiml.harness.build import cache_dir
-from optiml.profile.model import Profile
-from optiml.search.optimize import Event
-from optiml.spec import parse_spec
+from optiml.api import (
+    Event,
+    Executor,
+    KernelOutline,
+    LocalExecutor,
+    OptimizeRequest,
+    OptimlError,
+    Profile,
+    Trajectory,
+    cache_dir,
+    kill_all,
+    kill_children_on_terminate,
+    optimize_file,
+    outline,
+    parse_gpus,
+    profile_text,
+)
 from server.documents import Model, Snapshot, kernel_block
 from server.proposals import Proposal, make_proposal
 from server.protocol import one_line, shown
 from server.settings import Settings
-
-if TYPE_CHECKING:
-    from server.app import OptimlServer
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +69,21 @@ PROCESSES = multiprocessing.get_context("spawn")
 def local_executor(settings: Settings) -> Executor:
     """This machine's GPUs (`gpus` of the settings); raises without one."""
     return LocalExecutor(parse_gpus(settings.gpus))
+
+
+class JobHost(Protocol):
+    """What a job needs of the server it runs in: where it reports, and where its results go."""
+
+    caps: Any  # the client's capabilities (`server.capabilities.ClientCapabilities`)
+    work_done_progress: Any  # pygls's progress API
+    executor_factory: ExecutorFactory
+    jobs: Jobs
+    profiles: Profiles
+    proposals: Any  # `server.proposals.Proposals`
+
+    def tell(self, message: str, kind: types.MessageType = ..., once: bool = ...) -> None: ...
+    def refresh_code_lenses(self) -> None: ...
+    def republish(self, uri: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -190,13 +209,13 @@ class Profiles:
     def put(self, uri: str, kernel: str, found: KernelProfile) -> None:
         self._by[(uri, kernel)] = found
 
-    def get(self, model: Model, kernel: Kernel) -> KernelProfile | None:
+    def get(self, model: Model, kernel: KernelOutline) -> KernelProfile | None:
         found = self._by.get((model.snapshot.uri, kernel.name))
         if found is None or found.digest != model.block(kernel).digest:
             return None
         return found
 
-    def of(self, model: Model) -> list[tuple[Kernel, KernelProfile]]:
+    def of(self, model: Model) -> list[tuple[KernelOutline, KernelProfile]]:
         if not any(uri == model.snapshot.uri for uri, _ in self._by):
             return []
         return [(k, p) for k in model.kernels if (p := self.get(model, k)) is not None]
@@ -209,7 +228,7 @@ class Profiles:
 class Optimized:
     """What an optimize job's process sends back: the record and the proposal, if any."""
 
-    trajectory: Any
+    trajectory: Trajectory
     proposal: Proposal | None
 
 
@@ -248,11 +267,11 @@ def optimize_work(
 def _optimize_process(args: tuple, make_executor: ExecutorFactory, out: Any, stop: Any) -> None:
     """The job's process: its events, then ("done", Optimized) or ("error", exception). A cancel
     (or SIGTERM) kills the runner, sanitizer and profiler process groups in flight at once."""
-    procs.kill_children_on_terminate()
+    kill_children_on_terminate()
 
     def watch() -> None:
         stop.wait()
-        procs.kill_all()
+        kill_all()
 
     threading.Thread(target=watch, daemon=True).start()
     try:
@@ -299,26 +318,18 @@ def run_in_process(job: Job, make_executor: ExecutorFactory, forward) -> Optimiz
 
 
 def profile_work(job: Job, make_executor: ExecutorFactory) -> KernelProfile:
-    source = SourceFile(job.snapshot.text, job.snapshot.path)
-    kernel = source.kernel(job.kernel)
-    spec = parse_spec(source, kernel)
-    executor = make_executor(job.settings)
-
-    async def run() -> Profile:
-        try:
-            return await executor.profile(KernelJob(source, kernel, spec), full=True)
-        finally:
-            await executor.close()
-
-    profile = asyncio.run(run())
-    block = kernel_block(job.snapshot.text.split("\n"), kernel)
-    return KernelProfile(profile, block.digest, block.first, job.snapshot.version, source.path)
+    text, path = job.snapshot.text, job.snapshot.path
+    profile = asyncio.run(profile_text(text, path, job.kernel, make_executor(job.settings)))
+    kernel = outline(text, path).kernel(job.kernel)
+    assert kernel is not None  # profiled: the kernel is there
+    block = kernel_block(text.split("\n"), kernel)
+    return KernelProfile(profile, block.digest, block.first, job.snapshot.version, path)
 
 
 # ---- the job, on the server's loop ------------------------------------------------------------
 
 
-async def run_job(ls: OptimlServer, job: Job) -> None:
+async def run_job(ls: JobHost, job: Job) -> None:
     """Drive `job` to its end: progress, the work in a thread, its result stored, one message if
     it fails. Never raises."""
     loop = asyncio.get_running_loop()
@@ -359,7 +370,7 @@ async def _unless_cancelled(job: Job, fn: Callable[..., Any], *args: Any) -> Any
     return None
 
 
-def _optimized(ls: OptimlServer, job: Job, t: Any, proposal: Proposal | None) -> None:
+def _optimized(ls: JobHost, job: Job, t: Trajectory, proposal: Proposal | None) -> None:
     line = _ascii_free(t.outcome)
     if t.stop == "cancelled":
         line = f"cancelled after {t.evaluations} of {job.settings.evaluations} evaluations; {line}"
@@ -373,7 +384,7 @@ def _optimized(ls: OptimlServer, job: Job, t: Any, proposal: Proposal | None) ->
         ls.tell(f"OptiML: {message}", types.MessageType.Info)
 
 
-def _profiled(ls: OptimlServer, job: Job, found: KernelProfile | None) -> None:
+def _profiled(ls: JobHost, job: Job, found: KernelProfile | None) -> None:
     if found is None:
         _end(ls, job, f"{job.kernel}: cancelled")
         return
@@ -414,7 +425,7 @@ def _ascii_free(text: str) -> str:
     return re.sub(r"(\d)x\b", r"\1×", text).replace(" -> ", " → ")
 
 
-async def _begin(ls: OptimlServer, job: Job) -> str | None:
+async def _begin(ls: JobHost, job: Job) -> str | None:
     if not ls.caps.work_done_progress:
         return None
     token = f"optiml/job/{job.id}"
@@ -432,7 +443,7 @@ async def _begin(ls: OptimlServer, job: Job) -> str | None:
     return token
 
 
-def _report(ls: OptimlServer, job: Job, event: Event) -> None:
+def _report(ls: JobHost, job: Job, event: Event) -> None:
     if job.token is None or job.ended:
         return
     percentage, message = progress(event)
@@ -442,7 +453,7 @@ def _report(ls: OptimlServer, job: Job, event: Event) -> None:
     ls.work_done_progress.report(job.token, report)
 
 
-def _end(ls: OptimlServer, job: Job, message: str) -> None:
+def _end(ls: JobHost, job: Job, message: str) -> None:
     """End the job's progress, once."""
     if job.ended:
         return

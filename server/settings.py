@@ -10,11 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from optiml.arch import arch_number
-from optiml.errors import OptimlError
-from optiml.executors import parse_gpus
-from optiml.llm.settings import Provider
-from optiml.profile.static import ARCHES
+from optiml.api import ARCHES, OptimlError, Provider, arch_number, parse_gpus
 
 SECTION = "optiml"
 

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 import optiml.api
 import optiml.arch
+import optiml.check
 import optiml.harness.gpu
 from optiml.cli import main
 from optiml.expr import ExprError
@@ -164,8 +165,8 @@ def no_nvcc_needed(monkeypatch):
             ok=True, path=Path("/dev/null"), messages=[], resources=None, all_resources=found
         )
 
-    monkeypatch.setattr(optiml.api, "build_device_code", build)
-    monkeypatch.setattr(optiml.api, "find_toolkit", lambda: None)
+    monkeypatch.setattr(optiml.check, "build_device_code", build)
+    monkeypatch.setattr(optiml.check, "find_toolkit", lambda: None)
     monkeypatch.setattr(optiml.arch, "_toolkit", lambda: None)
 
 

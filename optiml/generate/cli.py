@@ -122,7 +122,7 @@ def run_generate(
     arch: str | None,
     from_torch: str | None = None,
 ) -> GenerateResult:
-    from optiml.api import check_file
+    from optiml.check import check_file
     from optiml.cuda.source import read_text
 
     translation = None

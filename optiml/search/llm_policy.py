@@ -70,13 +70,13 @@ from optiml.llm import (
 from optiml.llm.errors import redact
 from optiml.llm.prompts import prompt_template
 from optiml.search.catalog import CATALOG
-from optiml.search.policy import Candidate, OfflinePolicy, Request
+from optiml.search.policy import Candidate, NodeView, OfflinePolicy
 from optiml.search.trajectory import Edit, Measurement
 from optiml.search.variant import Variant, launch_value, replace_kernel, set_spec_key
 from optiml.spec import Spec, parse_spec
 
 if TYPE_CHECKING:
-    from optiml.api import OptimizeRequest
+    from optiml.search.request import OptimizeRequest
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T", bound=BaseModel)
@@ -570,7 +570,7 @@ class LLMPolicy:
     def cost_usd(self) -> float:
         return self.client.accounting.cost_usd
 
-    async def propose(self, request: Request, k: int, rng: random.Random) -> list[Candidate]:
+    async def propose(self, request: NodeView, k: int, rng: random.Random) -> list[Candidate]:
         key = request.variant.key
         self._speedups[key] = request.speedup
         pool = self._pools.setdefault(key, _Pool())
@@ -586,7 +586,7 @@ class LLMPolicy:
 
     # -- asking -----------------------------------------------------------------------------
 
-    def prompt_variables(self, request: Request, n: int) -> dict[str, Any]:
+    def prompt_variables(self, request: NodeView, n: int) -> dict[str, Any]:
         source = request.variant.source(request.path)
         kernel = source.kernel(request.kernel)
         return {
@@ -598,7 +598,7 @@ class LLMPolicy:
             "k": n,
         }
 
-    async def _ask(self, request: Request, pool: _Pool, n: int) -> EditProposals | None:
+    async def _ask(self, request: NodeView, pool: _Pool, n: int) -> EditProposals | None:
         try:
             variables = self.prompt_variables(request, n)
         except OptimlError as e:  # a variant that lost its kernel: nothing to ask about
@@ -627,14 +627,14 @@ class LLMPolicy:
             self._failed(request, n, e)
             return None
 
-    def _failed(self, request: Request, n: int, error: LLMError) -> None:
+    def _failed(self, request: NodeView, n: int, error: LLMError) -> None:
         logger.warning("the LLM policy got no edits for %s: %s", request.kernel, error)
         self.errors.append(str(error))
         self._reject(request, f"{n} edits", str(error), "request")
         if isinstance(error, _FATAL):
             self.disabled = str(error)
 
-    def _history(self, request: Request) -> str:
+    def _history(self, request: NodeView) -> str:
         chain: list[tuple[str, str]] = []  # (title, variant key after it), root first
         key = request.variant.key
         while key in self._origin:
@@ -658,7 +658,7 @@ class LLMPolicy:
             lines += [f"- {r['title']}: {r['stage']}: {r['reason']}" for r in mine[-6:]]
         return "\n".join(lines)
 
-    def _catalog_hints(self, request: Request) -> str:
+    def _catalog_hints(self, request: NodeView) -> str:
         cached = self._hints.get(request.variant.key)
         if cached is not None:
             return cached
@@ -678,7 +678,7 @@ class LLMPolicy:
 
     # -- checking -----------------------------------------------------------------------------
 
-    async def _admit(self, request: Request, pool: _Pool, edits: list[ProposedEdit]) -> None:
+    async def _admit(self, request: NodeView, pool: _Pool, edits: list[ProposedEdit]) -> None:
         # Parsing shares one tree-sitter parser, so it stays on this thread; nvcc runs in threads.
         arch = self._arch(request)
         known = {c.edit.digest for c in pool.candidates}
@@ -727,7 +727,7 @@ class LLMPolicy:
             pool.candidates.append(Candidate(edit_, 1.0 / (1 + len(pool.candidates)), variant))
             self._origin.setdefault(variant.key, (request.variant.key, title))
 
-    def _arch(self, request: Request) -> str:
+    def _arch(self, request: NodeView) -> str:
         if self.arch is None:
             try:
                 source = request.variant.source(request.path)
@@ -737,7 +737,7 @@ class LLMPolicy:
             self.arch = spec_arch or default_arch()
         return self.arch
 
-    def _reject(self, request: Request, title: str, reason: str, stage: str) -> None:
+    def _reject(self, request: NodeView, title: str, reason: str, stage: str) -> None:
         logger.info("LLM edit %r rejected at %s: %s", title, stage, reason)
         self.rejected.append(
             {"title": title, "reason": reason, "stage": stage, "variant": request.variant.key}

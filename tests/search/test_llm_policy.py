@@ -28,7 +28,7 @@ from optiml.search.llm_policy import (
     make_llm_review,
     merge_flags,
 )
-from optiml.search.policy import Request
+from optiml.search.policy import NodeView
 from optiml.search.trajectory import Measurement, ProfileSummary
 from optiml.search.variant import Variant
 from tests.llm import conftest as llm
@@ -147,8 +147,8 @@ def reply(server, provider: str, payload: dict):
     return server.openai_chat(json.dumps(payload))
 
 
-def request_for(text: str = TEXT, **kw) -> Request:
-    return Request(variant=Variant(text), path=str(SAXPY), kernel="saxpy", **kw)
+def request_for(text: str = TEXT, **kw) -> NodeView:
+    return NodeView(variant=Variant(text), path=str(SAXPY), kernel="saxpy", **kw)
 
 
 PROVIDERS = pytest.mark.parametrize("provider", ["openai", "anthropic"])

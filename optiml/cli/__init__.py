@@ -15,11 +15,17 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from optiml import __version__
-from optiml.arch import resolve_arch
-from optiml.errors import ExitCode, OptimlError, SourceWarning, SpecValueError, one_line
-from optiml.expr import ExprError
-from optiml.llm.cli import llm_group
+from optiml.api import (
+    ExitCode,
+    ExprError,
+    OptimlError,
+    SourceWarning,
+    SpecValueError,
+    __version__,
+    one_line,
+    resolve_arch,
+)
+from optiml.cli.llm import llm_group
 
 # Tables keep their columns when piped (rich would otherwise fold them to 80 columns). No emoji
 # codes: `:x:` in a user's spec is printed as written.
@@ -188,9 +194,7 @@ def check(
     theoretical occupancy, with notes where a kernel's own rounding can fail a correct rewrite.
     Needs nvcc, not a GPU. The table lists every spec error and compiler message on stderr; with
     --json they are in the JSON, and stderr has one line for the first."""
-    from optiml.cuda.source import read_text
-    from optiml.executors.protocol import Request
-    from optiml.executors.registry import open_executor
+    from optiml.api import Request, open_executor, read_text
 
     executor = open_executor(executor_url)
     if executor.in_process:  # elsewhere `--arch` is resolved where nvcc and the GPU are
@@ -233,7 +237,7 @@ def _run_job(executor, request) -> dict:
 
 
 def _first_compile_error(data: dict) -> str:
-    from optiml.harness.nvcc import CompilerMessage
+    from optiml.api import CompilerMessage
 
     messages = [CompilerMessage.model_validate(m) for k in data["kernels"] for m in k["messages"]]
     first = next((m for m in messages if m.severity == "error"), None)
@@ -244,8 +248,7 @@ def _first_compile_error(data: dict) -> str:
 
 def _print_check(data: dict) -> None:
     """`optiml check`'s table from its JSON, so that a remote check prints what a local one does."""
-    from optiml.harness.nvcc import CompilerMessage
-    from optiml.profile.static import StaticReport
+    from optiml.api import CompilerMessage, StaticReport
 
     kernels = data["kernels"]
     for c in kernels:
@@ -343,10 +346,7 @@ def eval_(
 ) -> None:
     """Run KERNEL (or CANDIDATE's version of it) on a GPU at every size and seed of its spec,
     check every output element against the reference, and time both with CUDA events."""
-    from optiml.api import Verdict
-    from optiml.cuda.source import read_text
-    from optiml.executors.protocol import Request
-    from optiml.executors.registry import open_executor
+    from optiml.api import Request, Verdict, open_executor, read_text
 
     executor = open_executor(executor_url)
     if executor.in_process:
@@ -523,17 +523,13 @@ def profile(
 def spec(file: Path, kernel: str, as_json: bool) -> None:
     """Draft an @optiml spec for KERNEL from its signature, how its body uses each pointer, and a
     <<<...>>> launch site in FILE where there is one. Prints it; FILE is not changed."""
-    from optiml.cuda.draft import draft_spec
-    from optiml.cuda.source import SourceFile
+    from optiml.api import draft_file_spec
 
-    source = SourceFile.read(file)
-    k = source.kernel(kernel)
-    text = draft_spec(source, k)
+    drafted = draft_file_spec(file, kernel)
     if as_json:
-        line = k.span.start_point[0] + 1
-        click.echo(json.dumps({"kernel": k.name, "insert_before_line": line, "spec": text}))
+        click.echo(json.dumps(drafted.model_dump()))
     else:
-        click.echo(text, nl=False)
+        click.echo(drafted.spec, nl=False)
 
 
 # ---- lift -----------------------------------------------------------------------------------
@@ -685,8 +681,7 @@ def optimize(
     per run, work scaling, the speedup at unseen sizes, state across launches, no hard-coded sizes,
     four compute-sanitizer tools). Writes the trajectory, an HTML report and the optimized file to
     --out; FILE itself changes only with --write."""
-    from optiml.api import OptimizeRequest, optimize_file
-    from optiml.executors import parse_gpus
+    from optiml.api import OptimizeRequest, optimize_file, parse_gpus
 
     arch = resolve_arch(arch)
     parse_gpus(gpus)  # a bad --gpus is a usage error before any work
@@ -862,7 +857,7 @@ def generate(
     or from a PyTorch module's forward (`--from-torch TASK.py`), then run `optiml check` on it,
     and, where there is a GPU, `optiml optimize`. Sizes that the formula does not give get
     defaults, said on stderr."""
-    from optiml.generate.cli import run_generate
+    from optiml.api import run_generate
 
     if from_torch is not None and formula is not None:
         raise click.UsageError("give FORMULA or --from-torch TASK.py, not both")
@@ -896,7 +891,7 @@ def generate(
     elif result.printed is not None:
         skip = "optimization skipped: nothing was written (--out -)"
     else:
-        from optiml.harness.gpu import local_gpus
+        from optiml.api import local_gpus
 
         skip = None
         if not local_gpus():
@@ -960,7 +955,3 @@ def serve(stdio: bool, tcp: int | None) -> None:
 
 
 main.add_command(llm_group)
-
-
-if __name__ == "__main__":
-    main()
