@@ -212,3 +212,16 @@ def test_a_rejected_key_exits_21_and_an_unreachable_provider_22(
     code, _, err = run(TASK, "--out", "b", **env)
     assert code == 22, err
     assert secret not in err
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_harness_decides_the_final_kernel(server, tmp_path, secret):
+    """Where a GPU is present, the final kernel passes the CPU check and then the GPU harness
+    against the oracle; the wrong aggregated kernel already fails the CPU check."""
+    server.responder = openai_responder
+    code, _, err = run(TASK, "--out", "g", "--name", NAME, **openai_env(server, tmp_path, secret))
+    assert code == 0, err
+    t = json.loads((tmp_path / "g" / "trajectory.json").read_text())
+    repair = t["rounds"][3]["entries"][0]
+    assert repair["agrees"] and repair["verdict"].startswith("GPU harness: ok"), repair
+    assert "the GPU harness decides" in t["check"]
