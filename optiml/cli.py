@@ -19,6 +19,7 @@ from optiml import __version__
 from optiml.arch import resolve_arch
 from optiml.errors import ExitCode, OptimlError, SourceWarning, SpecValueError, one_line
 from optiml.expr import ExprError
+from optiml.generate.options import mot_options
 from optiml.llm.cli import llm_group
 
 # Tables keep their columns when piped (rich would otherwise fold them to 80 columns). No emoji
@@ -841,6 +842,7 @@ def _check_summary(data: dict) -> None:
     "the task file's name without its number, e.g. `LeakyReLU`).",
 )
 @click.option("--no-optimize", is_flag=True, help="Do not optimize the kernel afterwards.")
+@mot_options
 @arch_option
 @json_option
 @handles_errors
@@ -851,6 +853,10 @@ def generate(
     out_path: str | None,
     name: str | None,
     no_optimize: bool,
+    mot: bool,
+    experts: int,
+    repairs: int,
+    replay: bool,
     arch: str | None,
     as_json: bool,
 ) -> None:
@@ -861,8 +867,15 @@ def generate(
 
     or from a PyTorch module's forward (`--from-torch TASK.py`), then run `optiml check` on it,
     and, where there is a GPU, `optiml optimize`. Sizes that the formula does not give get
-    defaults, said on stderr."""
+    defaults, said on stderr.
+
+    FORMULA that does not parse as a formula is a task in prose, e.g. "fused bias + GELU over the
+    last axis of a [tokens, 4096] bf16 tensor": with an LLM configured (docs/llm.md), experts
+    draft and revise kernels, every draft kernel is checked against every draft reference, and
+    the final kernel must pass against the reference most agree with (docs/generate.md, the
+    Mixture-of-Thoughts path); --out names the folder of its files and trajectory."""
     from optiml.generate.cli import run_generate
+    from optiml.generate.options import collect
 
     if from_torch is not None and formula is not None:
         raise click.UsageError("give FORMULA or --from-torch TASK.py, not both")
@@ -871,7 +884,10 @@ def generate(
     if from_torch is not None and line is not None:
         raise click.UsageError("--line reads a formula from a comment; not with --from-torch")
     arch = resolve_arch(arch)
-    result = run_generate(formula, line, out_path, name, arch, from_torch=from_torch)
+    if line is not None and mot:
+        raise click.UsageError("--mot takes FORMULA or --from-torch TASK.py, not --line")
+    options = collect(mot, experts, repairs, replay)
+    result = run_generate(formula, line, out_path, name, arch, from_torch=from_torch, mot=options)
     notes = [*result.notes]
     if result.printed is not None:
         click.echo(result.printed, nl=False)
