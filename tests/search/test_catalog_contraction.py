@@ -6,19 +6,21 @@ contractions or where `gemm_tiling` already matches the text."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from optiml.harness.build import build_kernel
 from optiml.lift import lift
 from optiml.lift.families import describe
-from optiml.search.catalog import Context, by_name
+from optiml.search.catalog import Context, _hmma, by_name
 from optiml.search.variant import Variant
 from tests.host_cuda import mismatches, run_against
-from tests.search.contraction_kernels import LAYOUTS, batched
+from tests.search.contraction_kernels import LAYOUTS, batched, batched16
 from tests.support import FIXTURES, GOOD, WILD
 
 CORPUS = FIXTURES / "corpus"
@@ -183,3 +185,106 @@ def test_proposes_only_for_contractions_gemm_tiling_leaves():
 def test_proposes_nothing_on_its_own_output():
     ctx = corpus("attention_bmm.cu", "bmm_qk")
     assert propose(variant(ctx, propose(ctx)[0])) == []
+
+
+# ---- the tensor-core schedule ----------------------------------------------------------------
+
+
+def test_16_bit_operands_get_the_tensor_core_schedule_in_every_layout():
+    for layout in LAYOUTS:
+        for dtype, ctype in (("half", "__half"), ("bfloat16", "__nv_bfloat16")):
+            ctx = context(batched16(layout, dtype), "hgemm")
+            proposals = propose(ctx)
+            assert proposals, (layout, dtype)
+            out = variant(ctx, proposals[0])
+            flags = f"{str(layout[0] == 'N').lower()}, {str(layout[1] == 'T').lower()}"
+            assert f"optiml_hgemm::Mma<{ctype}, " in body(out) and body(out).count(flags) == 1
+            smem = int(out.spec.launch.smem)
+            assert 0 < smem <= 227 * 1024 and "mma.sync.aligned.m16n8k16" in out.source.text
+
+
+def test_tensor_cores_only_where_the_tolerance_admits_them():
+    text = batched16("NN", "half").replace("rtol = 1e-3, atol = 1e-3", "rtol = 1e-6, atol = 1e-6")
+    assert propose(context(text, "hgemm")) == []
+    # 16-bit inputs into fp32 whose sum is kept in 16 bits: not an fp32-accumulated product
+    kept = batched16("NN", "half").replace("float acc = 0.0f;", "__half acc = 0.0f;")
+    assert propose(context(kept, "hgemm")) == []
+
+
+@needs_nvcc
+@pytest.mark.parametrize("layout,dtype", [("NN", "half"), ("TT", "bfloat16")])
+def test_tensor_core_proposals_compile_without_spills(layout, dtype):
+    ctx = context(batched16(layout, dtype, out16=dtype == "bfloat16"), "hgemm")
+    for proposal in propose(ctx)[:2]:
+        out = variant(ctx, proposal)
+        build = build_kernel(
+            out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90"
+        )
+        assert build.ok, build.log
+        r = build.resources
+        assert r.spill_store_bytes == 0 and r.stack_bytes == 0
+        assert r.registers * proposal.params["threads"] <= 65536
+
+
+# A host model of the fragments: the template's own ldmatrix addresses (read from its text),
+# ldmatrix's and mma.m16n8k16's register layouts as the PTX ISA defines them. Every (row, k) of A
+# and (k, col) of B must reach the lane and register where mma reads it, in each layout.
+def _addresses():
+    found = re.findall(
+        r"ldmatrix4<(true|false)>\((fa\[i\]|r), (sa|sb) \+ (.*?)\);", _hmma.HELPERS, re.S
+    )
+    assert len(found) == 4
+    out = {}
+    for trans, _, which, offset in found:
+        text = " ".join(offset.split()).replace("A::LD", "LD").replace("B::LD", "LD")
+        out[(which, trans == "true")] = text.replace("/", "//")
+    return out
+
+
+def _ldmatrix(smem: np.ndarray, addresses: list[int], trans: bool) -> np.ndarray:
+    """regs[lane][matrix][half]: lane l gives the address of row l % 8 of matrix l // 8."""
+    regs = np.zeros((32, 4, 2), dtype=smem.dtype)
+    for lane in range(32):
+        for j in range(4):
+            for h in range(2):
+                if trans:  # element (row 2 * (lane % 4) + h, column lane // 4)
+                    regs[lane, j, h] = smem[addresses[j * 8 + 2 * (lane % 4) + h] + lane // 4]
+                else:  # element (row lane // 4, column 2 * (lane % 4) + h)
+                    regs[lane, j, h] = smem[addresses[j * 8 + lane // 4] + 2 * (lane % 4) + h]
+    return regs
+
+
+@pytest.mark.parametrize("k_contiguous", [True, False], ids=["k-contiguous", "x-contiguous"])
+def test_ldmatrix_addresses_give_mma_its_fragments(k_contiguous):
+    rng = np.random.default_rng(0)
+    exprs = _addresses()
+    ld = 16 + 8  # one 16-wide tile, padded as Operand pads it
+    a = rng.integers(1, 1000, size=(16, 16))  # A[m][k]
+    b = rng.integers(1, 1000, size=(16, 16))  # B[k][n], two n8 tiles
+    sa, sb = np.zeros(16 * ld, dtype=int), np.zeros(16 * ld, dtype=int)
+    for x in range(16):
+        for k in range(16):
+            sa[x * ld + k if k_contiguous else k * ld + x] = a[x, k]
+            sb[x * ld + k if k_contiguous else k * ld + x] = b[k, x]
+    env = {"m": 0, "n": 0, "kk": 0, "LD": ld}
+    ra = _ldmatrix(
+        sa,
+        [eval(exprs[("sa", not k_contiguous)], {**env, "lane": lane}) for lane in range(32)],
+        not k_contiguous,
+    )
+    rb = _ldmatrix(
+        sb,
+        [eval(exprs[("sb", not k_contiguous)], {**env, "lane": lane}) for lane in range(32)],
+        not k_contiguous,
+    )
+    for lane in range(32):
+        g, c = lane // 4, lane % 4
+        for h in range(2):
+            # A: a0 (g, 2c + h), a1 (g + 8, ..), a2 (g, 2c + 8 + h), a3 (g + 8, 2c + 8 + h)
+            assert ra[lane, 0, h] == a[g, 2 * c + h] and ra[lane, 1, h] == a[g + 8, 2 * c + h]
+            assert ra[lane, 2, h] == a[g, 2 * c + 8 + h]
+            assert ra[lane, 3, h] == a[g + 8, 2 * c + 8 + h]
+            # B of n tile j: b0 (k = 2c + h, n = g), b1 (k = 2c + 8 + h); r[0..1] tile j, r[2..3] j+1
+            for tile in range(2):
+                assert rb[lane, 2 * tile, h] == b[2 * c + h, 8 * tile + g]
+                assert rb[lane, 2 * tile + 1, h] == b[2 * c + 8 + h, 8 * tile + g]
