@@ -205,8 +205,9 @@ async def _serve(stdin: TextIO, send) -> None:
     the search executor, made at the first (its slots said in the hello where a hook makes it)."""
     from optiml.harness import procs
 
-    executor = search_executor() if hooked() else None
+    executor = None
     try:
+        executor = search_executor() if hooked() else None
         send(hello(executor.slots if executor is not None else None).model_dump())
     except OptimlError as e:
         send(error_reply(e))
