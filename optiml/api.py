@@ -203,10 +203,26 @@ def profile_file(
     full: bool = False,
     clock_control: str = "none",
     arch: str | None = None,
+    executor=None,
 ) -> Profile:
-    """`optiml profile`: the kernel under Nsight Compute at its first size, as a `Profile`."""
+    """`optiml profile`: the kernel under Nsight Compute at its first size, as a `Profile`.
+    `executor`: None (here), an `Executor`, or `--executor`'s URLs (opened and closed here); on an
+    executor the profile is that GPU's, at its own architecture and clocks."""
     source, k, spec = load(path, kernel)
     find_toolkit()
+    if executor is not None:
+        import asyncio
+
+        from optiml.executors import Job
+
+        async def on_executor(ex) -> Profile:
+            try:
+                return await ex.profile(Job(source, k, spec), full=full)
+            finally:
+                if ex is not executor:
+                    await ex.close()
+
+        return asyncio.run(on_executor(_search_executor(executor, None)))
     with evaluated_at_run_time(source, k):
         return profile_kernel(source, k, spec, full=full, clock_control=clock_control, arch=arch)
 
@@ -243,7 +259,9 @@ def default_out_dir(file: Path, kernel: str) -> Path:
 
 def optimize_file(request: OptimizeRequest, on_event=None, should_stop=None, executor=None):
     """Run OptiML-X on one kernel (blocking); returns `optiml.search.optimize.Outcome` with the
-    files it wrote (trajectory, report, optimized file, saved search) in `outcome.files`."""
+    files it wrote (trajectory, report, optimized file, saved search) in `outcome.files`.
+    `executor`: an `Executor`, or `--executor`'s text (`local`, `ssh://host`, `ray`, several
+    comma-separated: their GPUs pooled), opened and closed here; None: this machine's GPUs."""
     import asyncio
 
     return asyncio.run(optimize_file_async(request, on_event, should_stop, executor))
@@ -252,7 +270,7 @@ def optimize_file(request: OptimizeRequest, on_event=None, should_stop=None, exe
 async def optimize_file_async(
     request: OptimizeRequest, on_event=None, should_stop=None, executor=None
 ):
-    from optiml.executors import LocalExecutor, parse_gpus
+    from optiml.executors import parse_gpus
     from optiml.search.optimize import BaselineFailed, OptimizeOptions, optimize
     from optiml.search.report import render
 
@@ -268,10 +286,10 @@ async def optimize_file_async(
     out_dir.mkdir(parents=True, exist_ok=True)
     saved = out_dir / "search.json"
     policy, review, llm = _policy(request, out_dir)  # a bad LLM setting fails before any GPU work
-    own_executor = executor is None
-    if executor is None:
+    own_executor = executor is None or isinstance(executor, str)
+    if own_executor:
         try:
-            executor = LocalExecutor(parse_gpus(request.gpus))
+            executor = _search_executor(executor or "local", parse_gpus(request.gpus))
         except BaseException:
             if llm is not None:
                 await llm.aclose()
@@ -285,6 +303,7 @@ async def optimize_file_async(
         sanitize=request.sanitize,
         arch=request.arch,
         resume=saved if request.resume else None,
+        save_to=saved,
     )
     try:
         with evaluated_at_run_time(source, kernel):  # the judge's unseen size, say
@@ -323,6 +342,13 @@ async def optimize_file_async(
     files["search"] = saved
     outcome.files = files
     return outcome
+
+
+def _search_executor(executor, gpus):
+    """`executor` itself, or the executor `--executor`'s text names."""
+    from optiml.executors.registry import open_search_executor
+
+    return open_search_executor(executor, gpus) if isinstance(executor, str) else executor
 
 
 class InputFailed(OptimlError):

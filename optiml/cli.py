@@ -17,7 +17,14 @@ from rich.table import Table
 
 from optiml import __version__
 from optiml.arch import resolve_arch
-from optiml.errors import ExitCode, OptimlError, SourceWarning, SpecValueError, one_line
+from optiml.errors import (
+    ExitCode,
+    OptimlError,
+    SourceWarning,
+    SpecValueError,
+    UsageError,
+    one_line,
+)
 from optiml.expr import ExprError
 from optiml.generate.options import mot_options
 from optiml.llm.cli import llm_group
@@ -151,6 +158,17 @@ executor_option = click.option(
     "machine, over SSH; host keys checked against known_hosts), `ray` (a Ray cluster started here) "
     "or `ray://host:port` (a Ray cluster's client address). Only the file's text and the results "
     "cross; quoted #includes next to FILE are not sent.",
+)
+search_executor_option = click.option(
+    "--executor",
+    "executor_url",
+    default="local",
+    show_default=True,
+    metavar="URL[,URL...]",
+    help="Where candidates run: `local` (this machine's GPUs, --gpus), `ssh://[user@]host[:port]` "
+    "(`optiml worker` there: its GPUs), `ray` or `ray://host:port` (an actor per GPU of the "
+    "cluster); several, comma-separated, pool their GPUs (the final comparisons stay on the first "
+    "one's first GPU). Only the file's text, the candidates and the results cross.",
 )
 arch_option = click.option(
     "--arch",
@@ -460,21 +478,38 @@ def _print_verdict(v) -> None:
     help="none keeps the GPU's own clocks (as timing sees them); base locks them to base clocks.",
 )
 @arch_option
+@search_executor_option
 @json_option
 @handles_errors
 def profile(
-    file: Path, kernel: str, section_set: str, clock_control: str, arch: str | None, as_json: bool
+    file: Path,
+    kernel: str,
+    section_set: str,
+    clock_control: str,
+    arch: str | None,
+    executor_url: str,
+    as_json: bool,
 ) -> None:
     """Profile KERNEL with Nsight Compute at its first problem size: speed-of-light, memory,
-    occupancy, stalls and per-line hotspots, and the bottleneck in one sentence."""
+    occupancy, stalls and per-line hotspots, and the bottleneck in one sentence. On another
+    executor, at that GPU's architecture and own clocks (--arch and --clock-control are this
+    machine's)."""
     from optiml.api import profile_file
+    from optiml.executors.registry import split_urls
 
+    remote = split_urls(executor_url) != ["local"]
+    if remote and (arch is not None or clock_control != "none"):
+        raise UsageError(
+            "--arch and --clock-control apply to `--executor local`; elsewhere the profile is "
+            "taken at that GPU's architecture and clocks"
+        )
     p = profile_file(
         file,
         kernel,
         full=section_set == "full",
         clock_control=clock_control,
-        arch=resolve_arch(arch),
+        arch=None if remote else resolve_arch(arch),
+        executor=executor_url if remote else None,
     )
     if as_json:
         click.echo(p.model_dump_json(indent=2))
@@ -657,6 +692,7 @@ def lift(file: Path, kernel: str, as_json: bool) -> None:
 @click.option("--no-sanitize", is_flag=True, help="Skip compute-sanitizer in the judge.")
 @click.option("--write", is_flag=True, help="Replace the kernel in FILE with the confirmed winner.")
 @arch_option
+@search_executor_option
 @json_option
 @handles_errors
 def optimize(
@@ -678,6 +714,7 @@ def optimize(
     no_sanitize: bool,
     write: bool,
     arch: str | None,
+    executor_url: str,
     as_json: bool,
 ) -> None:
     """Search for a faster KERNEL that is proven correct (OptiML-X): Monte Carlo tree search over
@@ -688,9 +725,11 @@ def optimize(
     --out; FILE itself changes only with --write."""
     from optiml.api import OptimizeRequest, optimize_file
     from optiml.executors import parse_gpus
+    from optiml.executors.registry import split_urls
 
     arch = resolve_arch(arch)
     parse_gpus(gpus)  # a bad --gpus is a usage error before any work
+    executor = None if split_urls(executor_url) == ["local"] else executor_url
     request = OptimizeRequest(
         file=file,
         kernel=kernel,
@@ -712,7 +751,11 @@ def optimize(
         sanitize=not no_sanitize,
         arch=arch,
     )
-    outcome = optimize_file(request) if as_json else _optimize_with_progress(request)
+    outcome = (
+        optimize_file(request, executor=executor)
+        if as_json
+        else _optimize_with_progress(request, executor)
+    )
     t = outcome.trajectory
     written = None
     if write and outcome.winner is not None:
@@ -754,7 +797,7 @@ def _path_to(t, node_id):
     return chain[::-1]
 
 
-def _optimize_with_progress(request):
+def _optimize_with_progress(request, executor=None):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from optiml.api import optimize_file
@@ -787,7 +830,7 @@ def _optimize_with_progress(request):
         )
 
     try:
-        return optimize_file(request, on_event=on_event)
+        return optimize_file(request, on_event=on_event, executor=executor)
     finally:
         bar.stop()
 

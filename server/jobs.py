@@ -31,8 +31,9 @@ from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from optiml.api import OptimizeRequest, optimize_file
 from optiml.cuda.source import Kernel, SourceFile
 from optiml.errors import OptimlError
-from optiml.executors import Executor, LocalExecutor, parse_gpus
+from optiml.executors import Executor, parse_gpus
 from optiml.executors import Job as KernelJob
+from optiml.executors.registry import open_search_executor
 from optiml.harness import procs
 from optiml.harness.build import cache_dir
 from optiml.profile.model import Profile
@@ -63,8 +64,9 @@ PROCESSES = multiprocessing.get_context("spawn")
 
 
 def local_executor(settings: Settings) -> Executor:
-    """This machine's GPUs (`gpus` of the settings); raises without one."""
-    return LocalExecutor(parse_gpus(settings.gpus))
+    """The executor the settings name (`executor`: `local` is this machine's GPUs, `gpus` of
+    them; `ssh://...`, `ray`, several pooled); raises without a GPU there."""
+    return open_search_executor(settings.executor, parse_gpus(settings.gpus))
 
 
 @dataclass(frozen=True)

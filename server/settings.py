@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from optiml.arch import arch_number
 from optiml.errors import OptimlError
 from optiml.executors import parse_gpus
+from optiml.executors.registry import split_urls
 from optiml.llm.settings import Provider
 from optiml.profile.static import ARCHES
 
@@ -30,7 +31,9 @@ class Settings(BaseModel):
     budget: float | None = Field(default=None, gt=0)  # US dollars per job, for the LLM
     evaluations: int = Field(default=48, ge=1)  # the search budget of an optimize job
     policy: Literal["offline", "llm"] = "offline"
-    executor: Literal["local"] = "local"
+    # where jobs run kernels: `--executor`'s URLs (`local`, ssh://..., ray, ray://...; several,
+    # comma-separated, pool their GPUs)
+    executor: str = "local"
     gpus: str = "all"  # `all`, or indices like `0,1`
 
     @field_validator("arch")
@@ -46,6 +49,18 @@ class Settings(BaseModel):
         if value is not None and not re.fullmatch(r"https?://\S+", value):
             raise ValueError("must be an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1")
         return value
+
+    @field_validator("executor")
+    @classmethod
+    def _executor(cls, value: str) -> str:
+        try:
+            split_urls(value)
+        except OptimlError:
+            raise ValueError(
+                "must be `local`, `ssh://[user@]host[:port]`, `ray` or `ray://host:port`, or "
+                "several of them separated by commas"
+            ) from None
+        return value.strip()
 
     @field_validator("gpus")
     @classmethod

@@ -2,16 +2,24 @@
 
 Each executor is one module with one class (a `WorkExecutor`) and one line in `EXECUTORS`; a module
 is imported only when its scheme is used, so `asyncssh` and `ray` load only for their URLs.
+
+The search (`optimize`, `profile`) takes one URL or several, comma-separated: `local` is this
+machine's GPUs (`LocalExecutor`), any other a `RemoteExecutor` over its `WorkExecutor`, and several
+pool their GPUs (`PooledExecutor`).
 """
 
 from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from optiml.errors import UsageError, quote
 from optiml.executors.protocol import Request
+
+if TYPE_CHECKING:
+    from optiml.executors.base import Executor
 
 # scheme -> "module:class"; `local` and `ray` are also valid without `://`
 EXECUTORS = {
@@ -26,9 +34,19 @@ class WorkExecutor(ABC):
     prints); an error there is raised here as the `OptimlError` it was."""
 
     in_process = False  # True where `--arch` and the file are resolved by this process itself
+    url: str
 
     @abstractmethod
     async def run(self, request: Request) -> dict: ...
+
+    async def search_slots(self) -> int:
+        """Connect; how many of the search's jobs run there at once (one per GPU)."""
+        raise UsageError(f"--executor {self.url} cannot run the search")
+
+    async def submit(self, request: Request) -> Any:
+        """One of the search's jobs (evaluate, profile, sanitize): its result as JSON values; an
+        error there raised here. Called concurrently: the executor runs up to `search_slots`."""
+        raise UsageError(f"--executor {self.url} cannot run the search")
 
     async def close(self) -> None:  # noqa: B027 (optional hook)
         """Release what the executor holds (a connection, a cluster)."""
@@ -51,3 +69,33 @@ def open_executor(url: str) -> WorkExecutor:
         )
     module, cls = target.split(":")
     return getattr(importlib.import_module(module), cls)(url.strip())
+
+
+def split_urls(text: str) -> list[str]:
+    """`--executor` of the search: one URL or several, comma-separated (a `UsageError` for none
+    or one named twice)."""
+    urls = [u.strip() for u in text.split(",") if u.strip()]
+    if not urls:
+        raise UsageError(
+            "--executor takes a URL (`local`, `ssh://host`, `ray`) or several, comma-separated"
+        )
+    if len(set(urls)) != len(urls):
+        raise UsageError(f"--executor names `{quote(text, 60)}`: each executor once")
+    for url in urls:
+        if scheme_of(url) != "local":
+            open_executor(url)  # a bad URL fails here, before any work
+    return urls
+
+
+def open_search_executor(text: str, gpus: list[int] | None = None) -> Executor:
+    """The search's executor for `--executor`: `local` (this machine's `gpus`), a remote one, or
+    several pooled (the first takes the pinned final comparisons)."""
+    from optiml.executors.local import LocalExecutor
+    from optiml.executors.pool import PooledExecutor
+    from optiml.executors.remote import RemoteExecutor
+
+    members: list[Executor] = [
+        LocalExecutor(gpus) if scheme_of(url) == "local" else RemoteExecutor(open_executor(url))
+        for url in split_urls(text)
+    ]
+    return members[0] if len(members) == 1 else PooledExecutor(members)

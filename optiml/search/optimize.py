@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from optiml.cuda.source import SourceFile
+from optiml.errors import OptimlError
 from optiml.executors.base import Executor, Job
 from optiml.harness.evaluate import EvalOptions
 from optiml.harness.nvcc import find_toolkit
@@ -57,6 +58,7 @@ class OptimizeOptions:
     reward: RewardConfig = RewardConfig()
     arch: str | None = None
     resume: Path | None = None  # a saved tree to go on from
+    save_to: Path | None = None  # where the tree is saved if the executor fails mid-search
 
 
 @dataclass
@@ -174,12 +176,23 @@ async def optimize(
             )
         )
 
-    result = await search.run(
-        max_evaluations=opts.budget,
-        max_seconds=opts.max_seconds,
-        should_stop=should_stop,
-        on_progress=progress,
-    )
+    try:
+        result = await search.run(
+            max_evaluations=opts.budget,
+            max_seconds=opts.max_seconds,
+            should_stop=should_stop,
+            on_progress=progress,
+        )
+    except OptimlError as e:
+        # the executor gave up (a connection lost for good): what was measured is kept
+        if opts.save_to is None or not search.evaluations:
+            raise
+        search.save(opts.save_to)
+        e.message += (
+            f"; the search's {search.evaluations} evaluations are saved in {opts.save_to}: "
+            "run again with --resume to go on from them"
+        )
+        raise
 
     # Confirm: the best distinct correct variants, re-measured longer, interleaved with the input.
     ranked = sorted(
