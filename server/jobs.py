@@ -1,5 +1,5 @@
 """Background jobs on one kernel, started by a code action or a command: *optimize* (OptiML-X's
-search, `optiml.api.optimize_file`) and *profile* (Nsight Compute, through the executor). A job
+search, `optiml.api.optimize_file_async`) and *profile* (Nsight Compute, through the executor). A job
 works on a snapshot of the document (never the live one). An optimize job runs in a process of
 its own — the search parses every candidate (tree-sitter holds the interpreter lock for a whole
 parse: ~40 ms for a 5,000-line file), so a thread would stall the server's loop; a profile job
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 
-from optiml.api import OptimizeRequest, optimize_file
+from optiml.api import OptimizeRequest, optimize_file_async
 from optiml.cuda.source import Kernel, SourceFile
 from optiml.errors import OptimlError
 from optiml.executors import Executor, parse_gpus
@@ -237,12 +237,16 @@ def optimize_work(
         text=snapshot.text,
     )
     executor = make_executor(settings)
-    try:
-        outcome = optimize_file(
-            request, on_event=on_event, should_stop=should_stop, executor=executor
-        )
-    finally:
-        asyncio.run(executor.close())
+
+    async def run():  # one event loop for the search and the close (a connection lives in one)
+        try:
+            return await optimize_file_async(
+                request, on_event=on_event, should_stop=should_stop, executor=executor
+            )
+        finally:
+            await executor.close()
+
+    outcome = asyncio.run(run())
     proposal = make_proposal(job_id, snapshot, kernel, outcome, folder)
     return Optimized(outcome.trajectory, proposal)
 
