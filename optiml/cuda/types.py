@@ -150,3 +150,9 @@ def lookup(spelling: str) -> DType | None:
     """The type a spec or C spelling names, or None if OptiML cannot generate data for it."""
     code = _SPELLINGS.get(normalize_c_type(spelling))
     return DTYPES[code] if code else None
+
+
+def struct_layout(fields: list[tuple[str, str]]) -> np.dtype:
+    """A struct of numbers (field name, type code) as C lays it out: each field at a multiple of
+    its alignment, the whole padded to the largest (NumPy's aligned structured dtype)."""
+    return np.dtype([(name, DTYPES[code].np_dtype()) for name, code in fields], align=True)

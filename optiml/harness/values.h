@@ -148,21 +148,21 @@ OPTIML_HD static inline void store(Code code, void* dst, double v, int64_t iv) {
 }
 
 // Double arithmetic rounded as written on host and device (no fused multiply-add).
-OPTIML_HD static inline double dmul(double a, double b) {
+OPTIML_HD static inline double rn_mul(double a, double b) {
 #ifdef __CUDA_ARCH__
   return __dmul_rn(a, b);
 #else
   return a * b;
 #endif
 }
-OPTIML_HD static inline double dadd(double a, double b) {
+OPTIML_HD static inline double rn_add(double a, double b) {
 #ifdef __CUDA_ARCH__
   return __dadd_rn(a, b);
 #else
   return a + b;
 #endif
 }
-OPTIML_HD static inline double ddiv(double a, double b) {
+OPTIML_HD static inline double rn_div(double a, double b) {
 #ifdef __CUDA_ARCH__
   return __ddiv_rn(a, b);
 #else
@@ -193,9 +193,9 @@ OPTIML_HD static inline int64_t offset_at(uint64_t seed, uint64_t buffer, uint64
                                           double total) {
   if (i == 0) return 0;
   if (i + 1 >= n) return (int64_t)total;
-  double t = ddiv(dadd((double)(i - 1), uniform01(seed, buffer, i)), (double)(n - 2));
+  double t = rn_div(rn_add((double)(i - 1), uniform01(seed, buffer, i)), (double)(n - 2));
   double a = uniform01(seed + SECOND_STREAM, buffer, n);
-  double v = floor(dmul(total, dmul(t, dadd(dadd(1.0, -a), dmul(a, t)))));
+  double v = floor(rn_mul(total, rn_mul(t, rn_add(rn_add(1.0, -a), rn_mul(a, t)))));
   return v < total ? (int64_t)v : (int64_t)total;
 }
 
@@ -226,7 +226,7 @@ OPTIML_HD static inline void fill_value(Code code, bool is_float, size_t size, u
   }
   double u = uniform01(seed, buffer_index, i);
   if (d.mode == SORTED) {
-    u = ddiv(dadd((double)i, u), (double)n);
+    u = rn_div(rn_add((double)i, u), (double)n);
   } else if (d.mode == SPARSE && uniform01(seed + SECOND_STREAM, buffer_index, i) >= d.extra) {
     store(code, p, 0.0, 0);
     return;
