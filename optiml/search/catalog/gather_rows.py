@@ -30,10 +30,9 @@ from optiml.lift.model import (
     walk_expr,
 )
 from optiml.search.catalog.base import Context, Proposal, Transformation
+from optiml.search.catalog.column_reduce import _SIZES, _VECTOR
 from optiml.search.catalog.warp_rows import _check_launch, _NoPlan
 
-_SIZES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i32": 4, "u32": 4, "i64": 8, "u64": 8}
-_VECTOR = {16: "uint4", 8: "uint2", 4: "unsigned int"}
 THREADS = (256, 128)
 
 
