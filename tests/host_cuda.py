@@ -10,7 +10,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from optiml.cuda.types import DTYPES
-from optiml.harness.host import CTYPES, EXTERN_SHARED, GUARD, HOST_CUDA, device_part
+from optiml.harness.host import (
+    CLUSTER_DIMS,
+    CTYPES,
+    EXTERN_SHARED,
+    GUARD,
+    HOST_CUDA,
+    device_part,
+    per_block_shared,
+)
 from optiml.search.catalog import Context
 
 # The bodies of the SGEMM template's cp.async wrappers on the host: the copy itself, at once.
@@ -36,8 +44,8 @@ def _cp_async_on_host(text: str) -> str:
 def host_text(text: str, end: int | None = None) -> str:
     """A kernel file as host C++: its device part (up to `end` if given), `extern __shared__`
     arrays pointing at the dynamic shared memory, include guards lifted first (each file is one
-    namespace of a program)."""
-    text = _cp_async_on_host(device_part(text, end))
+    namespace of a program); in a file with clusters each block's `__shared__` arrays its own."""
+    text = per_block_shared(_cp_async_on_host(device_part(text, end)))
     lifted = "".join(f"#undef {g}\n" for g in GUARD.findall(text))
     return lifted + EXTERN_SHARED.sub(r"\1* \2 = reinterpret_cast<\1*>(dynamic_smem);", text)
 
@@ -56,9 +64,12 @@ def launch_text(
         else:
             args.append(str(value))
     g, b = case.grid, case.block
+    cluster = CLUSTER_DIMS.search(ctx.source.text[ctx.kernel.span.start : ctx.kernel.span.end])
     return (
         f"launch({{{g[0]}, {g[1]}, {g[2]}}}, {{{b[0]}, {b[1]}, {b[2]}}}, [&] {{ "
-        f"{namespace}::{ctx.kernel.name}{ctx.spec.instantiation}({', '.join(args)}); }});"
+        f"{namespace}::{ctx.kernel.name}{ctx.spec.instantiation}({', '.join(args)}); }}"
+        + (f", {{{cluster.group(1)}}}" if cluster else "")
+        + ");"
     )
 
 

@@ -1,7 +1,8 @@
 """CUDA kernels run as host C++ at small sizes, without a GPU: a std::thread per CUDA thread, one
-block at a time, barriers for __syncthreads and __syncwarp, warp shuffles through a per-warp
-exchange, atomics as atomic_ref, `__shared__` as a function-static array, half as _Float16 and
-bf16 by its bits. A CPU check at small sizes: where a GPU is present, the GPU harness
+block at a time (the blocks of a cluster at once), barriers for __syncthreads and __syncwarp, warp
+shuffles through a per-warp exchange, atomics as atomic_ref, `__shared__` as a function-static
+array (the block's own arena in a kernel with clusters, which maps another block's through
+`__cluster_map_shared_rank`), half as _Float16 and bf16 by its bits. A CPU check at small sizes: where a GPU is present, the GPU harness
 (`optiml.harness.evaluate`) is the authority."""
 
 from __future__ import annotations
@@ -26,14 +27,51 @@ HOST_CUDA = r"""
 #include <cstring>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 using std::fmaf;
 struct dim3 { unsigned x = 1, y = 1, z = 1; };
 thread_local dim3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
-std::barrier<>* block_barrier;
-std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
+// Per block (the blocks of a cluster run at once): its barriers, shuffle exchange, vote and
+// shared memory, reached through the thread's pointers.
+struct Block {
+    std::unique_ptr<std::barrier<>> barrier;
+    std::vector<std::unique_ptr<std::barrier<>>> warps;
+    unsigned long long exchange[1024];
+    std::atomic<int> vote{0};
+};
+thread_local std::barrier<>* block_barrier;
+thread_local std::vector<std::unique_ptr<std::barrier<>>>* warp_barriers;
+thread_local Block* this_block;
+// Clusters (sm_90): a barrier over the cluster's threads, each block's shared memory an arena of
+// its own (declarations rewritten to point into it), mapped to another block's by its rank.
+constexpr size_t ARENA = 1 << 16;
+alignas(16) unsigned char block_arenas[16][ARENA];
+thread_local unsigned cluster_rank;
+std::barrier<>* cluster_barrier;
+thread_local std::optional<std::barrier<>::arrival_token> cluster_token;
+dim3 cluster_dim;
+std::atomic<size_t> arena_used{0};
+inline size_t reserve_shared(size_t bytes) {
+    const size_t at = arena_used.fetch_add((bytes + 15) / 16 * 16);
+    if (at + bytes > ARENA) std::abort();
+    return at;
+}
+template <class T> T& block_shared(size_t offset) {
+    return *reinterpret_cast<T*>(block_arenas[cluster_rank] + offset);
+}
+inline unsigned __clusterRelativeBlockRank() { return cluster_rank; }
+inline unsigned __clusterSizeInBlocks() { return cluster_dim.x * cluster_dim.y * cluster_dim.z; }
+template <class T> T* __cluster_map_shared_rank(T* p, unsigned rank) {
+    const auto offset = reinterpret_cast<const unsigned char*>(p) - block_arenas[cluster_rank];
+    return reinterpret_cast<T*>(block_arenas[rank] + offset);
+}
+inline void __cluster_barrier_arrive() { cluster_token = cluster_barrier->arrive(); }
+inline void __cluster_barrier_arrive_relaxed() { __cluster_barrier_arrive(); }
+inline void __cluster_barrier_wait() { cluster_barrier->wait(std::move(*cluster_token)); }
+#define __cluster_dims__(...)
 #define __global__
 #define __device__
 #define __forceinline__ inline
@@ -43,21 +81,21 @@ std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
 unsigned block_threads;
 inline unsigned linear_tid() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
 inline void __syncthreads() { block_barrier->arrive_and_wait(); }
-inline void __syncwarp(unsigned = 0xffffffffu) { warp_barriers[linear_tid() / 32]->arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { (*warp_barriers)[linear_tid() / 32]->arrive_and_wait(); }
 template <class T, class V> T atomicAdd(T* p, V v) { return std::atomic_ref<T>(*p).fetch_add(T(v)); }
 // Warp shuffles: every lane of the warp publishes its value, then reads its source lane's; a source
 // outside the warp gives the lane its own value, as on the GPU.
-unsigned long long exchange[1024];
 template <class T>
 T shuffle(T v, long src) {
     static_assert(sizeof(T) <= sizeof(unsigned long long));
     const unsigned t = linear_tid(), w = t / 32;
+    unsigned long long* exchange = this_block->exchange;
     std::memcpy(&exchange[t], &v, sizeof(T));
-    warp_barriers[w]->arrive_and_wait();
+    (*warp_barriers)[w]->arrive_and_wait();
     T out = v;
     if (src >= 0 && src / 32 == w && (unsigned long)src < block_threads)
         std::memcpy(&out, &exchange[src], sizeof(T));
-    warp_barriers[w]->arrive_and_wait();
+    (*warp_barriers)[w]->arrive_and_wait();
     return out;
 }
 template <class T> T __shfl_down_sync(unsigned, T v, unsigned d, int = 32) { return shuffle(v, long(linear_tid()) + d); }
@@ -84,13 +122,12 @@ template <class T> void __stcg(T* p, T v) { *p = v; }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 // The block's threads vote at a barrier: 3 barriers, so that a vote of the next call cannot be
 // cleared by this one's reset.
-std::atomic<int> vote_or;
 inline int __syncthreads_or(int p) {
-    if (p) vote_or = 1;
+    if (p) this_block->vote = 1;
     __syncthreads();
-    const int out = vote_or;
+    const int out = this_block->vote;
     __syncthreads();
-    if (linear_tid() == 0) vote_or = 0;
+    if (linear_tid() == 0) this_block->vote = 0;
     __syncthreads();
     return out;
 }
@@ -133,29 +170,43 @@ template <class T, class V> T atomicMin(T* p, V v) { return atomic_update(p, [w 
 alignas(16) unsigned char dynamic_smem[1 << 20];
 
 template <class F>
-void launch(dim3 grid, dim3 block, F kernel) {
+void launch(dim3 grid, dim3 block, F kernel, dim3 cluster = {1, 1, 1}) {
     blockDim = block;
     gridDim = grid;
+    cluster_dim = cluster;
     const unsigned threads = block.x * block.y * block.z;
+    const unsigned blocks = cluster.x * cluster.y * cluster.z;
     block_threads = threads;
-    for (unsigned bz = 0; bz < grid.z; ++bz)
-        for (unsigned by = 0; by < grid.y; ++by)
-            for (unsigned bx = 0; bx < grid.x; ++bx) {
-                std::barrier<> bar(threads);
-                block_barrier = &bar;
-                warp_barriers.clear();
-                for (unsigned w = 0; w < (threads + 31) / 32; ++w)
-                    warp_barriers.emplace_back(new std::barrier<>(std::min(32u, threads - w * 32)));
+    if (grid.x % cluster.x || grid.y % cluster.y || grid.z % cluster.z || blocks > 16) std::abort();
+    for (unsigned cz = 0; cz < grid.z; cz += cluster.z)
+        for (unsigned cy = 0; cy < grid.y; cy += cluster.y)
+            for (unsigned cx = 0; cx < grid.x; cx += cluster.x) {
+                std::barrier<> whole(threads * blocks);
+                cluster_barrier = &whole;
+                std::vector<std::unique_ptr<Block>> state;
                 std::vector<std::thread> pool;
-                for (unsigned t = 0; t < threads; ++t)
-                    pool.emplace_back([&, t] {
-                        threadIdx = {t % block.x, t / block.x % block.y, t / (block.x * block.y)};
-                        blockIdx = {bx, by, bz};
-                        kernel();
-                        // A thread that has finished waits at no further barrier.
-                        warp_barriers[t / 32]->arrive_and_drop();
-                        block_barrier->arrive_and_drop();
-                    });
+                for (unsigned r = 0; r < blocks; ++r) {
+                    auto& b = *state.emplace_back(new Block);
+                    b.barrier.reset(new std::barrier<>(threads));
+                    for (unsigned w = 0; w < (threads + 31) / 32; ++w)
+                        b.warps.emplace_back(new std::barrier<>(std::min(32u, threads - w * 32)));
+                    const dim3 at = {cx + r % cluster.x, cy + r / cluster.x % cluster.y,
+                                     cz + r / (cluster.x * cluster.y)};
+                    for (unsigned t = 0; t < threads; ++t)
+                        pool.emplace_back([&, t, r, at, bp = &b] {
+                            threadIdx = {t % block.x, t / block.x % block.y, t / (block.x * block.y)};
+                            blockIdx = at;
+                            this_block = bp;
+                            block_barrier = bp->barrier.get();
+                            warp_barriers = &bp->warps;
+                            cluster_rank = r;
+                            kernel();
+                            // A thread that has finished waits at no further barrier.
+                            (*warp_barriers)[t / 32]->arrive_and_drop();
+                            block_barrier->arrive_and_drop();
+                            cluster_barrier->arrive_and_drop();
+                        });
+                }
                 for (auto& t : pool) t.join();
             }
 }
@@ -239,11 +290,30 @@ def device_part(text: str, end: int | None = None) -> str:
     return CUDA_INCLUDE.sub("", text[:end]) + "\n"
 
 
+STATIC_SHARED = re.compile(r"__shared__\s+([A-Za-z_][\w\s]*?)\s+(\w+)((?:\s*\[[^\]]+\])+)\s*;")
+CLUSTER_DIMS = re.compile(r"(?:__cluster_dims__|\bcluster_dims)\s*\(([^)]*)\)")
+
+
+def _shared_per_block(m: re.Match) -> str:
+    kind = f"{m.group(1)}{m.group(3)}"
+    return (
+        f"static const size_t {m.group(2)}_at = reserve_shared(sizeof({kind})); "
+        f"auto& {m.group(2)} = block_shared<{kind}>({m.group(2)}_at);"
+    )
+
+
+def per_block_shared(text: str) -> str:
+    """In a file with clusters (`__cluster_dims__`, `cluster_dims`), whose blocks run at once,
+    each `__shared__` array becomes the block's own."""
+    return STATIC_SHARED.sub(_shared_per_block, text) if CLUSTER_DIMS.search(text) else text
+
+
 def host_text(text: str, end: int | None = None) -> str:
     """A kernel file as host C++: its device part (up to `end` if given), `extern __shared__`
-    arrays pointing at the dynamic shared memory, include guards lifted first (each file is one
-    namespace of a program)."""
-    text = device_part(text, end)
+    arrays pointing at the dynamic shared memory, each block's own `__shared__` arrays where
+    blocks run at once (clusters), include guards lifted first (each file is one namespace of a
+    program)."""
+    text = per_block_shared(device_part(text, end))
     lifted = "".join(f"#undef {g}\n" for g in GUARD.findall(text))
     return lifted + EXTERN_SHARED.sub(r"\1* \2 = reinterpret_cast<\1*>(dynamic_smem);", text)
 
