@@ -32,9 +32,10 @@ def free_port() -> int:
 
 
 def worker_command(**env: str) -> str:
-    """The remote command: this checkout's worker, with the session's compile cache (tests/
-    conftest.py) and `env`."""
-    env = {"OPTIML_CACHE_DIR": os.environ["OPTIML_CACHE_DIR"], "PYTHONPATH": str(ROOT), **env}
+    """The remote command: this checkout's worker (and this process's PYTHONPATH after it), with
+    the session's compile cache (tests/conftest.py) and `env`."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {"OPTIML_CACHE_DIR": os.environ["OPTIML_CACHE_DIR"], "PYTHONPATH": path, **env}
     assigned = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     return (
         f"cd {shlex.quote(str(ROOT))} && exec env {assigned} "
