@@ -4,7 +4,7 @@
 # each step's output under $OUT (at most a few files, for machines that return little).
 #
 #   OUT=/tmp/out benchmarks/gpu_run.sh [step ...]
-#     steps: search profile tests catalog editor llm verdicts tricks overhead deliver lift linear
+#     steps: search profile tests catalog editor llm verdicts tricks overhead deliver lift linear remote
 #
 # search: measures for SEARCH_SECONDS (default 200; SEARCH_FIXTURES: only these fixture files)
 # into $OUT/search-table-h200.json, starting from benchmarks/results/search-table-h200.json when it
@@ -21,6 +21,8 @@
 #   (LINEAR_BUDGET evaluations, LINEAR_SECONDS).
 # deliver: `optiml optimize` on the naive softmax and layernorm of fixtures/tricks/originals
 #   (DELIVER_BUDGET evaluations, DELIVER_SECONDS each; DELIVER_ONLY: softmax or layernorm).
+# remote: `optiml optimize` of fixtures/softmax.cu locally, over SSH on loopback and on Ray
+#   (benchmarks/remote_search.py; REMOTE_SSHD: the sshd binary to start, see its docstring).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to a folder for the results}"
@@ -63,6 +65,11 @@ for step in "${steps[@]}"; do
     editor)
       timeout -s INT -k 15 "${EDITOR_TIMEOUT:-240}" python3 -m pytest -m gpu -q -p no:cacheprovider tests/server -rfEsp \
         2>&1 | (header; cat) | tee "$OUT/editor-gpu.txt" | tail -15
+      ;;
+    remote)
+      timeout -s INT -k 15 "${REMOTE_TIMEOUT:-500}" python3 benchmarks/remote_search.py \
+        --sshd "${REMOTE_SSHD:-/usr/sbin/sshd}" --out "$OUT/remote-search-h200.json" \
+        2>&1 | (header; cat) | tee "$OUT/remote-search.log" | tail -40
       ;;
     llm)
       python3 benchmarks/llm_e2e.py --out "$OUT/llm" 2>&1 | tee "$OUT/llm-e2e.log" | tail -20

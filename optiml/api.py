@@ -29,16 +29,18 @@ from optiml.errors import (
     SourceWarning,
     SpecValueError,
     ToolMissing,
+    UsageError,
     one_line,
 )
 from optiml.executors import Executor, LocalExecutor, parse_gpus
 from optiml.executors.protocol import Request
-from optiml.executors.registry import open_executor
+from optiml.executors.registry import open_executor, open_search_executor, split_urls
 from optiml.expr import ExprError
 from optiml.generate.cli import run_generate
+from optiml.generate.options import MotOptions
 from optiml.harness.build import cache_dir
-from optiml.harness.evaluate import EvalOptions, evaluate
-from optiml.harness.gpu import default_arch, local_gpus, require_gpu
+from optiml.harness.evaluate import EvalOptions, evaluate_file, evaluate_source
+from optiml.harness.gpu import default_arch, local_gpus
 from optiml.harness.nvcc import CompilerMessage, find_toolkit
 from optiml.harness.procs import kill_all, kill_children_on_terminate
 from optiml.harness.verdict import Verdict
@@ -62,6 +64,7 @@ __all__ = [
     "draft_file_spec",
     "local_gpus",
     "open_executor",
+    "open_search_executor",
     "read_text",
     "run_generate",
     "default_arch",
@@ -87,6 +90,7 @@ __all__ = [
     "KernelFeedback",
     "KernelOutline",
     "LLMCheckReport",
+    "MotOptions",
     "Request",
     "SpecDraft",
     "OptimizeRequest",
@@ -108,6 +112,7 @@ __all__ = [
     "arch_number",
     "parse_gpus",
     "resolve_arch",
+    "split_urls",
     # errors
     "ExitCode",
     "ExprError",
@@ -115,6 +120,7 @@ __all__ = [
     "SourceWarning",
     "SpecValueError",
     "ToolMissing",
+    "UsageError",
     "one_line",
     # where work runs, and the process hygiene of a job that runs elsewhere
     "Executor",
@@ -155,35 +161,6 @@ def draft_file_spec(path: str | Path, kernel: str) -> SpecDraft:
     )
 
 
-def evaluate_file(
-    path: str | Path,
-    kernel: str,
-    candidate: str | Path | None = None,
-    options: EvalOptions | None = None,
-) -> Verdict:
-    """`optiml eval`: the kernel (or a candidate file's version of it) checked and timed on the GPU."""
-    source, _, _ = load(path, kernel)  # the kernel and its spec before the candidate is read
-    cand = SourceFile.read(candidate) if candidate else None
-    return evaluate_source(source, kernel, cand, options)
-
-
-def evaluate_source(
-    source: SourceFile,
-    kernel: str,
-    candidate: SourceFile | None = None,
-    options: EvalOptions | None = None,
-) -> Verdict:
-    """`evaluate_file` for text that need not be on disk (a worker's job)."""
-    k = source.kernel(kernel)
-    spec = parse_spec(source, k)
-    if candidate is not None:
-        candidate.kernel(k.name)
-    find_toolkit()
-    require_gpu("eval")
-    with evaluated_at_run_time(source, k):  # a candidate's launch at the original's sizes
-        return evaluate(source, k, spec, candidate, options or EvalOptions())
-
-
 def profile_file(
     path: str | Path,
     kernel: str,
@@ -191,10 +168,26 @@ def profile_file(
     full: bool = False,
     clock_control: str = "none",
     arch: str | None = None,
+    executor: Executor | str | None = None,
 ) -> Profile:
-    """`optiml profile`: the kernel under Nsight Compute at its first size, as a `Profile`."""
+    """`optiml profile`: the kernel under Nsight Compute at its first size, as a `Profile`.
+    `executor`: None (here), an `Executor`, or `--executor`'s URLs (opened and closed here); on an
+    executor the profile is that GPU's, at its own architecture and clocks."""
     source, k, spec = load(path, kernel)
     find_toolkit()
+    if executor is not None:
+        import asyncio
+
+        from optiml.executors import Job
+
+        async def on_executor(ex) -> Profile:
+            try:
+                return await ex.profile(Job(source, k, spec), full=full)
+            finally:
+                if ex is not executor:
+                    await ex.close()
+
+        return asyncio.run(on_executor(_search_executor(executor, None)))
     with evaluated_at_run_time(source, k):
         return profile_kernel(source, k, spec, full=full, clock_control=clock_control, arch=arch)
 
@@ -221,10 +214,12 @@ def optimize_file(
     request: OptimizeRequest,
     on_event: Callable[[Event], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
-    executor: Executor | None = None,
+    executor: Executor | str | None = None,
 ) -> OptimizeResult:
     """Run OptiML-X on one kernel (blocking): the trajectory, the winner (if any) and the files it
-    wrote (trajectory, report, optimized file, saved search) in `files`."""
+    wrote (trajectory, report, optimized file, saved search) in `files`.
+    `executor`: an `Executor`, or `--executor`'s text (`local`, `ssh://host`, `ray`, several
+    comma-separated: their GPUs pooled), opened and closed here; None: this machine's GPUs."""
     import asyncio
 
     return asyncio.run(optimize_file_async(request, on_event, should_stop, executor))
@@ -234,7 +229,7 @@ async def optimize_file_async(
     request: OptimizeRequest,
     on_event: Callable[[Event], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
-    executor: Executor | None = None,
+    executor: Executor | str | None = None,
 ) -> OptimizeResult:
     from optiml.search.deliver import deliver
     from optiml.search.optimize import BaselineFailed, OptimizeOptions, optimize
@@ -251,10 +246,10 @@ async def optimize_file_async(
     out_dir.mkdir(parents=True, exist_ok=True)
     saved = out_dir / "search.json"
     policy, review, llm = _policy(request, out_dir)  # a bad LLM setting fails before any GPU work
-    own_executor = executor is None
-    if executor is None:
+    own_executor = executor is None or isinstance(executor, str)
+    if own_executor:
         try:
-            executor = LocalExecutor(parse_gpus(request.gpus))
+            executor = _search_executor(executor or "local", parse_gpus(request.gpus))
         except BaseException:
             if llm is not None:
                 await llm.aclose()
@@ -268,6 +263,7 @@ async def optimize_file_async(
         sanitize=request.sanitize,
         arch=request.arch,
         resume=saved if request.resume else None,
+        save_to=saved,
     )
     try:
         with evaluated_at_run_time(source, kernel):  # the judge's unseen size, say
@@ -290,6 +286,11 @@ async def optimize_file_async(
         if llm is not None:
             await llm.aclose()
     return deliver(outcome, request, out_dir)
+
+
+def _search_executor(executor: Executor | str, gpus: list[int] | None) -> Executor:
+    """`executor` itself, or the executor `--executor`'s text names."""
+    return open_search_executor(executor, gpus) if isinstance(executor, str) else executor
 
 
 class InputFailed(OptimlError):

@@ -30,8 +30,9 @@ INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1
 SHIFT_BITS = 64  # a shift count must be below this
 
 ALLOWED = (
-    "numbers, size variables, scalar arguments, template values, + - * / % ** << >> & | ^ ~, "
-    "parentheses, cdiv(a, b), min(a, b, ...), max(a, b, ...)"
+    "numbers, size variables, scalar arguments, template values, the file's constants and "
+    "macros, device values in a launch, + - * / % ** << >> & | ^ ~, parentheses, cdiv(a, b), "
+    "min(a, b, ...), max(a, b, ...)"
 )
 TOO_LARGE = "too large: the value must fit in 64 bits"
 
@@ -42,6 +43,12 @@ _SUFFIX = re.compile(
     r"|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?(?P<any>[fF]|[uU][lL]{0,2}|[lL]{1,2}[uU]?))\b"
 )
 _DIGITS = re.compile(r"[0-9]+")
+# Values of the GPU a kernel runs on, for launch expressions only (optiml.harness.device resolves
+# them); said where one is used elsewhere.
+DEVICE_ONLY = {
+    name: f" (`{name}` is a device value: only `launch:` may use it)"
+    for name in ("sm_count", "max_threads_per_sm")
+}
 _QUIET = threading.Lock()
 
 
@@ -126,8 +133,10 @@ class Expr:
     lead: int = 0  # the leading blanks of `text`, which the tree's columns do not count
 
     @classmethod
-    def parse(cls, text: str) -> Expr:
-        """The expression in `text`; `ExprError` at the column of the first thing wrong."""
+    def parse(cls, text: str, *, tuple_max: int | None = 3) -> Expr:
+        """The expression in `text`; `ExprError` at the column of the first thing wrong. A whole
+        value may be a tuple of up to `tuple_max` values (None: any number, as the values of a
+        size of several variables)."""
         _check_text(text)
         cleaned = _SUFFIX.sub(lambda m: _blank_suffix(m), text)
         if not cleaned.strip():
@@ -147,7 +156,7 @@ class Expr:
             raise ExprError(f"cannot read `{_quote(text)}` as an expression", lead) from None
         expr = cls(text, tree, lead)
         expr._check_depth()
-        expr._check(tree, top=True)
+        expr._check(tree, top=True, tuple_max=tuple_max)
         return expr
 
     # -- checks of the tree --
@@ -176,7 +185,7 @@ class Expr:
                 )
             stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
 
-    def _check(self, node: ast.AST, top: bool = False) -> None:
+    def _check(self, node: ast.AST, top: bool = False, tuple_max: int | None = 3) -> None:
         col = self.at(node)
         match node:
             case ast.UnaryOp(op=ast.USub(), operand=ast.Constant(value=int(v))) if type(v) is int:
@@ -203,12 +212,13 @@ class Expr:
             case ast.Call(func=ast.Name(id=fname)):
                 known = ", ".join(usage for _, _, usage in FUNCTIONS.values())
                 raise ExprError(f"unknown function `{_quote(fname)}`; known: {known}", col)
-            case ast.Tuple(elts=elts) if top and 1 <= len(elts) <= 3:
+            case ast.Tuple(elts=elts) if top and 1 <= len(elts) <= (tuple_max or len(elts)):
                 for e in elts:
                     self._check(e)
             case ast.Tuple(elts=elts) if top:
                 raise ExprError(
-                    f"a tuple has one to three values, like (x, y, z); this one has {len(elts)}",
+                    f"a tuple here has one to {tuple_max} values, like (x, y, z); this one has "
+                    f"{len(elts)}",
                     col,
                 )
             case ast.Tuple():
@@ -299,7 +309,9 @@ class _Evaluation:
             case ast.Name(id=name):
                 if name not in self.env:
                     raise self.fail(
-                        f"`{name}` is not a size variable, scalar argument or template value", node
+                        f"`{name}` is not a size variable, scalar argument, template value or "
+                        "constant of the file" + DEVICE_ONLY.get(name, ""),
+                        node,
                     )
                 result = self.env[name]
             case ast.BinOp(op=op, left=left, right=right):

@@ -18,9 +18,9 @@ from pydantic import BaseModel, Field
 
 from optiml.arch import ARCH, arch_problem
 from optiml.cuda.source import Kernel, SourceFile, comment_body_lines
-from optiml.cuda.types import DTYPES, SPEC_TYPE_NAMES, DType, lookup
+from optiml.cuda.types import DTYPES, SPEC_TYPE_NAMES, DType, lookup, vector_type
 from optiml.errors import Position, SpecError, one_line, quote
-from optiml.expr import INT_MAX, Expr, ExprError, Number
+from optiml.expr import DEVICE_ONLY, INT_MAX, Expr, ExprError, Number
 
 KEYS = ("args", "launch", "sizes", "tol", "seeds", "reference", "template", "arch", "state")
 MIN_SEEDS = 2
@@ -31,14 +31,64 @@ MAX_BLOCK_Z = 64  # and x, y at most 1024 (CUDA Programming Guide, compute capab
 MAX_GRID = ((1 << 31) - 1, 65535, 65535)  # x, y, z (the same table)
 MAX_VALUE_LENGTH = 10_000  # characters of one key's value, continuation lines included
 MAX_NAME_LENGTH = 255  # a kernel, function or file name of a `reference:`
+MAX_CONSTANT_DEPTH = 32  # macros and constants defined through one another, followed this deep
+
+
+# Structured inputs: `= offsets(TOTAL)`, `= sorted(LO, HI)`, `= permutation()`, `= sparse(DENSITY)`
+# (and `= uniform(LO, HI)`, another spelling of `in [LO, HI)`): name -> (arguments, how written).
+STRUCTURES: dict[str, tuple[int, str]] = {
+    "offsets": (1, "offsets(TOTAL)"),
+    "sorted": (2, "sorted(LO, HI)"),
+    "permutation": (0, "permutation()"),
+    "sparse": (1, "sparse(DENSITY)"),
+    "uniform": (2, "uniform(LO, HI)"),
+}
+
+
+class Structure(BaseModel):
+    """How a structured input's values are made (docs/spec.md, "Structured inputs")."""
+
+    kind: Literal["offsets", "sorted", "permutation", "sparse"]
+    args: list[str] = Field(default_factory=list)  # expressions
 
 
 class BufferArg(BaseModel):
     name: str
     role: Literal["in", "out", "inout"]
-    dtype: str  # type code, see optiml.cuda.types
-    length: str  # expression, in elements
+    dtype: str  # type code, see optiml.cuda.types; a vector type's component type
+    length: str  # expression, in elements (of a vector type: in vectors)
     value_range: tuple[str, str] | None = None  # [low, high) expressions
+    lanes: int = 1  # components of a vector type (`float4`: 4)
+    ctype: str | None = None  # the vector type's name, e.g. "float4"
+    structure: Structure | None = None
+
+
+class FieldValue(BaseModel):
+    name: str
+    dtype: str
+    value: str  # expression
+
+
+class StructArg(BaseModel):
+    """A struct passed by value: every field's value, in declaration order."""
+
+    name: str
+    ctype: str
+    fields: list[FieldValue]
+
+
+class Device(BaseModel):
+    """Values of the GPU a launch is computed for, usable in `launch:` expressions. Where no GPU is
+    at hand (`optiml check`, compiling), an H200's."""
+
+    sm_count: int = 132
+    max_threads_per_sm: int = 2048
+
+    def values(self) -> dict[str, int]:
+        return {"sm_count": self.sm_count, "max_threads_per_sm": self.max_threads_per_sm}
+
+
+FALLBACK_DEVICE = Device()
 
 
 class ScalarArg(BaseModel):
@@ -67,6 +117,9 @@ class Case(BaseModel):
     scalars: dict[str, Number]
     lengths: dict[str, int]
     ranges: dict[str, tuple[Number, Number]]
+    # structured inputs: buffer -> (kind, its number: offsets' total, sparse's density)
+    structures: dict[str, tuple[str, float]] = Field(default_factory=dict)
+    structs: dict[str, dict[str, Number]] = Field(default_factory=dict)  # struct -> field values
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     smem: int
@@ -81,6 +134,7 @@ class Spec(BaseModel):
     params: list[str]  # every parameter, in signature order
     buffers: list[BufferArg]
     scalars: list[ScalarArg]
+    structs: list[StructArg] = Field(default_factory=list)
     launch: Launch
     size_vars: list[str]
     sizes: list[dict[str, int]]
@@ -94,6 +148,14 @@ class Spec(BaseModel):
     # `state: kept`: the kernel keeps `__device__` state from one launch to the next on purpose
     # (counters it resets itself, a workspace); otherwise such state is a judge's finding
     state_kept: bool = False
+    # the file's object-like macros and file-scope constants that the spec's expressions use
+    constants: dict[str, Number] = Field(default_factory=dict)
+
+    @property
+    def uses_device(self) -> bool:
+        """Whether the launch depends on the GPU (`sm_count`, ...)."""
+        texts = [*self.launch.grid, *self.launch.block, self.launch.smem]
+        return any(Expr.parse(t).names() & set(DEVICE_ONLY) for t in texts)
 
     def buffer(self, name: str) -> BufferArg | None:
         return next((b for b in self.buffers if b.name == name), None)
@@ -111,23 +173,43 @@ class Spec(BaseModel):
         """`<float, 256>` for a templated kernel, "" otherwise."""
         return f"<{', '.join(self.template.values())}>" if self.template else ""
 
-    def cases(self) -> list[Case]:
-        return [self.case(s) for s in self.sizes]
+    def cases(self, device: Device | None = None) -> list[Case]:
+        return [self.case(s, device) for s in self.sizes]
 
-    def case(self, sizes: dict[str, int]) -> Case:
-        """Every expression of the spec evaluated at one problem size; `ExprError` (and nothing
-        else) where one cannot be: a missing name, a division by zero, a value out of range."""
-        env: dict[str, Number] = {**self.template_values, **sizes}
+    def case(self, sizes: dict[str, int], device: Device | None = None) -> Case:
+        """Every expression of the spec evaluated at one problem size, the launch for `device`
+        (else `FALLBACK_DEVICE`); `ExprError` (and nothing else) where one cannot be: a missing
+        name, a division by zero, a value out of range."""
+        env: dict[str, Number] = {**self.constants, **self.template_values, **sizes}
         scalars: dict[str, Number] = {}
         for s in self.scalars:
-            value = _scalar(s, _number(s.value, env, f"the value of `{s.name}`"))
+            value = _scalar(s.name, s.dtype, _number(s.value, env, f"the value of `{s.name}`"))
             scalars[s.name] = value
             env[s.name] = value
+        structs = {
+            st.name: {
+                f.name: _scalar(
+                    f"{st.name}.{f.name}",
+                    f.dtype,
+                    _number(f.value, env, f"the value of `{st.name}.{f.name}`"),
+                )
+                for f in st.fields
+            }
+            for st in self.structs
+        }
         lengths = {b.name: _length(b, env) for b in self.buffers}
         ranges = {b.name: _range(b, env) for b in self.buffers if b.value_range}
-        grid = _dims(self.launch.grid, env, "grid")
-        block = _dims(self.launch.block, env, "block")
-        smem = _number(self.launch.smem, env, "smem")
+        structures = {}
+        for b in self.buffers:
+            if b.structure is not None:
+                kind, extra, value_range = _structure(b, lengths[b.name], env)
+                structures[b.name] = (kind, extra)
+                if value_range is not None:
+                    ranges[b.name] = value_range
+        launch_env = {**env, **(device or FALLBACK_DEVICE).values()}
+        grid = _dims(self.launch.grid, launch_env, "grid")
+        block = _dims(self.launch.block, launch_env, "block")
+        smem = _number(self.launch.smem, launch_env, "smem")
         if not isinstance(smem, int) or smem < 0:
             raise ExprError(f"smem must be a non-negative integer number of bytes, got {smem}")
         return Case(
@@ -135,6 +217,8 @@ class Spec(BaseModel):
             scalars=scalars,
             lengths=lengths,
             ranges=ranges,
+            structures=structures,
+            structs=structs,
             grid=grid,
             block=block,
             smem=smem,
@@ -156,8 +240,9 @@ def _positive_int(text: str, env: dict[str, Number], what: str) -> int:
 
 
 def _length(b: BufferArg, env: dict[str, Number]) -> int:
-    """A buffer's length in elements, whose size in bytes must also fit in 64 bits."""
-    n = _positive_int(b.length, env, f"the length of `{b.name}`")
+    """A buffer's length in scalar elements (a vector type's components), whose size in bytes
+    must also fit in 64 bits."""
+    n = _positive_int(b.length, env, f"the length of `{b.name}`") * b.lanes
     size = DTYPES[b.dtype].size if b.dtype in DTYPES else 1
     if n * size > INT_MAX:
         raise ExprError(
@@ -177,22 +262,55 @@ def _range(b: BufferArg, env: dict[str, Number]) -> tuple[Number, Number]:
     return lo, hi
 
 
-def _scalar(s: ScalarArg, value: Number) -> Number:
+def _structure(
+    b: BufferArg, n: int, env: dict[str, Number]
+) -> tuple[str, float, tuple[Number, Number] | None]:
+    """A structured input at one size: its kind, its number (offsets' total, sparse's density)
+    and the range its values lie in (None: the declared or default range)."""
+    assert b.structure is not None
+    kind, args = b.structure.kind, b.structure.args
+    d = DTYPES[b.dtype]
+    top = (1 << (8 * d.size - (d.kind == "int"))) - 1  # the largest value of the type
+    if kind == "offsets":
+        total = _number(args[0], env, f"the total of `{b.name}`'s offsets")
+        if not isinstance(total, int) or total < 0:
+            raise ExprError(f"the total of `{b.name}`'s offsets must be a whole number >= 0")
+        if n < 2 or total > top:
+            raise ExprError(
+                f"`{b.name}` = offsets({total}) needs at least 2 elements and a total its type "
+                f"holds; it has {n} of `{d.name}`"
+            )
+        return kind, float(total), (0, total + 1)
+    if kind == "permutation":
+        if n - 1 > top:
+            raise ExprError(f"a permutation of {n} values does not fit in `{d.name}`")
+        return kind, 0.0, (0, n)
+    if kind == "sorted":
+        lo = _number(args[0], env, f"the lowest value of `{b.name}`")
+        hi = _number(args[1], env, f"the highest value of `{b.name}`")
+        if not lo < hi:
+            raise ExprError(f"sorted({lo}, {hi}) of `{b.name}` is empty; write LO < HI")
+        return kind, 0.0, (lo, hi)
+    density = _number(args[0], env, f"the density of `{b.name}`")
+    if not 0 < density <= 1:
+        raise ExprError(f"the density of `{b.name}` is a share of its elements, 0 < d <= 1")
+    return kind, float(density), None
+
+
+def _scalar(name: str, code: str, value: Number) -> Number:
     """An integer scalar's value must be a whole number its C type can hold: the runner would
     otherwise truncate or wrap it silently."""
-    d = DTYPES.get(s.dtype)
+    d = DTYPES.get(code)
     if d is None or d.is_float:
         return value
     if isinstance(value, float):
         if not value.is_integer():
-            raise ExprError(
-                f"`{s.name}` is an integer (`{d.name}`); its value {value} is not whole"
-            )
+            raise ExprError(f"`{name}` is an integer (`{d.name}`); its value {value} is not whole")
         value = int(value)
     bits = 8 * d.size
     lo, hi = (0, (1 << bits) - 1) if d.kind == "uint" else (-(1 << bits - 1), (1 << bits - 1) - 1)
     if not lo <= value <= hi:
-        raise ExprError(f"`{s.name}` = {value} does not fit in its type `{d.name}` ({lo} to {hi})")
+        raise ExprError(f"`{name}` = {value} does not fit in its type `{d.name}` ({lo} to {hi})")
     return value
 
 
@@ -275,10 +393,10 @@ class _Parser:
             stop = start + 1
         self.issues.append((one_line(message), self.source.position(start, stop)))
 
-    def expr(self, text: _Text, what: str) -> Expr | None:
+    def expr(self, text: _Text, what: str, tuple_max: int | None = 3) -> Expr | None:
         t = text.strip()
         try:
-            return Expr.parse(t.chars)
+            return Expr.parse(t.chars, tuple_max=tuple_max)
         except ExprError as e:
             self.error(f"{what}: {e}", t.at(e.column) if t.chars else text)
             return None
@@ -293,7 +411,9 @@ class _Parser:
         signature = f"{k.name}({', '.join(p.declared + ' ' + p.name for p in k.params)})"
         template, template_values = self._template(values.get("template"))
         sizes_vars, sizes = self._sizes(values.get("sizes"))
-        buffers, scalars = self._args(values.get("args"), template, sizes_vars, signature)
+        words = set(re.findall(r"[A-Za-z_]\w*", " ".join(v.chars for v in values.values())))
+        self.constants = self._file_constants(words - set(sizes_vars) - set(template))
+        buffers, scalars, structs = self._args(values.get("args"), template, sizes_vars, signature)
         launch = self._launch(values.get("launch"))
         rtol, atol = self._tol(values.get("tol"))
         seeds = self._seeds(values.get("seeds"))
@@ -307,6 +427,7 @@ class _Parser:
             params=[p.name for p in k.params],
             buffers=buffers,
             scalars=scalars,
+            structs=structs,
             launch=launch,
             size_vars=sizes_vars,
             sizes=sizes,
@@ -318,6 +439,7 @@ class _Parser:
             template_values=template_values,
             arch=arch,
             state_kept=state_kept,
+            constants=self.constants,
         )
         self._check_cases(spec, values)
         if self.issues:
@@ -493,7 +615,7 @@ class _Parser:
             return [n.chars for n in names], []
         out: list[dict[str, int]] = []
         for item in items:
-            expr = self.expr(item, "size")
+            expr = self.expr(item, "size", tuple_max=None)
             if expr is None:
                 continue
             try:
@@ -523,12 +645,44 @@ class _Parser:
             )
         return [n.chars for n in names], out
 
+    def _file_constants(self, names: set[str]) -> dict[str, Number]:
+        """The values of the file's object-like macros and file-scope constants among `names`
+        (and those they use), where their text is a spec expression; the others stay unknown."""
+        out: dict[str, Number] = {}
+        pending: set[str] = set()
+
+        def value(name: str) -> Number | None:
+            if name in out or name in pending or len(pending) > MAX_CONSTANT_DEPTH:
+                return out.get(name)
+            macro = self.source.macros.get(name)
+            text = macro[1] if macro is not None and macro[0] is None else None
+            text = text if text is not None else self.source.constants.get(name)
+            if text is None:
+                return None
+            pending.add(name)
+            try:
+                expr = Expr.parse(text)
+                env = {n: v for n in expr.names() if (v := value(n)) is not None}
+                result = expr.evaluate(env)
+            except ExprError:
+                result = None
+            pending.discard(name)
+            if isinstance(result, int | float):
+                out[name] = result
+                return result
+            return None
+
+        for name in sorted(names):
+            value(name)
+        return out
+
     def _args(
         self, text: _Text | None, template: dict[str, str], size_vars: list[str], signature: str
-    ) -> tuple[list[BufferArg], list[ScalarArg]]:
+    ) -> tuple[list[BufferArg], list[ScalarArg], list[StructArg]]:
         k = self.kernel
         buffers: list[BufferArg] = []
         scalars: list[ScalarArg] = []
+        structs: list[StructArg] = []
         seen: set[str] = set()
         items = [i for i in text.split_top(",") if i.strip().chars] if text is not None else []
         for item in items:
@@ -568,14 +722,23 @@ class _Parser:
                         name_text,
                     )
                     continue
+                value = item.slice(m_sc.start(2), len(item.chars))
+                struct_name = self.source.resolve_type(
+                    template.get(param.type_text, param.type_text)
+                )
+                if struct_name in self.source.structs:
+                    st = self._struct(param, struct_name, value, template)
+                    if st is not None:
+                        structs.append(st)
+                    continue
                 dtype = self._dtype(param.type_text, template)
                 if dtype is None:
                     self.error(
-                        f"OptiML cannot pass a `{param.type_text}` scalar; supported: {', '.join(SPEC_TYPE_NAMES)}",
+                        f"OptiML cannot pass a `{param.type_text}` scalar; supported: "
+                        f"{', '.join(SPEC_TYPE_NAMES)} and structs of them",
                         name_text,
                     )
                     continue
-                value = item.slice(m_sc.start(2), len(item.chars))
                 if self.expr(value, f"value of `{name}`") is not None:
                     scalars.append(
                         ScalarArg(name=name, dtype=dtype.code, value=value.strip().chars)
@@ -589,7 +752,14 @@ class _Parser:
                     scalars.append(ScalarArg(name=p.name, dtype=dtype.code, value=p.name))
                     continue
             at = text.strip() if text is not None else None
-            if p.is_pointer:
+            struct_name = self.source.resolve_type(template.get(p.type_text, p.type_text))
+            if not p.is_pointer and struct_name in self.source.structs:
+                fields = ", ".join(f".{f.name} = ..." for f in self.source.structs[struct_name])
+                self.error(
+                    f"struct `{p.name}` (`{p.declared}`) has no value; add `{p.name} = {{{fields}}}` to args",
+                    at,
+                )
+            elif p.is_pointer:
                 self.error(
                     f"pointer `{p.name}` (`{p.declared}`) is not declared; add `{p.name}: in {p.type_text}[n]` to args",
                     at,
@@ -599,25 +769,89 @@ class _Parser:
                     f"scalar `{p.name}` (`{p.declared}`) has no value; add `{p.name} = ...` to args or make it a size",
                     at,
                 )
-        # scalar values may refer to sizes, template values and scalars declared before them
-        known = set(size_vars) | set(template)
+        # scalar values may refer to sizes, template values, the file's constants and scalars
+        # declared before them; a struct's fields to every scalar
+        known = set(size_vars) | set(template) | set(self.constants)
         for s in scalars:
             if s.value != s.name:
                 unknown = Expr.parse(s.value).names() - known
                 if unknown:
                     self.error(
-                        f"value of `{s.name}` uses `{sorted(unknown)[0]}`, which is not a size, template value or earlier scalar",
+                        f"value of `{s.name}` uses `{sorted(unknown)[0]}`, which is not a size, template value, constant of the file or earlier scalar",
                         text,
                     )
             known.add(s.name)
         order = {p.name: i for i, p in enumerate(k.params)}
         scalars.sort(key=lambda s: order[s.name])
-        return buffers, scalars
+        return buffers, scalars, structs
+
+    def _struct(
+        self, param, struct_name: str, value: _Text, template: dict[str, str]
+    ) -> StructArg | None:
+        """`p = {.n = rows, .scale = 0.5}`: a value for every field of a struct of numbers."""
+        fields = self.source.structs[struct_name]
+        body = value.strip()
+        example = ", ".join(f".{f.name} = ..." for f in fields)
+        if not (body.chars.startswith("{") and body.chars.endswith("}")):
+            self.error(
+                f"`{param.name}` is a struct (`{param.declared}`); give its fields: `{param.name} = {{{example}}}`",
+                body,
+            )
+            return None
+        for f in fields:
+            if not f.plain or self._dtype(f.type_text, template) is None:
+                self.error(
+                    f"OptiML can pass a struct of numbers only; field `{f.name}` of "
+                    f"`{struct_name}` is `{f.type_text}`{'' if f.plain else ' (a pointer, array or bit-field)'}",
+                    body,
+                )
+                return None
+        given: dict[str, str] = {}
+        for item in body.slice(1, len(body.chars) - 1).split_top(","):
+            item = item.strip()
+            if not item.chars:
+                continue
+            parts = item.partition("=")
+            name = parts[0].strip().chars.removeprefix(".").strip() if parts else ""
+            if parts is None or name not in {f.name for f in fields}:
+                self.error(
+                    f"expected `.FIELD = VALUE` with a field of `{struct_name}` ({', '.join(f.name for f in fields)})",
+                    item,
+                )
+                return None
+            if name in given:
+                self.error(f"field `{name}` is given twice", item)
+                return None
+            if self.expr(parts[1], f"value of `{param.name}.{name}`") is None:
+                return None
+            given[name] = parts[1].strip().chars
+        missing = [f.name for f in fields if f.name not in given]
+        if missing:
+            self.error(
+                f"`{param.name}` gives no value to field(s) {', '.join(missing)} of `{struct_name}`",
+                body,
+            )
+            return None
+        return StructArg(
+            name=param.name,
+            ctype=struct_name,
+            fields=[
+                FieldValue(
+                    name=f.name, dtype=self._dtype(f.type_text, template).code, value=given[f.name]
+                )
+                for f in fields
+            ],
+        )
 
     def _buffer(
         self, item: _Text, rest_at: int, param, template: dict[str, str]
     ) -> BufferArg | None:
         rest = item.slice(rest_at, len(item.chars))
+        structure_text = None
+        cut = _top_level_equals(rest.chars)
+        if cut is not None:
+            structure_text = rest.slice(cut + 1, len(rest.chars))
+            rest = rest.slice(0, cut)
         m = _BUFFER.fullmatch(rest.chars)
         if not m:
             self.error(
@@ -641,6 +875,13 @@ class _Parser:
         type_at = rest.slice(m.start(2), m.end(2))
         if type_name in {t.name for t in self.kernel.template_params} - set(template):
             return None  # the missing instantiation is reported once, at `template:`
+        vector = vector_type(
+            self.source.resolve_type(template.get(param.type_text, param.type_text))
+        )
+        if vector is not None:
+            return self._vector_buffer(
+                param, role, type_name, type_at, rest, m, vector, template, structure_text
+            )
         dtype = self._dtype(type_name, template)
         if dtype is None:
             self.error(
@@ -661,6 +902,27 @@ class _Parser:
                 type_at,
             )
             return None
+        return self._buffer_rest(param, role, dtype, rest, m, structure_text)
+
+    def _vector_buffer(
+        self, param, role, type_name, type_at, rest, m, vector, template, structure_text
+    ) -> BufferArg | None:
+        """`v: in float4[n]`: n vectors, their components made and compared as scalars."""
+        component, lanes = vector
+        written = self.source.resolve_type(template.get(type_name, type_name))
+        declared = self.source.resolve_type(template.get(param.type_text, param.type_text))
+        if vector_type(written) != vector:
+            self.error(
+                f"`{param.name}` is `{param.declared}` in the signature; write `{param.type_text}` here (its length counts vectors)",
+                type_at,
+            )
+            return None
+        buf = self._buffer_rest(param, role, component, rest, m, structure_text)
+        return buf.model_copy(update={"lanes": lanes, "ctype": declared}) if buf else None
+
+    def _buffer_rest(
+        self, param, role, dtype: DType, rest: _Text, m, structure_text: _Text | None
+    ) -> BufferArg | None:
         length = rest.slice(m.start(3), m.end(3))
         if self.expr(length, f"length of `{param.name}`") is None:
             return None
@@ -669,13 +931,58 @@ class _Parser:
             value_range = self._value_range(rest.slice(m.start(4), m.end(4)))
             if value_range is None:
                 return None
+        structure = None
+        if structure_text is not None:
+            parsed = self._structure(param, role, dtype, structure_text, value_range)
+            if parsed is None:
+                return None
+            structure, value_range = parsed
         return BufferArg(
             name=param.name,
             role=role,
             dtype=dtype.code,
             length=length.strip().chars,
             value_range=value_range,
+            structure=structure,
         )
+
+    def _structure(
+        self, param, role: str, dtype: DType, text: _Text, value_range: tuple[str, str] | None
+    ) -> tuple[Structure | None, tuple[str, str] | None] | None:
+        """`= offsets(nnz)` and the other structured inputs after a pointer's declaration."""
+        t = text.strip()
+        m = re.fullmatch(r"([A-Za-z_]\w*)\s*\((.*)\)", t.chars, re.S)
+        known = ", ".join(usage for _, usage in STRUCTURES.values())
+        if m is None or m.group(1) not in STRUCTURES:
+            self.error(f"a structured input is one of: {known}", t if t.chars else text)
+            return None
+        kind = m.group(1)
+        count, usage = STRUCTURES[kind]
+        inner = t.slice(m.start(2), m.end(2))
+        args = [a for a in inner.split_top(",")] if inner.strip().chars else []
+        if len(args) != count:
+            self.error(f"`{kind}` takes {count} argument(s): {usage}", t)
+            return None
+        for a in args:
+            expr = self.expr(a, f"argument of `{kind}`")
+            if expr is None:
+                return None
+            if expr.is_tuple:
+                self.error(f"an argument of `{kind}` is one number", a.strip())
+                return None
+        if role == "out":
+            self.error(f"`{param.name}` is `out`: only inputs have structured values", t)
+            return None
+        if kind in ("offsets", "permutation") and dtype.is_float:
+            self.error(f"`{kind}` makes integers; `{param.name}` holds `{dtype.name}`", t)
+            return None
+        if kind != "sparse" and value_range is not None:
+            self.error(f"`{param.name}` has a range and `{kind}`: give one of them", t)
+            return None
+        texts = [a.strip().chars for a in args]
+        if kind == "uniform":
+            return None, (texts[0], texts[1])
+        return Structure(kind=kind, args=texts), value_range
 
     def _value_range(self, inside: _Text) -> tuple[str, str] | None:
         """`LO, HI` of `in [LO, HI)`: two expressions of one number each."""
@@ -696,7 +1003,7 @@ class _Parser:
         return parts[0].strip().chars, parts[1].strip().chars
 
     def _dtype(self, name: str, template: dict[str, str]) -> DType | None:
-        return lookup(template.get(name, name))
+        return lookup(self.source.resolve_type(template.get(name, name)))
 
     def _launch(self, text: _Text | None) -> Launch:
         if text is None:
@@ -902,6 +1209,19 @@ class _Parser:
 _BUFFER = re.compile(
     r"(\w+)\s+([A-Za-z_]\w*(?:\s+\w+)*)\s*\[([^\[\]]*)\]\s*(?:in\s*\[(.*)\)\s*)?", re.S
 )
+
+
+def _top_level_equals(text: str) -> int | None:
+    """The offset of the first `=` outside brackets (`x: in int[n] = offsets(m)`), or None."""
+    depth = 0
+    for i, c in enumerate(text):
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "=" and depth == 0:
+            return i
+    return None
 
 
 def _odd_size(case: Case) -> str:

@@ -1,5 +1,5 @@
 """Background jobs on one kernel, started by a code action or a command: *optimize* (OptiML-X's
-search, `optiml.api.optimize_file`) and *profile* (Nsight Compute, through the executor). A job
+search, `optiml.api.optimize_file_async`) and *profile* (Nsight Compute, through the executor). A job
 works on a snapshot of the document (never the live one). An optimize job runs in a process of
 its own — the search parses every candidate (tree-sitter holds the interpreter lock for a whole
 parse: ~40 ms for a 5,000-line file), so a thread would stall the server's loop; a profile job
@@ -32,7 +32,6 @@ from optiml.api import (
     Event,
     Executor,
     KernelOutline,
-    LocalExecutor,
     OptimizeRequest,
     OptimlError,
     Profile,
@@ -40,7 +39,8 @@ from optiml.api import (
     cache_dir,
     kill_all,
     kill_children_on_terminate,
-    optimize_file,
+    open_search_executor,
+    optimize_file_async,
     outline,
     parse_gpus,
     profile_text,
@@ -67,8 +67,9 @@ PROCESSES = multiprocessing.get_context("spawn")
 
 
 def local_executor(settings: Settings) -> Executor:
-    """This machine's GPUs (`gpus` of the settings); raises without one."""
-    return LocalExecutor(parse_gpus(settings.gpus))
+    """The executor the settings name (`executor`: `local` is this machine's GPUs, `gpus` of
+    them; `ssh://...`, `ray`, several pooled); raises without a GPU there."""
+    return open_search_executor(settings.executor, parse_gpus(settings.gpus))
 
 
 class JobHost(Protocol):
@@ -254,12 +255,16 @@ def optimize_work(
         text=snapshot.text,
     )
     executor = make_executor(settings)
-    try:
-        outcome = optimize_file(
-            request, on_event=on_event, should_stop=should_stop, executor=executor
-        )
-    finally:
-        asyncio.run(executor.close())
+
+    async def run():  # one event loop for the search and the close (a connection lives in one)
+        try:
+            return await optimize_file_async(
+                request, on_event=on_event, should_stop=should_stop, executor=executor
+            )
+        finally:
+            await executor.close()
+
+    outcome = asyncio.run(run())
     proposal = make_proposal(job_id, snapshot, kernel, outcome, folder)
     return Optimized(outcome.trajectory, proposal)
 

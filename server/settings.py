@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from optiml.api import ARCHES, OptimlError, Provider, arch_number, parse_gpus
+from optiml.api import ARCHES, OptimlError, Provider, arch_number, parse_gpus, split_urls
 
 SECTION = "optiml"
 
@@ -26,7 +26,9 @@ class Settings(BaseModel):
     budget: float | None = Field(default=None, gt=0)  # US dollars per job, for the LLM
     evaluations: int = Field(default=48, ge=1)  # the search budget of an optimize job
     policy: Literal["offline", "llm"] = "offline"
-    executor: Literal["local"] = "local"
+    # where jobs run kernels: `--executor`'s URLs (`local`, ssh://..., ray, ray://...; several,
+    # comma-separated, pool their GPUs)
+    executor: str = "local"
     gpus: str = "all"  # `all`, or indices like `0,1`
 
     @field_validator("arch")
@@ -42,6 +44,18 @@ class Settings(BaseModel):
         if value is not None and not re.fullmatch(r"https?://\S+", value):
             raise ValueError("must be an http:// or https:// URL, e.g. http://127.0.0.1:8000/v1")
         return value
+
+    @field_validator("executor")
+    @classmethod
+    def _executor(cls, value: str) -> str:
+        try:
+            split_urls(value)
+        except OptimlError:
+            raise ValueError(
+                "must be `local`, `ssh://[user@]host[:port]`, `ray` or `ray://host:port`, or "
+                "several of them separated by commas"
+            ) from None
+        return value.strip()
 
     @field_validator("gpus")
     @classmethod

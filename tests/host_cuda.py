@@ -1,7 +1,6 @@
-"""CUDA kernels run as host C++, for checking a rewrite against its original without a GPU: a
-std::thread per CUDA thread, one block at a time, barriers for __syncthreads and __syncwarp, warp
-shuffles through a per-warp exchange, atomics as atomic_ref, `__shared__` as a function-static
-array, cp.async as a plain copy. Small sizes only; the GPU's checks stay the authority."""
+"""CUDA kernels run as host C++ (optiml/harness/host.py), for checking a rewrite against its
+original without a GPU; here cp.async becomes a plain copy. Small sizes only; the GPU's checks
+stay the authority."""
 
 from __future__ import annotations
 
@@ -10,203 +9,17 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from optiml.cuda.source import SourceFile
 from optiml.cuda.types import DTYPES
-from optiml.search.catalog import Context
-
-HOST_CUDA = r"""
-#include <algorithm>
-#include <atomic>
-#include <barrier>
-#include <cmath>
-#include <cstring>
-#include <cstdio>
-#include <memory>
-#include <thread>
-#include <vector>
-using std::fmaf;
-struct dim3 { unsigned x = 1, y = 1, z = 1; };
-thread_local dim3 threadIdx, blockIdx;
-dim3 blockDim, gridDim;
-std::barrier<>* block_barrier;
-std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __restrict__
-#define __shared__ static
-#define __launch_bounds__(...)
-unsigned block_threads;
-inline unsigned linear_tid() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
-inline void __syncthreads() { block_barrier->arrive_and_wait(); }
-inline void __syncwarp(unsigned = 0xffffffffu) { warp_barriers[linear_tid() / 32]->arrive_and_wait(); }
-template <class T, class V> T atomicAdd(T* p, V v) { return std::atomic_ref<T>(*p).fetch_add(T(v)); }
-// Warp shuffles: every lane of the warp publishes its value, then reads its source lane's; a source
-// outside the warp gives the lane its own value, as on the GPU.
-unsigned long long exchange[1024];
-template <class T>
-T shuffle(T v, long src) {
-    static_assert(sizeof(T) <= sizeof(unsigned long long));
-    const unsigned t = linear_tid(), w = t / 32;
-    std::memcpy(&exchange[t], &v, sizeof(T));
-    warp_barriers[w]->arrive_and_wait();
-    T out = v;
-    if (src >= 0 && src / 32 == w && (unsigned long)src < block_threads)
-        std::memcpy(&out, &exchange[src], sizeof(T));
-    warp_barriers[w]->arrive_and_wait();
-    return out;
-}
-template <class T> T __shfl_down_sync(unsigned, T v, unsigned d, int = 32) { return shuffle(v, long(linear_tid()) + d); }
-template <class T> T __shfl_up_sync(unsigned, T v, unsigned d, int = 32) { return shuffle(v, long(linear_tid()) - long(d)); }
-template <class T> T __shfl_xor_sync(unsigned, T v, int m, int = 32) { return shuffle(v, long(linear_tid() ^ unsigned(m))); }
-template <class T> T __shfl_sync(unsigned, T v, int lane, int = 32) { return shuffle(v, long(linear_tid() / 32 * 32 + unsigned(lane))); }
-struct alignas(16) float4 { float x, y, z, w; };
-inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
-struct alignas(8) float2 { float x, y; };
-inline float2 make_float2(float a, float b) { return {a, b}; }
-struct alignas(16) int4 { int x, y, z, w; };
-inline int4 make_int4(int a, int b, int c, int d) { return {a, b, c, d}; }
-struct alignas(16) uint4 { unsigned x, y, z, w; };
-inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
-struct alignas(8) int2 { int x, y; };
-struct alignas(16) double2 { double x, y; };
-#define __host__
-#define __noinline__
-#define __constant__ static
-#define __align__(n) alignas(n)
-template <class T> T __ldg(const T* p) { return *p; }
-template <class T> T __ldcg(const T* p) { return *p; }
-template <class T> void __stcg(T* p, T v) { *p = v; }
-inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
-// The block's threads vote at a barrier: 3 barriers, so that a vote of the next call cannot be
-// cleared by this one's reset.
-std::atomic<int> vote_or;
-inline int __syncthreads_or(int p) {
-    if (p) vote_or = 1;
-    __syncthreads();
-    const int out = vote_or;
-    __syncthreads();
-    if (linear_tid() == 0) vote_or = 0;
-    __syncthreads();
-    return out;
-}
-template <class A, class B> auto min(A a, B b) { return a < b ? a : b; }
-template <class A, class B> auto max(A a, B b) { return a < b ? b : a; }
-inline float __expf(float x) { return std::exp(x); }
-inline float __logf(float x) { return std::log(x); }
-inline float __sinf(float x) { return std::sin(x); }
-inline float __cosf(float x) { return std::cos(x); }
-inline float __powf(float x, float y) { return std::pow(x, y); }
-inline float __fdividef(float a, float b) { return a / b; }
-inline float __frcp_rn(float x) { return 1.0f / x; }
-inline float __fsqrt_rn(float x) { return std::sqrt(x); }
-inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
-inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
-inline float __saturatef(float x) { return x < 0.f ? 0.f : x > 1.f ? 1.f : x; }
-inline float __fmul_rn(float a, float b) { return a * b; }
-inline float __fadd_rn(float a, float b) { return a + b; }
-inline float __fsub_rn(float a, float b) { return a - b; }
-inline float __fdiv_rn(float a, float b) { return a / b; }
-inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
-inline float sinpif(float x) { return std::sin(float(M_PI) * x); }
-inline float cospif(float x) { return std::cos(float(M_PI) * x); }
-inline void sincosf(float x, float* s, float* c) { *s = std::sin(x); *c = std::cos(x); }
-inline void __sincosf(float x, float* s, float* c) { sincosf(x, s, c); }
-template <class T, class V> T atomicSub(T* p, V v) { return std::atomic_ref<T>(*p).fetch_sub(T(v)); }
-template <class T, class V> T atomicAnd(T* p, V v) { return std::atomic_ref<T>(*p).fetch_and(T(v)); }
-template <class T, class V> T atomicOr(T* p, V v) { return std::atomic_ref<T>(*p).fetch_or(T(v)); }
-template <class T, class V> T atomicXor(T* p, V v) { return std::atomic_ref<T>(*p).fetch_xor(T(v)); }
-template <class T, class V> T atomicExch(T* p, V v) { return std::atomic_ref<T>(*p).exchange(T(v)); }
-template <class T, class F> T atomic_update(T* p, F f) {
-    std::atomic_ref<T> a(*p);
-    T old = a.load();
-    while (!a.compare_exchange_weak(old, f(old))) {}
-    return old;
-}
-template <class T, class V> T atomicMax(T* p, V v) { return atomic_update(p, [w = T(v)](T o) { return o < w ? w : o; }); }
-template <class T, class V> T atomicMin(T* p, V v) { return atomic_update(p, [w = T(v)](T o) { return w < o ? w : o; }); }
-// `extern __shared__` arrays (dynamic shared memory) point here; blocks run one at a time.
-alignas(16) unsigned char dynamic_smem[1 << 20];
-
-template <class F>
-void launch(dim3 grid, dim3 block, F kernel) {
-    blockDim = block;
-    gridDim = grid;
-    const unsigned threads = block.x * block.y * block.z;
-    block_threads = threads;
-    for (unsigned bz = 0; bz < grid.z; ++bz)
-        for (unsigned by = 0; by < grid.y; ++by)
-            for (unsigned bx = 0; bx < grid.x; ++bx) {
-                std::barrier<> bar(threads);
-                block_barrier = &bar;
-                warp_barriers.clear();
-                for (unsigned w = 0; w < (threads + 31) / 32; ++w)
-                    warp_barriers.emplace_back(new std::barrier<>(std::min(32u, threads - w * 32)));
-                std::vector<std::thread> pool;
-                for (unsigned t = 0; t < threads; ++t)
-                    pool.emplace_back([&, t] {
-                        threadIdx = {t % block.x, t / block.x % block.y, t / (block.x * block.y)};
-                        blockIdx = {bx, by, bz};
-                        kernel();
-                        // A thread that has finished waits at no further barrier.
-                        warp_barriers[t / 32]->arrive_and_drop();
-                        block_barrier->arrive_and_drop();
-                    });
-                for (auto& t : pool) t.join();
-            }
-}
-
-static unsigned state = 12345;
-template <class T>
-void fill(std::vector<T>& v, double lo, double hi) {
-    for (auto& x : v) {
-        state = state * 1664525u + 1013904223u;
-        x = T(lo + (state >> 8) / double(1 << 24) * (hi - lo));
-    }
-}
-
-template <class T>
-int compare(const std::vector<T>& want, const std::vector<T>& got, double rtol, double atol) {
-    int bad = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-        const double w = double(want[i]), g = double(got[i]);
-        if (std::isnan(w) ? !std::isnan(g) : !(std::fabs(w - g) <= atol + rtol * std::fabs(w))) ++bad;
-    }
-    return bad;
-}
-"""
-
-
-# Element type codes the host programs handle, as C types.
-CTYPES = {
-    "f32": "float",
-    "f64": "double",
-    "i32": "int",
-    "u32": "unsigned",
-    "i64": "long long",
-    "u64": "unsigned long long",
-    "u8": "unsigned char",
-    "i8": "signed char",
-}
-EXTERN_SHARED = re.compile(
-    r"extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?([A-Za-z_][\w\s]*?)\s+(\w+)\s*\[\s*\]\s*;"
+from optiml.harness.host import (
+    CLUSTER_DIMS,
+    CTYPES,
+    EXTERN_SHARED,
+    GUARD,
+    HOST_CUDA,
+    device_part,
+    per_block_shared,
 )
-
-
-GUARD = re.compile(r"^#define\s+(\w+)\s*$", re.M)
-
-
-RUNTIME_INCLUDE = re.compile(r"^\s*#\s*include\s*<cuda(_runtime)?\.h>.*$", re.M)
-
-
-def device_part(text: str, end: int | None = None) -> str:
-    """A file's device code as host C++ can take it: up to the end of its last kernel, or `end`
-    (the host code after it, which calls the CUDA runtime, left out), without the runtime's
-    header."""
-    if end is None:
-        end = max(k.span.end for k in SourceFile(text, "kernel.cu").kernels)
-    return RUNTIME_INCLUDE.sub("", text[:end]) + "\n"
-
+from optiml.search.catalog import Context
 
 # The bodies of the SGEMM template's cp.async wrappers on the host: the copy itself, at once.
 HOST_CP_ASYNC = {
@@ -231,8 +44,8 @@ def _cp_async_on_host(text: str) -> str:
 def host_text(text: str, end: int | None = None) -> str:
     """A kernel file as host C++: its device part (up to `end` if given), `extern __shared__`
     arrays pointing at the dynamic shared memory, include guards lifted first (each file is one
-    namespace of a program)."""
-    text = _cp_async_on_host(device_part(text, end))
+    namespace of a program); in a file with clusters each block's `__shared__` arrays its own."""
+    text = per_block_shared(_cp_async_on_host(device_part(text, end)))
     lifted = "".join(f"#undef {g}\n" for g in GUARD.findall(text))
     return lifted + EXTERN_SHARED.sub(r"\1* \2 = reinterpret_cast<\1*>(dynamic_smem);", text)
 
@@ -251,9 +64,12 @@ def launch_text(
         else:
             args.append(str(value))
     g, b = case.grid, case.block
+    cluster = CLUSTER_DIMS.search(ctx.source.text[ctx.kernel.span.start : ctx.kernel.span.end])
     return (
         f"launch({{{g[0]}, {g[1]}, {g[2]}}}, {{{b[0]}, {b[1]}, {b[2]}}}, [&] {{ "
-        f"{namespace}::{ctx.kernel.name}{ctx.spec.instantiation}({', '.join(args)}); }});"
+        f"{namespace}::{ctx.kernel.name}{ctx.spec.instantiation}({', '.join(args)}); }}"
+        + (f", {{{cluster.group(1)}}}" if cluster else "")
+        + ");"
     )
 
 

@@ -113,6 +113,12 @@ FRAGMENTS = [
     "\n *   seeds: 99999", "\n *   arch: sm_120", "\n *   arch: sm_75", "\n *   tol: rtol = 1e-3",
     "\n *   reference: self", "\n *   template: T = float", "\n *   sizes: n = 5", "\n", "\n *   ",
     "args:", "launch:", "sizes:", "tol:", "seeds:", "reference:", "template:", "arch:", "argz:",
+    "= offsets(n)", "= offsets()", "= offsets(-1)", "= sorted(0, 10)", "= sorted(5, 2)",
+    "= permutation()", "= permutation(n)", "= sparse(0.1)", "= sparse(0)", "= sparse(2)",
+    "= uniform(0, n)", "= shuffle()", "= (", "float4", "half2", "int2", "double3", "floatX",
+    "= {.n = n}", "{.a = 1, .a = 2}", "{", "}", "{.x = (1, 2)}", ".n =", "sm_count",
+    "max_threads_per_sm", "grid = sm_count * 4", "(1, 2, 3, 4, 5, 6, 7)", "a, b, c, d, e = ",
+    "SECTION_SIZE", "UNROLL", "BLOCK_SIZE",
 ]  # fmt: skip
 
 

@@ -88,3 +88,27 @@ def test_draft_uses_the_launch_site_and_allocations():
         " *   sizes:  count = 1 << 22, 2097153\n"
         " */\n"
     )
+
+
+def test_draft_spells_typedefs_vector_types_and_structs():
+    from optiml.cuda.draft import draft_spec
+    from optiml.cuda.source import SourceFile
+    from optiml.spec import parse_spec
+
+    text = (
+        "typedef float floatX;\nstruct P { int n; float s; };\n"
+        "__global__ void k(floatX* out, const float4* v, P p, int n) {}\n"
+        "int main() {\n  int n = 1000; floatX* d_out; float4* d_v; P p{n, 2.0f};\n"
+        "  cudaMalloc(&d_out, n * sizeof(floatX)); cudaMalloc(&d_v, n * sizeof(float4));\n"
+        "  k<<<(n + 255) / 256, 256>>>(d_out, d_v, p, n);\n}\n"
+    )
+    source = SourceFile(text, "d.cu")
+    draft = draft_spec(source, source.kernels[0])
+    assert "p = {.n = 1, .s = 1.5}" in draft and "v: in float4[n]" in draft
+    drafted = SourceFile(text.replace("__global__", draft + "\n__global__", 1), "d.cu")
+    spec = parse_spec(drafted, drafted.kernels[0])
+    assert [(b.name, b.dtype, b.lanes) for b in spec.buffers] == [
+        ("out", "f32", 1),
+        ("v", "f32", 4),
+    ]
+    assert [s.name for s in spec.structs] == ["p"]

@@ -20,6 +20,7 @@ from optiml.cuda.types import DTYPES, lookup
 from optiml.errors import ExitCode, FormulaError
 from optiml.generate import FormulaSource, generate
 from optiml.harness import inputs
+from optiml.harness.host import HOST_TYPES
 from optiml.spec import load
 from tests.host_cuda import HOST_CUDA, host_text
 
@@ -112,29 +113,6 @@ def test_it_compiles_with_nvcc(generated, name):
 
 # ---- the kernels as host C++ against their NumPy references ------------------------------------
 
-HOST_TYPES = """
-#include <cstdint>
-#include <fstream>
-using __half = _Float16;
-inline float __half2float(__half h) { return (float)h; }
-inline __half __float2half(float f) { return (__half)f; }
-struct __nv_bfloat16 { uint16_t bits; };
-inline float __bfloat162float(__nv_bfloat16 b) {
-    uint32_t u = uint32_t(b.bits) << 16; float f; std::memcpy(&f, &u, 4); return f;
-}
-inline __nv_bfloat16 __float2bfloat16(float f) {
-    uint32_t u; std::memcpy(&u, &f, 4); u += 0x7fffu + ((u >> 16) & 1u);
-    return {uint16_t(u >> 16)};
-}
-template <class T> std::vector<T> load(const char* path, size_t n) {
-    std::vector<T> v(n);
-    std::ifstream(path, std::ios::binary).read((char*)v.data(), n * sizeof(T));
-    return v;
-}
-template <class T> void save(const char* path, const std::vector<T>& v) {
-    std::ofstream(path, std::ios::binary).write((const char*)v.data(), v.size() * sizeof(T));
-}
-"""
 HOST_CTYPES = {
     "f32": "float",
     "f64": "double",

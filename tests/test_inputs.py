@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   const size_t sizes[] = {8, 4, 2, 2, 1, 2, 4, 8, 1, 2, 4, 8};
   int c = 0;
   while (code != names[c]) ++c;
-  const size_t n = 1000;
+  const size_t n = argc > 8 ? strtoull(argv[8], 0, 10) : 1000;
   std::vector<unsigned char> data(n * sizes[c]);
   for (size_t i = 0; i < n; ++i)
     fill_value((Code)c, c < 4, sizes[c], data.data(), i, n, d, seed, buffer);
@@ -77,9 +77,19 @@ def generator(tmp_path_factory):
         ("i32", 0, 4096, Mode.SKEWED, 77),
         ("f32", -1, 1, Mode.SKEWED, 0.5),
         ("bf16", -100, 100, Mode.SPIKES, 1e4),
+        ("i32", 0, 0, Mode.OFFSETS, 54321),
+        ("i64", 0, 0, Mode.OFFSETS, 7),
+        ("i32", 0, 0, Mode.PERMUTATION, 0),
+        ("i32", -5, 1000, Mode.SORTED, 0),
+        ("f32", 0, 1, Mode.SORTED, 0),
+        ("f32", -1, 1, Mode.SPARSE, 0.05),
+        ("i32", 1, 10, Mode.SPARSE, 0.5),
     ],
 )
-def test_numpy_reproduces_the_runner(generator, code, lo, hi, mode, extra):
+@pytest.mark.parametrize("n", [1000, 2, 3, 997])
+def test_numpy_reproduces_the_runner(generator, code, lo, hi, mode, extra, n):
+    if n != 1000 and mode < Mode.OFFSETS:
+        pytest.skip("the lengths matter to structured inputs only")
     for seed, buffer in [(1, 0), (2, 3), (2**63 + 12345, 1)]:
         out = subprocess.run(
             [
@@ -91,12 +101,13 @@ def test_numpy_reproduces_the_runner(generator, code, lo, hi, mode, extra):
                 str(hi),
                 str(int(mode)),
                 str(extra),
+                str(n),
             ],
             capture_output=True,
             text=True,
             check=True,
         ).stdout.split()
-        ours = generate(code, buffer, 1000, seed, lo, hi, mode, extra)
+        ours = generate(code, buffer, n, seed, lo, hi, mode, extra)
         if code == "f64":
             assert np.array_equal(np.array(out, dtype=np.float64), ours)
         elif code == "f32":
@@ -140,3 +151,22 @@ def test_inputs_exercise_the_code(code):
         assert values.min() < 0 < values.max()  # mixed signs
     seeds_differ = generate(code, 0, 64, 2, d.low, d.high)
     assert not np.array_equal(seeds_differ, generate(code, 0, 64, 1, d.low, d.high))
+
+
+@pytest.mark.parametrize("n", [2, 3, 64, 1001, 100_003])
+def test_structured_inputs_have_their_structure(n):
+    for seed in (1, 7, 2**40 + 3):
+        rows = generate("i32", 2, n, seed, 0, 0, Mode.OFFSETS, 5 * n).astype(np.int64)
+        assert rows[0] == 0 and rows[-1] == 5 * n and np.all(np.diff(rows) >= 0)
+        perm = generate("i64", 1, n, seed, 0, 0, Mode.PERMUTATION)
+        assert np.array_equal(np.sort(perm), np.arange(n))
+        keys = generate("i32", 0, n, seed, -50, 50, Mode.SORTED)
+        assert np.all(np.diff(keys) >= 0) and keys.min() >= -50 and keys.max() < 50
+        floats = generate("f32", 0, n, seed, 0, 1, Mode.SORTED)
+        assert np.all(np.diff(floats) >= 0)
+    if n >= 1001:
+        lengths = np.diff(rows)
+        assert len(np.unique(lengths)) > 3  # rows of different lengths, not a fixed stride
+        assert not np.array_equal(perm, np.arange(n))  # a shuffle, not the identity
+        sparse = generate("f32", 0, n, 5, -1, 1, Mode.SPARSE, 0.1)
+        assert 0.07 < np.count_nonzero(sparse) / n < 0.13

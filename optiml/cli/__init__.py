@@ -21,11 +21,13 @@ from optiml.api import (
     OptimlError,
     SourceWarning,
     SpecValueError,
+    UsageError,
     __version__,
     one_line,
     resolve_arch,
 )
 from optiml.cli.llm import llm_group
+from optiml.cli.mot import collect, mot_options
 
 # Tables keep their columns when piped (rich would otherwise fold them to 80 columns). No emoji
 # codes: `:x:` in a user's spec is printed as written.
@@ -156,6 +158,17 @@ executor_option = click.option(
     "machine, over SSH; host keys checked against known_hosts), `ray` (a Ray cluster started here) "
     "or `ray://host:port` (a Ray cluster's client address). Only the file's text and the results "
     "cross; quoted #includes next to FILE are not sent.",
+)
+search_executor_option = click.option(
+    "--executor",
+    "executor_url",
+    default="local",
+    show_default=True,
+    metavar="URL[,URL...]",
+    help="Where candidates run: `local` (this machine's GPUs, --gpus), `ssh://[user@]host[:port]` "
+    "(`optiml worker` there: its GPUs), `ray` or `ray://host:port` (an actor per GPU of the "
+    "cluster); several, comma-separated, pool their GPUs (the final comparisons stay on the first "
+    "one's first GPU). Only the file's text, the candidates and the results cross.",
 )
 arch_option = click.option(
     "--arch",
@@ -459,21 +472,37 @@ def _print_verdict(v) -> None:
     help="none keeps the GPU's own clocks (as timing sees them); base locks them to base clocks.",
 )
 @arch_option
+@search_executor_option
 @json_option
 @handles_errors
 def profile(
-    file: Path, kernel: str, section_set: str, clock_control: str, arch: str | None, as_json: bool
+    file: Path,
+    kernel: str,
+    section_set: str,
+    clock_control: str,
+    arch: str | None,
+    executor_url: str,
+    as_json: bool,
 ) -> None:
     """Profile KERNEL with Nsight Compute at its first problem size: speed-of-light, memory,
-    occupancy, stalls and per-line hotspots, and the bottleneck in one sentence."""
-    from optiml.api import profile_file
+    occupancy, stalls and per-line hotspots, and the bottleneck in one sentence. On another
+    executor, at that GPU's architecture and own clocks (--arch and --clock-control are this
+    machine's)."""
+    from optiml.api import profile_file, split_urls
 
+    remote = split_urls(executor_url) != ["local"]
+    if remote and (arch is not None or clock_control != "none"):
+        raise UsageError(
+            "--arch and --clock-control apply to `--executor local`; elsewhere the profile is "
+            "taken at that GPU's architecture and clocks"
+        )
     p = profile_file(
         file,
         kernel,
         full=section_set == "full",
         clock_control=clock_control,
-        arch=resolve_arch(arch),
+        arch=None if remote else resolve_arch(arch),
+        executor=executor_url if remote else None,
     )
     if as_json:
         click.echo(p.model_dump_json(indent=2))
@@ -652,6 +681,7 @@ def lift(file: Path, kernel: str, as_json: bool) -> None:
 @click.option("--no-sanitize", is_flag=True, help="Skip compute-sanitizer in the judge.")
 @click.option("--write", is_flag=True, help="Replace the kernel in FILE with the confirmed winner.")
 @arch_option
+@search_executor_option
 @json_option
 @handles_errors
 def optimize(
@@ -673,6 +703,7 @@ def optimize(
     no_sanitize: bool,
     write: bool,
     arch: str | None,
+    executor_url: str,
     as_json: bool,
 ) -> None:
     """Search for a faster KERNEL that is proven correct (OptiML-X): Monte Carlo tree search over
@@ -681,10 +712,11 @@ def optimize(
     per run, work scaling, the speedup at unseen sizes, state across launches, no hard-coded sizes,
     four compute-sanitizer tools). Writes the trajectory, an HTML report and the optimized file to
     --out; FILE itself changes only with --write."""
-    from optiml.api import OptimizeRequest, optimize_file, parse_gpus
+    from optiml.api import OptimizeRequest, optimize_file, parse_gpus, split_urls
 
     arch = resolve_arch(arch)
     parse_gpus(gpus)  # a bad --gpus is a usage error before any work
+    executor = None if split_urls(executor_url) == ["local"] else executor_url
     request = OptimizeRequest(
         file=file,
         kernel=kernel,
@@ -706,7 +738,11 @@ def optimize(
         sanitize=not no_sanitize,
         arch=arch,
     )
-    outcome = optimize_file(request) if as_json else _optimize_with_progress(request)
+    outcome = (
+        optimize_file(request, executor=executor)
+        if as_json
+        else _optimize_with_progress(request, executor)
+    )
     t = outcome.trajectory
     written = None
     if write and outcome.winner is not None:
@@ -748,7 +784,7 @@ def _path_to(t, node_id):
     return chain[::-1]
 
 
-def _optimize_with_progress(request):
+def _optimize_with_progress(request, executor=None):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from optiml.api import optimize_file
@@ -781,7 +817,7 @@ def _optimize_with_progress(request):
         )
 
     try:
-        return optimize_file(request, on_event=on_event)
+        return optimize_file(request, on_event=on_event, executor=executor)
     finally:
         bar.stop()
 
@@ -836,6 +872,7 @@ def _check_summary(data: dict) -> None:
     "the task file's name without its number, e.g. `LeakyReLU`).",
 )
 @click.option("--no-optimize", is_flag=True, help="Do not optimize the kernel afterwards.")
+@mot_options
 @arch_option
 @json_option
 @handles_errors
@@ -846,6 +883,10 @@ def generate(
     out_path: str | None,
     name: str | None,
     no_optimize: bool,
+    mot: bool,
+    experts: int,
+    repairs: int,
+    replay: bool,
     arch: str | None,
     as_json: bool,
 ) -> None:
@@ -856,7 +897,13 @@ def generate(
 
     or from a PyTorch module's forward (`--from-torch TASK.py`), then run `optiml check` on it,
     and, where there is a GPU, `optiml optimize`. Sizes that the formula does not give get
-    defaults, said on stderr."""
+    defaults, said on stderr.
+
+    FORMULA that does not parse as a formula is a task in prose, e.g. "fused bias + GELU over the
+    last axis of a [tokens, 4096] bf16 tensor": with an LLM configured (docs/llm.md), experts
+    draft and revise kernels, every draft kernel is checked against every draft reference, and
+    the final kernel must pass against the reference most agree with (docs/generate.md, the
+    Mixture-of-Thoughts path); --out names the folder of its files and trajectory."""
     from optiml.api import run_generate
 
     if from_torch is not None and formula is not None:
@@ -866,7 +913,10 @@ def generate(
     if from_torch is not None and line is not None:
         raise click.UsageError("--line reads a formula from a comment; not with --from-torch")
     arch = resolve_arch(arch)
-    result = run_generate(formula, line, out_path, name, arch, from_torch=from_torch)
+    if line is not None and mot:
+        raise click.UsageError("--mot takes FORMULA or --from-torch TASK.py, not --line")
+    options = collect(mot, experts, repairs, replay)
+    result = run_generate(formula, line, out_path, name, arch, from_torch=from_torch, mot=options)
     notes = [*result.notes]
     if result.printed is not None:
         click.echo(result.printed, nl=False)

@@ -163,7 +163,9 @@ def draft_spec(source: SourceFile, kernel: Kernel) -> str:
     int_scalars = [
         p
         for p in kernel.params
-        if not p.is_pointer and (d := lookup(p.type_text)) is not None and not d.is_float
+        if not p.is_pointer
+        and (d := lookup(source.resolve_type(p.type_text))) is not None
+        and not d.is_float
     ]
     # Host expression -> kernel parameter, from the launch site's actual arguments.
     to_param: dict[str, str] = {}
@@ -240,8 +242,16 @@ def draft_spec(source: SourceFile, kernel: Kernel) -> str:
     for p in kernel.params:
         if p.is_pointer or p.name in size_vars:
             continue
+        fields = source.structs.get(source.resolve_type(template.get(p.type_text, p.type_text)))
+        if fields is not None:
+            values = ", ".join(
+                f".{f.name} = {'1.5' if (d := lookup(source.resolve_type(f.type_text))) and d.is_float else '1'}"
+                for f in fields
+            )
+            scalars.append(f"{p.name} = {{{values}}}")
+            continue
         value = _literal(host_value.get(p.name), bindings)
-        dtype = lookup(template.get(p.type_text, p.type_text))
+        dtype = lookup(source.resolve_type(template.get(p.type_text, p.type_text)))
         if value is None:
             value = "1.5" if dtype is not None and dtype.is_float else "1"
         scalars.append(f"{p.name} = {value}")

@@ -109,6 +109,18 @@ class LaunchSite:
     bindings: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Field:
+    """A data member of a struct: its name, its type's text, and whether it is a plain value (not
+    a pointer, an array or a bit-field)."""
+
+    name: str
+    type_text: str
+    plain: bool
+
+
+MAX_ALIAS_STEPS = 32  # typedefs of typedefs followed at most this deep (a cycle is not a type)
+
 _COMMENT_PREFIX = re.compile(r"^\s*(?:/\*+|\*+/?|//+)?")
 
 
@@ -130,6 +142,10 @@ class SourceFile:
         # file-scope `const`/`constexpr` variables with a value: name -> the value's text
         self.constants: dict[str, str] = {}
         self.device_variables: list[str] = []  # writable file-scope `__device__` variables
+        # `typedef float floatX;`, `using real = double;`: name -> the type's text
+        self.type_aliases: dict[str, str] = {}
+        # structs with a body, by name (or the typedef naming an unnamed one): their fields
+        self.structs: dict[str, list[Field]] = {}
         self.main_span: Span | None = None
         self._globals: dict[str, str] = {}
         self._launch_nodes: list[Node] = []
@@ -242,6 +258,16 @@ class SourceFile:
         short = kernel.rsplit("::", 1)[-1]
         return [s for s in sites if s.kernel.rsplit("::", 1)[-1] == short]
 
+    def resolve_type(self, text: str) -> str:
+        """The type `text` names once the file's typedefs and `using` aliases are followed:
+        `floatX` -> `float` after `typedef float floatX;`; `struct P` -> `P`."""
+        name = " ".join(text.split()).removeprefix("struct ").strip()
+        for _ in range(MAX_ALIAS_STEPS):
+            if name not in self.type_aliases:
+                break
+            name = self.type_aliases[name]
+        return name
+
     def translation_unit(self) -> str:
         """The file's text with the body of `main` blanked out, line for line, so that compiler
         positions still point at the user's file and no user `main` clashes with the harness."""
@@ -312,7 +338,11 @@ class SourceFile:
                 else:
                     self._globals[self.node_text(name)] = text
                 self.macros[self.node_text(name)] = (params, text)
+        elif t in ("type_definition", "alias_declaration", "struct_specifier"):
+            self._type_declaration(child)
         elif t == "declaration":
+            if (spec := child.child_by_field_name("type")) is not None:
+                self._type_declaration(spec)
             bindings = self._bindings_of(child)
             self._globals.update(bindings)
             qualifiers = {self.node_text(c) for c in child.children if c.type == "type_qualifier"}
@@ -320,6 +350,58 @@ class SourceFile:
                 self.constants.update(bindings)
             self.device_variables.extend(_device_variables(self, child, namespace))
         return None
+
+    def _type_declaration(self, node: Node) -> None:
+        """Record a typedef, a `using` alias or a struct's fields."""
+        if node.type == "struct_specifier":
+            name, body = node.child_by_field_name("name"), node.child_by_field_name("body")
+            if name is not None and body is not None:
+                self.structs[self.node_text(name)] = self._fields(body)
+            return
+        type_node = node.child_by_field_name("type")
+        if type_node is None:
+            return
+        if node.type == "alias_declaration":
+            name = node.child_by_field_name("name")
+            if name is not None:
+                self.type_aliases[self.node_text(name)] = " ".join(
+                    self.node_text(type_node).split()
+                )
+            return
+        body = (
+            type_node.child_by_field_name("body") if type_node.type == "struct_specifier" else None
+        )
+        if type_node.type == "struct_specifier":
+            self._type_declaration(type_node)
+        for d in node.children_by_field_name("declarator"):
+            if d.type != "type_identifier":
+                continue  # a pointer or array typedef names no element type
+            alias = self.node_text(d)
+            tag = (
+                type_node.child_by_field_name("name")
+                if type_node.type == "struct_specifier"
+                else None
+            )
+            if body is not None and tag is None:
+                self.structs[alias] = self._fields(body)
+            else:
+                aliased = self.node_text(tag) if tag is not None else self.node_text(type_node)
+                self.type_aliases[alias] = " ".join(aliased.split())
+
+    def _fields(self, body: Node) -> list[Field]:
+        out = []
+        for f in body.named_children:
+            if f.type != "field_declaration":
+                continue
+            type_node = f.child_by_field_name("type")
+            type_text = " ".join(self.node_text(type_node).split()) if type_node else ""
+            bitfield = any(c.type == "bitfield_clause" for c in f.named_children)
+            for d in f.children_by_field_name("declarator"):
+                plain = d.type == "field_identifier" and not bitfield
+                while d.type != "field_identifier" and d.child_by_field_name("declarator"):
+                    d = d.child_by_field_name("declarator")
+                out.append(Field(self.node_text(d), type_text, plain))
+        return out
 
     def _function(
         self,

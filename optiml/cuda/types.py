@@ -106,6 +106,39 @@ SPEC_TYPE_NAMES = sorted(
 )
 
 
+# CUDA's vector types (vector_types.h, cuda_fp16.h, cuda_bf16.h): name -> (component type code,
+# components). A buffer of them is its components one after another: `float4 v[n]` is 4n floats.
+_VECTOR_BASES = {
+    "char": "i8",
+    "uchar": "u8",
+    "short": "i16",
+    "ushort": "u16",
+    "int": "i32",
+    "uint": "u32",
+    "long": "i64",
+    "ulong": "u64",
+    "longlong": "i64",
+    "ulonglong": "u64",
+    "float": "f32",
+    "double": "f64",
+}
+VECTOR_TYPES: dict[str, tuple[str, int]] = {
+    f"{base}{n}": (code, n) for base, code in _VECTOR_BASES.items() for n in (1, 2, 3, 4)
+} | {
+    "half2": ("f16", 2),
+    "__half2": ("f16", 2),
+    "__nv_bfloat162": ("bf16", 2),
+    "nv_bfloat162": ("bf16", 2),
+    "bfloat162": ("bf16", 2),
+}
+
+
+def vector_type(spelling: str) -> tuple[DType, int] | None:
+    """A vector type's component type and count (`float4` -> float, 4), or None."""
+    found = VECTOR_TYPES.get(normalize_c_type(spelling))
+    return (DTYPES[found[0]], found[1]) if found else None
+
+
 def normalize_c_type(text: str) -> str:
     words = text.replace("std::", "").split()
     if words[:1] == ["signed"] and len(words) > 1 and words[1] != "char":
@@ -117,3 +150,9 @@ def lookup(spelling: str) -> DType | None:
     """The type a spec or C spelling names, or None if OptiML cannot generate data for it."""
     code = _SPELLINGS.get(normalize_c_type(spelling))
     return DTYPES[code] if code else None
+
+
+def struct_layout(fields: list[tuple[str, str]]) -> np.dtype:
+    """A struct of numbers (field name, type code) as C lays it out: each field at a multiple of
+    its alignment, the whole padded to the largest (NumPy's aligned structured dtype)."""
+    return np.dtype([(name, DTYPES[code].np_dtype()) for name, code in fields], align=True)

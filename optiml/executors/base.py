@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 from optiml.cuda.source import Kernel, SourceFile
+from optiml.executors.protocol import Request
 from optiml.harness.build import DEFAULT_FLAGS
 from optiml.harness.evaluate import EvalOptions, candidate_spec
 from optiml.harness.sanitize import SanitizerReport
@@ -17,7 +19,11 @@ from optiml.spec import Spec
 @dataclass(frozen=True)
 class Job:
     """One kernel and one candidate of it: the user's file (the reference and the contract) and
-    the candidate's whole text, built with its own flags. `candidate=None` is the kernel itself."""
+    the candidate's whole text, built with its own flags. `candidate=None` is the kernel itself.
+
+    Parsed here; as data (`request`, `of_request`) it is the file's text and name, the kernel's
+    name, the spec, the candidate's text and the flags: what a `protocol.Request` carries to a
+    worker, which parses them again."""
 
     source: SourceFile
     kernel: Kernel
@@ -32,6 +38,40 @@ class Job:
             return self.source, self.kernel, self.spec
         kernel = self.candidate.kernel(self.kernel.name)
         return self.candidate, kernel, candidate_spec(self.spec, self.candidate, kernel)
+
+    def request(self, command: str, **fields: Any) -> Request:
+        """This job as a `protocol.Request` of `command` (evaluate, profile, sanitize)."""
+        return Request(
+            command=command,
+            path=self.source.path,
+            text=self.source.text,
+            kernel=self.kernel.name,
+            spec=self.spec.model_dump(mode="json"),
+            candidate_path=None if self.candidate is None else self.candidate.path,
+            candidate_text=None if self.candidate is None else self.candidate.text,
+            flags=list(self.flags),
+            **fields,
+        )
+
+    @classmethod
+    def of_request(cls, request: Request) -> Job:
+        """The job a request carries, parsed (a kernel the text lacks is `NoSuchKernel`)."""
+        from optiml.spec import parse_spec
+
+        source = SourceFile(request.text, request.path)
+        kernel = source.kernel(request.kernel or "")
+        spec = (
+            Spec.model_validate(request.spec)
+            if request.spec is not None
+            else parse_spec(source, kernel)
+        )
+        candidate = (
+            None
+            if request.candidate_text is None
+            else SourceFile(request.candidate_text, request.candidate_path or source.path)
+        )
+        flags = DEFAULT_FLAGS if request.flags is None else tuple(request.flags)
+        return cls(source, kernel, spec, candidate, flags)
 
 
 class Executor(ABC):
@@ -57,6 +97,9 @@ class Executor(ABC):
     ) -> SanitizerReport:
         """compute-sanitizer (memcheck, initcheck, racecheck, synccheck) on the candidate, two
         launches at each of `sizes` (default: the spec's smallest)."""
+
+    async def start(self) -> None:  # noqa: B027 (optional hook)
+        """Connect where the executor needs to (before `slots` is read); idempotent."""
 
     async def close(self) -> None:  # noqa: B027 (optional hook)
         """Release what the executor holds (worker processes, connections)."""

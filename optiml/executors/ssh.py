@@ -6,12 +6,20 @@ against `~/.ssh/known_hosts` and `/etc/ssh/ssh_known_hosts` (or only the file `O
 names); a config's `UserKnownHostsFile` is not read, so that no config can turn the check off. The
 remote side runs `OPTIML_REMOTE_COMMAND` (default `optiml worker`) through the login shell; its
 hello must name this version of OptiML. Only requests and their results cross the connection.
+
+Requests carry ids and are answered in any order, so the search's jobs share the one connection and
+the one worker process (which runs one per GPU at a time). A connection lost while requests are in
+flight is made again and those requests sent again, up to `RETRIES` times with a pause between
+(`RETRY_DELAYS`); then the requests fail with one line (exit 17). A host key that changed meanwhile
+or a worker that is no longer there is never retried. Closing the executor ends the worker's stdin:
+the worker then kills every process group its jobs started and exits.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 from pathlib import Path
@@ -28,11 +36,17 @@ from optiml.errors import (
     UsageError,
     quote,
 )
-from optiml.executors.protocol import Hello, Request, raise_if_error
-from optiml.executors.registry import WorkExecutor
+from optiml.executors.protocol import Hello, Request, reported, result_of
+from optiml.executors.work import WorkExecutor
 
 DEFAULT_COMMAND = "optiml worker"
 DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "/etc/ssh/ssh_known_hosts")
+RETRIES = 3  # connections made again for a request whose connection was lost
+RETRY_DELAYS = (1.0, 3.0, 9.0)  # seconds before each
+
+
+class _Lost(Exception):
+    """The connection (or the worker process) went away with requests in flight."""
 
 
 def known_hosts_files() -> list[Path]:
@@ -66,7 +80,11 @@ class SshExecutor(WorkExecutor):
         self._proc: asyncssh.SSHClientProcess | None = None
         self._stderr_tail = ""
         self._drain: asyncio.Task | None = None
+        self._reader: asyncio.Task | None = None
         self._lock = asyncio.Lock()
+        self._pending: dict[int, asyncio.Future[dict]] = {}
+        self._ids = itertools.count(1)
+        self.connections = 0  # connections made (a lost one made again counts again)
         self.hello: Hello | None = None
 
     # ---- connecting ---------------------------------------------------------------------
@@ -159,6 +177,10 @@ class SshExecutor(WorkExecutor):
                 f"`{self.command}` on {where} ended before saying hello (exit {status})"
                 + self._last_words()
             )
+        with contextlib.suppress(ValueError):
+            first = json.loads(line)
+            if isinstance(first, dict) and set(first) == {"error"}:
+                raise reported(first["error"])  # the worker could not start (its executor)
         try:
             self.hello = Hello.model_validate_json(line)
         except ValidationError:
@@ -200,37 +222,122 @@ class SshExecutor(WorkExecutor):
     # ---- running ------------------------------------------------------------------------
 
     async def run(self, request: Request) -> dict:
+        return await self.submit(request)
+
+    async def search_slots(self) -> int:
         async with self._lock:
-            if self._proc is None:
-                await self._start()
-            assert self._proc is not None
+            await self._ensure()
+        assert self.hello is not None
+        return self.hello.search_slots
+
+    async def submit(self, request: Request) -> dict:
+        """The request's result; a connection lost meanwhile is made again and the request sent
+        again (`RETRIES` times), then `RemoteUnreachable`."""
+        for attempt in range(RETRIES + 1):
             try:
-                self._proc.stdin.write(request.model_dump_json() + "\n")
-                line = await self._proc.stdout.readline()
+                return await self._call(request)
+            except _Lost as e:
+                if attempt == RETRIES:
+                    raise RemoteUnreachable(
+                        f"lost the connection to {self._where()} {RETRIES + 1} times, the last: "
+                        f"{e}; gave up"
+                    ) from None
+                await asyncio.sleep(RETRY_DELAYS[min(attempt, len(RETRY_DELAYS) - 1)])
+        raise AssertionError("unreachable")
+
+    async def _ensure(self) -> None:
+        """A connection and a worker that said hello (the caller holds the lock). A connection
+        made again that fails to reach the worker counts as lost; a host key or a worker that
+        differs now is said as it is."""
+        if self._proc is not None:
+            return
+        again = self.connections > 0
+        self.connections += 1
+        try:
+            await self._start()
+        except RemoteUnreachable as e:
+            self._reset()
+            if again:
+                raise _Lost(e.message) from None
+            raise
+        except BaseException:
+            self._reset()
+            raise
+        self._reader = asyncio.ensure_future(self._read_answers(self._proc))
+
+    async def _call(self, request: Request) -> dict:
+        async with self._lock:
+            await self._ensure()
+            proc = self._proc
+            assert proc is not None
+            ident = next(self._ids)
+            answer: asyncio.Future[dict] = asyncio.get_running_loop().create_future()
+            self._pending[ident] = answer
+            try:
+                proc.stdin.write(request.model_copy(update={"id": ident}).model_dump_json() + "\n")
             except (asyncssh.Error, OSError) as e:
-                reason = getattr(e, "reason", None) or str(e)
-                raise RemoteUnreachable(
-                    f"lost the connection to {self._where()}: {reason}"
-                ) from None
-            if not line:
-                status = await self._ended()
-                raise RemoteWorkerError(
-                    f"the worker on {self._where()} ended without answering (exit {status})"
-                    + self._last_words()
-                )
-        return raise_if_error(_json(line, self._where()))
+                self._pending.pop(ident, None)
+                self._lose(proc, f"{getattr(e, 'reason', None) or e}")
+                raise _Lost(f"{getattr(e, 'reason', None) or e}") from None
+        try:
+            return result_of(await answer)
+        except asyncio.CancelledError:
+            # the caller (a search) no longer wants it: the worker drops the job
+            if self._pending.pop(ident, None) is not None and proc is self._proc:
+                with contextlib.suppress(Exception):
+                    proc.stdin.write(json.dumps({"command": "cancel", "id": ident}) + "\n")
+            raise
+
+    async def _read_answers(self, proc: asyncssh.SSHClientProcess) -> None:
+        """Hands each answer to the request with its id, until the worker or connection ends."""
+        where = self._where()
+        try:
+            while line := await proc.stdout.readline():
+                reply = _json(line, where)
+                answer = self._pending.pop(reply.get("id"), None)  # type: ignore[arg-type]
+                if answer is not None and not answer.done():
+                    answer.set_result(reply)
+            status = await self._ended()
+            reason = f"the worker on {where} ended (exit {status})" + self._last_words()
+        except asyncio.CancelledError:
+            raise
+        except RemoteWorkerError as e:
+            reason = e.message
+        except Exception as e:
+            reason = f"{getattr(e, 'reason', None) or e or type(e).__name__}"
+        self._lose(proc, reason)
+
+    def _lose(self, proc: asyncssh.SSHClientProcess, reason: str) -> None:
+        """The connection of `proc` is gone: its requests in flight fail as lost."""
+        if proc is not self._proc:
+            return
+        pending, self._pending = self._pending, {}
+        for answer in pending.values():
+            if not answer.done():
+                answer.set_exception(_Lost(reason))
+        if self._conn is not None:
+            self._conn.abort()
+        self._reset()
+
+    def _reset(self) -> None:
+        if self._drain is not None:
+            self._drain.cancel()
+        self._proc, self._conn, self._drain, self._reader = None, None, None, None
+        self._stderr_tail = ""
 
     async def close(self) -> None:
         if self._proc is not None:
             with contextlib.suppress(Exception):
                 self._proc.stdin.write_eof()
                 await asyncio.wait_for(self._proc.wait_closed(), 10)
-        if self._drain is not None:
-            self._drain.cancel()
+        for task in (self._drain, self._reader):
+            if task is not None:
+                task.cancel()
         if self._conn is not None:
             self._conn.close()
             with contextlib.suppress(Exception):
                 await self._conn.wait_closed()
+        self._reset()
 
 
 def _json(line: str, where: str) -> dict:

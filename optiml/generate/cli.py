@@ -12,6 +12,8 @@ from pathlib import Path
 from optiml.errors import FormulaError, InputFileError, UsageError
 from optiml.generate import FormulaSource, Generated, generate
 from optiml.generate.from_torch import Translation, translate
+from optiml.generate.options import MotOptions
+from optiml.generate.parser import parse
 
 _COMMENT_LINE = re.compile(r"^(\s*)//")
 
@@ -19,7 +21,7 @@ _COMMENT_LINE = re.compile(r"^(\s*)//")
 @dataclass
 class GenerateResult:
     name: str
-    generated: Generated
+    generated: Generated | None  # None for a task in prose
     checked_path: str
     check: dict  # what `optiml check --json` prints for the written file
     written: list[Path] = field(default_factory=list)
@@ -121,10 +123,14 @@ def run_generate(
     name: str | None,
     arch: str | None,
     from_torch: str | None = None,
+    mot: MotOptions | None = None,
 ) -> GenerateResult:
     from optiml.check import check_file
     from optiml.cuda.source import read_text
 
+    mot = mot or MotOptions()
+    if line is None and (mot.enabled or (from_torch is None and not is_formula(formula))):
+        return run_mot(formula, out, name, arch, from_torch, mot)
     translation = None
     if from_torch is not None:
         translation, source = translate_task(from_torch)
@@ -194,5 +200,100 @@ def run_generate(
         data,
         written=[cu_path, ref_path],
         notes=list(g.notes),
+        translation=translation,
+    )
+
+
+# ---- the Mixture-of-Thoughts path (an LLM) -------------------------------------------------------
+
+OFFLINE_HINT = (
+    "offline, `optiml generate` takes a formula in index notation, e.g. "
+    "`float x[T, C], b[C]; y[t, c] = max(x[t, c] + b[c], 0)` (docs/generate.md); for prose, "
+    "configure an LLM: OPTIML_LLM_PROVIDER (openai, anthropic, openai-compatible) and "
+    "OPTIML_LLM_MODEL, or [llm] in optiml.toml, and the provider's API key (docs/llm.md)"
+)
+
+
+def formula_problem(text: str) -> FormulaError | None:
+    """Why `text` does not parse as a formula, or None where it does: the parser decides prose
+    from formula (a formula that parses but is wrong stays a formula's error)."""
+    try:
+        parse(FormulaSource(text))
+    except FormulaError as e:
+        return e
+    return None
+
+
+def is_formula(text: str | None) -> bool:
+    return text is None or formula_problem(text) is None
+
+
+def run_mot(
+    task: str | None,
+    out: str | None,
+    name: str | None,
+    arch: str | None,
+    from_torch: str | None,
+    mot: MotOptions,
+) -> GenerateResult:
+    """The kernel from a task in prose, or a formula with --mot, by the LLM's experts, verified by
+    agreement (optiml.generate.mot); the files under the `--out` folder."""
+    import asyncio
+
+    from optiml.check import check_file
+    from optiml.generate.mot import MotRequest, mixture_of_thoughts
+    from optiml.harness.gpu import local_gpus
+    from optiml.llm import load_settings, make_client
+
+    if out == "-":
+        raise UsageError(
+            "--out - prints a formula's kernel; the LLM path writes a folder (--out DIR)"
+        )
+    formula: Generated | None = None
+    translation = None
+    if from_torch is not None:
+        translation, source = translate_task(from_torch)
+        kernel_name = name or translation.name
+        formula = _generate_translated(translation, source, kernel_name, f"{kernel_name}_ref.py")
+        task = f"the PyTorch module's forward, as this formula: {translation.formula}"
+    else:
+        assert task is not None
+        problem = formula_problem(task)
+        kernel_name = name or (_kernel_name(None, out) if out else "generated")
+        if problem is None:
+            formula = generate(FormulaSource(task), kernel_name, f"{kernel_name}_ref.py")
+    settings = load_settings({"replay": True if mot.replay else None}, start_dir=Path.cwd())
+    if settings.provider == "offline":
+        if formula is None:
+            raise FormulaError(
+                f"{problem.message}; read as a task in prose, it needs an LLM and none is "
+                f"configured: {OFFLINE_HINT}",
+                problem.position,
+            )
+        raise UsageError(f"--mot needs an LLM and none is configured; {OFFLINE_HINT}")
+    out_dir = Path(out) if out else Path(kernel_name)
+    request = MotRequest(
+        task=task,
+        name=kernel_name,
+        out_dir=out_dir,
+        experts=mot.experts,
+        repairs=mot.repairs,
+        formula=formula,
+        gpu=bool(local_gpus()),
+    )
+
+    async def work():
+        async with make_client(settings) as client:
+            return await mixture_of_thoughts(request, client)
+
+    result = asyncio.run(work())
+    data = check_file(result.kernel_path, kernel_name, arch).to_json()
+    return GenerateResult(
+        kernel_name,
+        formula,
+        str(result.kernel_path),
+        data,
+        written=[result.kernel_path, result.reference_path, result.trajectory_path],
+        notes=[*(formula.notes if formula else []), *result.notes],
         translation=translation,
     )

@@ -19,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 from optiml.cuda.source import Kernel, SourceFile
+from optiml.cuda.types import lookup, struct_layout
 from optiml.harness.nvcc import (
     CompilerMessage,
     Resources,
@@ -76,12 +77,36 @@ OPTIML_EXPORT int optiml_attributes(int* regs, int* local_bytes, int* static_sme
 OPTIML_EXPORT int optiml_occupancy(int threads, size_t smem, int* blocks) {{
   return (int)cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, optiml_kernel(), threads, smem);
 }}
-OPTIML_EXPORT int optiml_state(int i, void** address, size_t* bytes) {{
+{_layout_asserts(source, kernel)}OPTIML_EXPORT int optiml_state(int i, void** address, size_t* bytes) {{
   switch (i) {{
 {_state_cases(source)}  }}
   return -1;
 }}
 """
+
+
+def _layout_asserts(source: SourceFile, kernel: Kernel) -> str:
+    """For each struct the kernel takes by value: the layout the plan's bytes are packed in
+    (`struct_layout`), asserted against the compiler's, so that a struct laid out otherwise
+    (`alignas`, `#pragma pack`) is a compile error, never misread fields."""
+    out = []
+    for p in kernel.params:
+        name = source.resolve_type(p.type_text)
+        fields = source.structs.get(name)
+        if p.is_pointer or not fields or not all(f.plain for f in fields):
+            continue
+        dtypes = [lookup(source.resolve_type(f.type_text)) for f in fields]
+        if any(d is None for d in dtypes):
+            continue
+        layout = struct_layout([(f.name, d.code) for f, d in zip(fields, dtypes, strict=True)])
+        checks = [f"sizeof({p.type_text}) == {layout.itemsize}"] + [
+            f"offsetof({p.type_text}, {f.name}) == {layout.fields[f.name][1]}" for f in fields
+        ]
+        out.append(
+            f'static_assert({" && ".join(checks)}, "OptiML packs `{p.name}` as a C struct of '
+            f'its fields in order, each at its natural alignment; this one is laid out otherwise");\n'
+        )
+    return "".join(out)
 
 
 def _state_cases(source: SourceFile) -> str:

@@ -27,24 +27,26 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
 from optiml.cuda.source import Kernel, SourceFile
-from optiml.cuda.types import DTYPES
+from optiml.cuda.types import DTYPES, struct_layout
 from optiml.errors import ExitCode, OptimlError, SpecError, SpecValueError, quote
 from optiml.expr import ExprError, Number
 from optiml.harness import inputs, procs
 from optiml.harness.build import DEFAULT_FLAGS, Build, build_kernel, runner_binary
 from optiml.harness.ceilings import device_ceilings, floor_of
-from optiml.harness.gpu import default_arch
+from optiml.harness.device import device_values
+from optiml.harness.gpu import default_arch, require_gpu
 from optiml.harness.inputs import Dist, Mode
 from optiml.harness.nvcc import CompilerMessage, find_toolkit
 from optiml.harness.promote import NotPromotable, Promoted, promote_to_double
 from optiml.harness.screen import screen
 from optiml.harness.verdict import CaseResult, DeviceInfo, Verdict
 from optiml.harness.work import least_bytes
-from optiml.spec import Case, Spec, parse_spec
+from optiml.spec import Case, Device, Spec, StructArg, evaluated_at_run_time, load, parse_spec
 
 
 def fresh_seeds(count: int) -> tuple[int, ...]:
@@ -229,12 +231,15 @@ def evaluate(
 
     seeds = opts.seeds or fresh_seeds(spec.seeds)
     plans = opts.cases or [CasePlan(sizes=s) for s in (opts.sizes or spec.sizes)]
+    device = device_values(opts.env) if spec.uses_device or cand_spec.uses_device else None
     try:
-        cases = [_case(spec, cp) for cp in plans]
+        cases = [_case(spec, cp, device) for cp in plans]
     except ExprError as e:
         raise SpecValueError(f"{source.path}: `{kernel.name}`'s spec: {e}") from None
     try:
-        cand_cases = [_case(cand_spec, cp) for cp in plans] if cand_spec is not spec else None
+        cand_cases = (
+            [_case(cand_spec, cp, device) for cp in plans] if cand_spec is not spec else None
+        )
     except ExprError as e:
         return refused("compile_error", "spec", f"{cand_source.path}: the candidate's launch: {e}")
     nonce = secrets.token_hex(16)
@@ -278,8 +283,8 @@ def evaluate(
     return verdict
 
 
-def _case(spec: Spec, plan: CasePlan) -> Case:
-    case = spec.case(plan.sizes)
+def _case(spec: Spec, plan: CasePlan, device: Device | None = None) -> Case:
+    case = spec.case(plan.sizes, device)
     if plan.scalars:
         case = case.model_copy(update={"scalars": {**case.scalars, **plan.scalars}})
     return case
@@ -299,6 +304,8 @@ def _oracle(target: Target, spec: Spec, opts: EvalOptions) -> tuple[Promoted, Bu
     does not allow it or it does not compile (outputs outside the tolerance are then wrong)."""
     if not any(DTYPES[b.dtype].is_float for b in spec.buffers if b.role != "in"):
         return None
+    if any(DTYPES[f.dtype].is_float for s in spec.structs for f in s.fields):
+        return None  # the copy's struct would hold doubles: another layout than the bytes passed
     promoted = _promoted(
         target.source.text,
         target.source.path,
@@ -431,10 +438,26 @@ def _fmt(value: float | int) -> str:
 
 
 def default_dist(spec: Spec, case: Case, buffer: str) -> Dist:
-    """A buffer's inputs as the spec declares them: uniform over its range."""
+    """A buffer's inputs as the spec declares them: uniform over its range, or structured."""
     d = DTYPES[spec.buffer(buffer).dtype]
     lo, hi = case.ranges.get(buffer, (d.low, d.high))
+    if buffer in case.structures:
+        kind, extra = case.structures[buffer]
+        return Dist(lo, hi, inputs.STRUCTURED[kind], extra)
     return Dist(lo, hi)
+
+
+def struct_dtype(struct: StructArg) -> np.dtype:
+    """A struct's layout as C lays it out. The launcher asserts the same layout at compile time
+    (build.py), so the bytes passed are the struct the kernel reads."""
+    return struct_layout([(f.name, f.dtype) for f in struct.fields])
+
+
+def struct_bytes(struct: StructArg, values: dict[str, Number]) -> bytes:
+    record = np.zeros((), dtype=struct_dtype(struct))
+    for f in struct.fields:
+        record[f.name] = values[f.name]
+    return record.tobytes()
 
 
 def probe_values(spec: Spec, case: Case, buffer: str) -> tuple[float, float]:
@@ -495,9 +518,12 @@ def write_plan(
         promoted = f" {oracle.buffers.get(b.name, b.dtype)}" if oracle is not None else ""
         lines.append(f"buffer {b.name} {b.role} {b.dtype} {rtol!r} {atol!r}{promoted}")
     scalar_types = {s.name: s.dtype for s in spec.scalars}
+    structs = {s.name: s for s in spec.structs}
     for name in spec.params:
         if name in index:
             lines.append(f"param buffer {index[name]}")
+        elif name in structs:
+            lines.append(f"param bytes {struct_dtype(structs[name]).itemsize}")
         else:
             promoted = f" {oracle.scalars.get(name, scalar_types[name])}" if oracle else ""
             lines.append(f"param scalar {scalar_types[name]}{promoted}")
@@ -525,6 +551,8 @@ def write_plan(
         for name in spec.params:
             if name in index:
                 lines.append("scalar -")
+            elif name in structs:
+                lines.append(f"scalar x{struct_bytes(structs[name], c.structs[name]).hex()}")
             else:
                 value = c.scalars[name]
                 if DTYPES[scalar_types[name]].is_float:
@@ -597,8 +625,16 @@ def _numpy_expected(
                     )
                     if b.dtype == "bf16":
                         arr = (arr.astype(np.uint32) << 16).view(np.float32)
-                arrays[b.name] = arr
-            args = [arrays[p] if p in arrays else c.scalars[p] for p in spec.params]
+                # a vector type's buffer: one row of components per vector
+                arrays[b.name] = arr.reshape(-1, b.lanes) if b.lanes > 1 else arr
+            args = [
+                arrays[p]
+                if p in arrays
+                else SimpleNamespace(**c.structs[p])
+                if p in c.structs
+                else c.scalars[p]
+                for p in spec.params
+            ]
             try:
                 returned = fn(*args)
             except Exception as e:
@@ -898,3 +934,35 @@ def _describe_phase(phase: str, cases: list[Case]) -> str:
     if "warmup" in phase:
         return f"while warming up at {label}"
     return f"while timing at {label}"
+
+
+# ---- a file's kernel, from its path or its text -------------------------------------------------
+
+
+def evaluate_file(
+    path: str | Path,
+    kernel: str,
+    candidate: str | Path | None = None,
+    options: EvalOptions | None = None,
+) -> Verdict:
+    """`optiml eval`: the kernel (or a candidate file's version of it) checked and timed on the GPU."""
+    source, _, _ = load(path, kernel)  # the kernel and its spec before the candidate is read
+    cand = SourceFile.read(candidate) if candidate else None
+    return evaluate_source(source, kernel, cand, options)
+
+
+def evaluate_source(
+    source: SourceFile,
+    kernel: str,
+    candidate: SourceFile | None = None,
+    options: EvalOptions | None = None,
+) -> Verdict:
+    """`evaluate_file` for text that need not be on disk (a worker's job)."""
+    k = source.kernel(kernel)
+    spec = parse_spec(source, k)
+    if candidate is not None:
+        candidate.kernel(k.name)
+    find_toolkit()
+    require_gpu("eval")
+    with evaluated_at_run_time(source, k):  # a candidate's launch at the original's sizes
+        return evaluate(source, k, spec, candidate, options or EvalOptions())

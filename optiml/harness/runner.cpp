@@ -7,6 +7,7 @@
 //
 //   runner PLAN|- RESULT|fd:N REFERENCE.so|- CANDIDATE.so [ORACLE.so]
 //   runner --ceilings RESULT|fd:N
+//   runner --device RESULT|fd:N      (the device values a spec's launch may use, as JSON)
 //
 // PLAN `-` reads the plan from standard input, followed by the NumPy reference's expected outputs
 // as raw bytes, so that they are never in a file a candidate could read. The result is JSON, to a
@@ -393,6 +394,7 @@ struct Param {
   int buffer;    // index into buffers
   DType dtype;   // scalars
   DType oracle;  // scalars: their type in the oracle
+  size_t raw = 0; // a struct passed by value: its size; its value is given as hex bytes
 };
 
 struct Launch {
@@ -486,6 +488,10 @@ static Plan read_plan(std::istream& f) {
       if (kind == "buffer") {
         prm.is_buffer = true;
         prm.buffer = std::stoi(v);
+      } else if (kind == "bytes") {
+        prm.is_buffer = false;
+        prm.raw = std::stoul(v);
+        if (prm.raw == 0 || prm.raw > 32764) fail("harness_error", "plan", "bad struct size: " + line);
       } else {
         prm.is_buffer = false;
         prm.dtype = dtype_of(v);
@@ -553,17 +559,28 @@ static Plan read_plan(std::istream& f) {
 // ---- scalars and buffers ---------------------------------------------------------------------
 
 struct ScalarStorage {
-  unsigned char bytes[8];
+  std::vector<unsigned char> bytes = std::vector<unsigned char>(8);
 };
 
-static ScalarStorage scalar_value(const DType& d, const std::string& text) {
-  ScalarStorage s{};
+// A struct's bytes, written in the plan as `x` and two hex digits a byte.
+static ScalarStorage struct_value(size_t size, const std::string& text) {
+  ScalarStorage s;
+  if (text.size() != 1 + 2 * size || text[0] != 'x')
+    fail("harness_error", "plan", "a struct's value is not its " + std::to_string(size) + " bytes");
+  s.bytes.assign(size, 0);
+  for (size_t i = 0; i < size; ++i) s.bytes[i] = (unsigned char)std::stoul(text.substr(1 + 2 * i, 2), nullptr, 16);
+  return s;
+}
+
+static ScalarStorage scalar_value(const Param& prm, const DType& d, const std::string& text) {
+  if (prm.raw) return struct_value(prm.raw, text);
+  ScalarStorage s;
   if (d.is_float) {
-    store(d.code, s.bytes, strtod(text.c_str(), nullptr), 0);
+    store(d.code, s.bytes.data(), strtod(text.c_str(), nullptr), 0);
   } else if (d.is_signed) {
-    store(d.code, s.bytes, 0, strtoll(text.c_str(), nullptr, 10));
+    store(d.code, s.bytes.data(), 0, strtoll(text.c_str(), nullptr, 10));
   } else {
-    store(d.code, s.bytes, 0, (int64_t)strtoull(text.c_str(), nullptr, 10));
+    store(d.code, s.bytes.data(), 0, (int64_t)strtoull(text.c_str(), nullptr, 10));
   }
   return s;
 }
@@ -863,6 +880,18 @@ int main(int argc, char** argv) {
     g_result_target = argv[2];
     return measure_ceilings();
   }
+  if (argc == 3 && strcmp(argv[1], "--device") == 0) {
+    // The values a spec's launch may use (`sm_count`, ...), of the device the runs use.
+    g_result_target = argv[2];
+    cudaDeviceProp prop;
+    check(cudaSetDevice(0), "harness", "cudaSetDevice");
+    check(cudaGetDeviceProperties(&prop, 0), "harness", "cudaGetDeviceProperties");
+    std::ostringstream d;
+    d << "{\"sm_count\": " << prop.multiProcessorCount << ", \"max_threads_per_sm\": "
+      << prop.maxThreadsPerMultiProcessor << "}\n";
+    write_text(d.str());
+    return 0;
+  }
   if (argc != 5 && argc != 6) {
     fprintf(stderr, "usage: %s PLAN|- RESULT|fd:N REFERENCE.so|- CANDIDATE.so [ORACLE.so]\n",
             argv[0]);
@@ -963,8 +992,8 @@ int main(int argc, char** argv) {
       if (prm.is_buffer) {
         args[i] = &dev_bufs[prm.buffer];
       } else {
-        scalars[i] = scalar_value(prm.dtype, c.scalars[i]);
-        args[i] = scalars[i].bytes;
+        scalars[i] = scalar_value(prm, prm.dtype, c.scalars[i]);
+        args[i] = scalars[i].bytes.data();
       }
     }
     auto is_in = [&](size_t b) { return plan.buffers[b].role == "in"; };
@@ -1121,8 +1150,8 @@ int main(int argc, char** argv) {
         if (prm.is_buffer) {
           oargs[i] = &obufs[prm.buffer];
         } else {
-          oscalars[i] = scalar_value(prm.oracle, c.scalars[i]);
-          oargs[i] = oscalars[i].bytes;
+          oscalars[i] = scalar_value(prm, prm.oracle, c.scalars[i]);
+          oargs[i] = oscalars[i].bytes.data();
         }
       }
       Launch l = c.ref;

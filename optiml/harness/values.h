@@ -30,7 +30,17 @@ OPTIML_HD static inline double uniform01(uint64_t seed, uint64_t buffer, uint64_
 //   SPIKES   uniform, except the first 4 elements, the last 40 and about one in 1021 more: floats
 //            +-extra, integers lo or hi - 1 (the ends of the range)
 //   SKEWED   about half the elements `extra` (a hot key), the others uniform
-enum DistMode { UNIFORM = 0, CONSTANT = 1, SPIKES = 2, SKEWED = 3 };
+// Structured inputs, each element computed on its own (no sort), so also on the device:
+//   OFFSETS  non-decreasing integers from 0 (the first) to `extra` (the last): element i sits at a
+//            random place t of its slot [(i-1)/(n-2), i/(n-2)), skewed by t((1-a) + a t) with a
+//            per-seed a in [0, 1), times `extra`, rounded down (CSR row offsets)
+//   SORTED   non-decreasing in [lo, hi): lo + (hi - lo) t with t in [i/n, (i+1)/n)
+//   PERMUTATION each of 0..n-1 once: (a i + b) mod n, a coprime with n, a and b from the seed
+//   SPARSE   uniform with probability `extra`, else zero
+enum DistMode {
+  UNIFORM = 0, CONSTANT = 1, SPIKES = 2, SKEWED = 3, OFFSETS = 4, SORTED = 5, PERMUTATION = 6,
+  SPARSE = 7
+};
 static const uint64_t SECOND_STREAM = 0x632BE59BD9B4E019ull;
 
 OPTIML_HD static inline bool spike_at(uint64_t seed, uint64_t buffer, uint64_t i, uint64_t n) {
@@ -137,6 +147,58 @@ OPTIML_HD static inline void store(Code code, void* dst, double v, int64_t iv) {
   }
 }
 
+// Double arithmetic rounded as written on host and device (no fused multiply-add).
+OPTIML_HD static inline double rn_mul(double a, double b) {
+#ifdef __CUDA_ARCH__
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+OPTIML_HD static inline double rn_add(double a, double b) {
+#ifdef __CUDA_ARCH__
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+OPTIML_HD static inline double rn_div(double a, double b) {
+#ifdef __CUDA_ARCH__
+  return __ddiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+OPTIML_HD static inline uint64_t gcd64(uint64_t a, uint64_t b) {
+  while (b) {
+    uint64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+// PERMUTATION's multiplier (coprime with n) and offset for a seed.
+OPTIML_HD static inline void permutation_of(uint64_t seed, uint64_t buffer, uint64_t n,
+                                            uint64_t* a, uint64_t* b) {
+  uint64_t z = splitmix64((seed + SECOND_STREAM) * 0x9E3779B97F4A7C15ull + (buffer + 1) * 0xD1B54A32D192ED03ull);
+  *a = n > 1 ? 1 + z % (n - 1) : 1;
+  while (gcd64(*a, n) != 1) *a = *a + 1 < n ? *a + 1 : 1;
+  *b = splitmix64(z) % n;
+}
+
+// OFFSETS' element i of n as a number of [0, total] (see DistMode).
+OPTIML_HD static inline int64_t offset_at(uint64_t seed, uint64_t buffer, uint64_t i, uint64_t n,
+                                          double total) {
+  if (i == 0) return 0;
+  if (i + 1 >= n) return (int64_t)total;
+  double t = rn_div(rn_add((double)(i - 1), uniform01(seed, buffer, i)), (double)(n - 2));
+  double a = uniform01(seed + SECOND_STREAM, buffer, n);
+  double v = floor(rn_mul(total, rn_mul(t, rn_add(rn_add(1.0, -a), rn_mul(a, t)))));
+  return v < total ? (int64_t)v : (int64_t)total;
+}
+
 struct Dist {
   int mode = UNIFORM;
   double lo = 0, hi = 0, extra = 0;
@@ -152,7 +214,23 @@ OPTIML_HD static inline void fill_value(Code code, bool is_float, size_t size, u
     store(code, p, d.lo, (int64_t)d.lo);
     return;
   }
+  if (d.mode == OFFSETS) {
+    store(code, p, 0, offset_at(seed, buffer_index, i, n, d.extra));
+    return;
+  }
+  if (d.mode == PERMUTATION) {
+    uint64_t a, b;
+    permutation_of(seed, buffer_index, n, &a, &b);
+    store(code, p, 0, (int64_t)((a * (i % n) % n + b) % n));
+    return;
+  }
   double u = uniform01(seed, buffer_index, i);
+  if (d.mode == SORTED) {
+    u = rn_div(rn_add((double)i, u), (double)n);
+  } else if (d.mode == SPARSE && uniform01(seed + SECOND_STREAM, buffer_index, i) >= d.extra) {
+    store(code, p, 0.0, 0);
+    return;
+  }
   if (d.mode == SPIKES && spike_at(seed, buffer_index, i, n)) {
     if (is_float) store(code, p, u < 0.5 ? -d.extra : d.extra, 0);
     else store(code, p, 0, u < 0.5 ? (int64_t)d.lo : (int64_t)d.hi - 1);

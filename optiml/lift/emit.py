@@ -32,6 +32,7 @@ from optiml.lift.model import (
     Select,
     Unary,
     Var,
+    walk_expr,
 )
 
 C_TYPES = {
@@ -79,17 +80,27 @@ class NotEmittable(Exception):
 
 class CEmitter:
     """`names`: the C names of loop variables and loop results (by Var uid); `gx`: the name that
-    stands for the thread's global index along x (`blockIdx.x * blockDim.x + threadIdx.x`)."""
+    stands for the thread's global index along x (`blockIdx.x * blockDim.x + threadIdx.x`);
+    `atoms`: C names for the atoms of affine forms (`g.x`, `g.y`, `blockIdx.y`, ...): an integer
+    expression over the thread's indices whose form is affine is then written from its form
+    (`(long long)C * optiml_row + optiml_col`), however the kernel spelled it."""
 
-    def __init__(self, names: dict[int, str], gx: str | None = None):
+    def __init__(
+        self, names: dict[int, str], gx: str | None = None, atoms: dict[str, str] | None = None
+    ):
         self.names = names
         self.gx = gx
+        self.atoms = atoms or {}
 
     def expr(self, e: Expr) -> str:
         if self.gx is not None and e.type in (INT, LONG) and not isinstance(e, Const | Param):
             f = affine(e)
             if f is not None and global_indices(f) == {("g.x",): 1}:
                 return self.gx
+        if self.atoms and e.type in (INT, LONG) and not isinstance(e, Const | Param | Var):
+            text = self.affine_text(e)
+            if text is not None:
+                return text
         match e:
             case Const(value=v, type=t):
                 return _literal(v, t)
@@ -126,6 +137,29 @@ class CEmitter:
             case Cast(a=a, type=t):
                 return self.cast(self.expr(a), a.type, t)
         raise NotEmittable(f"cannot write {type(e).__name__}")
+
+    def affine_text(self, e: Expr) -> str | None:
+        """`e` written from its affine form over `atoms`, loop variables and scalar parameters;
+        None where it reads no thread index, is not affine, or has an atom with no name."""
+        if not any(isinstance(x, Builtin) for x in walk_expr(e, into_loops=False)):
+            return None
+        f = affine(e)
+        if f is None:
+            return None
+        terms = []
+        for monomial, coefficient in sorted(global_indices(f).items()):
+            factors = [f"{coefficient}LL"]
+            for atom in monomial:
+                if atom in self.atoms:
+                    factors.append(self.atoms[atom])
+                elif "#" in atom and int(atom.split("#")[1]) in self.names:
+                    factors.append(self.names[int(atom.split("#")[1])])
+                elif "." in atom or "#" in atom:
+                    return None
+                else:
+                    factors.append(atom)
+            terms.append(" * ".join(factors))
+        return "(" + (" + ".join(terms) or "0LL") + ")"
 
     def cast(self, text: str, source: str, target: str) -> str:
         if target == HALF:

@@ -152,8 +152,8 @@ def value_variations(spec: Spec, case: Case, rng: random.Random) -> list[CasePla
     def each(make) -> dict[str, Dist]:
         out = {}
         for b in spec.buffers:
-            if b.role == "out":
-                continue
+            if b.role == "out" or b.structure is not None:
+                continue  # a structured input keeps its structure (offsets stay offsets)
             d = DTYPES[b.dtype]
             lo, hi = case.ranges.get(b.name, (d.low, d.high))
             dist = make(b, d, lo, hi, b.name in case.ranges)

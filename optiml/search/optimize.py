@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from optiml.cuda.source import SourceFile
+from optiml.errors import OptimlError
 from optiml.executors.base import Executor, Job
 from optiml.harness.evaluate import EvalOptions
 from optiml.harness.nvcc import find_toolkit
@@ -60,6 +61,7 @@ class OptimizeOptions:
     reward: RewardConfig = RewardConfig()
     arch: str | None = None
     resume: Path | None = None  # a saved tree to go on from
+    save_to: Path | None = None  # where the tree is saved if the executor fails mid-search
 
 
 class Event(BaseModel):
@@ -229,12 +231,23 @@ async def run_search(
             last=f"{what}: {verdict}",
         )
 
-    result = await search.run(
-        max_evaluations=opts.budget,
-        max_seconds=opts.max_seconds,
-        should_stop=run.should_stop,
-        on_progress=progress,
-    )
+    try:
+        result = await search.run(
+            max_evaluations=opts.budget,
+            max_seconds=opts.max_seconds,
+            should_stop=run.should_stop,
+            on_progress=progress,
+        )
+    except OptimlError as e:
+        # the executor gave up (a connection lost for good): what was measured is kept
+        if opts.save_to is None or not search.evaluations:
+            raise
+        search.save(opts.save_to)
+        e.message += (
+            f"; the search's {search.evaluations} evaluations are saved in {opts.save_to}: "
+            "run again with --resume to go on from them"
+        )
+        raise
     run.evaluations = search.evaluations
     return search, result
 

@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -47,6 +47,9 @@ class FakeServer:
     def __init__(self) -> None:
         self.received: list[Received] = []
         self.script: deque[Reply] = deque()
+        # Where set, answers every request from what it received (for requests sent at once, in
+        # any order); otherwise the script's replies go out in turn.
+        self.responder: Callable[[Received], Reply] | None = None
         self.disconnects = 0
         self.active = 0
         self.max_active = 0
@@ -73,7 +76,9 @@ class FakeServer:
         self._http.shutdown()
         self._http.server_close()
 
-    def _next(self) -> Reply:
+    def _next(self, received: Received) -> Reply:
+        if self.responder is not None:
+            return self.responder(received)
         with self._lock:
             if self.script:
                 return self.script.popleft()
@@ -92,12 +97,13 @@ class FakeServer:
                 length = int(self.headers.get("content-length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 headers = {k.lower(): v for k, v in self.headers.items()}
+                received = Received(self.path, headers, body)
                 with server._lock:
-                    server.received.append(Received(self.path, headers, body))
+                    server.received.append(received)
                     server.active += 1
                     server.max_active = max(server.max_active, server.active)
                 try:
-                    reply = server._next()
+                    reply = server._next(received)
                     wait = 10.0 if reply.hang else reply.delay_s
                     if self._client_hung_up(wait):
                         with server._lock:

@@ -2,7 +2,7 @@
 -- headless:
 --   nvim --headless --clean -l neovim_jobs.lua RESULTS.json FILE.cu TIMEOUT_S SERVER_CMD...
 -- It opens FILE (saxpy with its spec), runs the code action "Optimize kernel `saxpy`" (settings:
--- evaluations = 8), waits for the job's progress to end, refreshes the code lenses, runs the
+-- evaluations = 8, or the JSON object in $OPTIML_NVIM_INIT_OPTIONS), waits for the job's progress to end, refreshes the code lenses, runs the
 -- Accept lens as a user picks it from `vim.lsp.codelens.run()`, checks that the buffer changed and
 -- the file did not, writes the buffer, and writes what it saw to RESULTS for pytest.
 local out, file, timeout_ms = arg[1], arg[2], tonumber(arg[3]) * 1000
@@ -84,7 +84,7 @@ local client_id = vim.lsp.start({
   name = "optiml",
   cmd = cmd,
   root_dir = vim.fs.dirname(file),
-  init_options = { evaluations = 8 },
+  init_options = vim.json.decode(os.getenv("OPTIML_NVIM_INIT_OPTIONS") or '{"evaluations": 8}'),
   handlers = {
     ["textDocument/publishDiagnostics"] = function(err, result, ctx)
       published = published + 1

@@ -84,13 +84,22 @@ JOBS_SESSION = Path(__file__).with_name("neovim_jobs.lua")
 STAND_IN = Path(__file__).with_name("stand_in_server.py")
 
 
-def optimize_in_neovim(tmp_path: Path, server: list[str], timeout_s: int) -> tuple[dict, Path]:
-    """`neovim_jobs.lua` on a copy of saxpy.cu: what it saw, and the job's optimized file."""
+def optimize_in_neovim(
+    tmp_path: Path,
+    server: list[str],
+    timeout_s: int,
+    env: dict[str, str] | None = None,
+    settings: dict | None = None,
+) -> tuple[dict, Path]:
+    """`neovim_jobs.lua` on a copy of saxpy.cu: what it saw, and the job's optimized file.
+    `env`: the editor's environment (the server inherits it); `settings`: the server's
+    initialization options besides `evaluations = 8`."""
     path = tmp_path / "saxpy.cu"
     path.write_text(fixture_text("saxpy.cu"))
     out = tmp_path / "results.json"
     env = {
-        **os.environ,
+        **(os.environ if env is None else env),
+        "OPTIML_NVIM_INIT_OPTIONS": json.dumps({"evaluations": 8, **(settings or {})}),
         "XDG_STATE_HOME": str(tmp_path / "state"),
         "XDG_DATA_HOME": str(tmp_path / "data"),
         "OPTIML_CACHE_DIR": str(tmp_path / "cache"),  # the server's, so its job folder is here

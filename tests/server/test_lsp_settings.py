@@ -96,8 +96,10 @@ async def pushed(lsp_client: EditorClient):
 
 
 async def test_settings_pushed_with_did_change_configuration(pushed: EditorClient):
-    changed_configuration(pushed, {"optiml": {"executor": "ray"}})
+    changed_configuration(pushed, {"optiml": {"executor": "ftp://gpubox"}})
     (message,) = await eventually(lambda: pushed.messages, what="a showMessage")
     assert message.message == (
-        "OptiML setting `executor`: input should be 'local', got 'ray'; keeping 'local'"
+        "OptiML setting `executor`: must be `local`, `ssh://[user@]host[:port]`, `ray` or "
+        "`ray://host:port`, or several of them separated by commas, got 'ftp://gpubox'; "
+        "keeping 'local'"
     )
