@@ -561,10 +561,8 @@ def test_the_schemas_are_what_the_prompts_describe():
 class Answering(llm.FakeServer):
     """Answers every edit request with the three edits, and every review with an accept."""
 
-    def _next(self):
-        with self._lock:
-            body = json.dumps(self.received[-1].body)
-        if "JudgeReview" in body:
+    def _next(self, received: llm.Received) -> llm.Reply:
+        if "JudgeReview" in json.dumps(received.body):
             return reply(self, "openai", {"verdict": "accept", "reasons": ["ok"], "risks": []})
         return reply(self, "openai", THREE)
 
