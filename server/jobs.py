@@ -1,29 +1,39 @@
-"""Background jobs on one kernel, started by a code action or a command: *optimize* (OptiML-X's
-search, `optiml.api.optimize_file_async`) and *profile* (Nsight Compute, through the executor). A job
-works on a snapshot of the document (never the live one). An optimize job runs in a process of
-its own — the search parses every candidate (tree-sitter holds the interpreter lock for a whole
-parse: ~40 ms for a 5,000-line file), so a thread would stall the server's loop; a profile job
-runs in a worker thread. Progress goes to the client as cancellable work-done progress. At most
-one job per (document, kernel), several at once in all.
+"""Background work on a snapshot of a document (never the live one), one path for every kind
+(`run_job`: its progress, its cancel, its result stored, one message if it fails):
+
+- *check*: the compile after an open or a save (`server.checks`: nvcc in a process group of its
+  own), on the whole document; a newer snapshot of the document cancels the older one's check,
+  as does its closing; the outcome is kept and published as diagnostics and inlay hints;
+- *optimize*: OptiML-X's search (`optiml.api.optimize_file_async`) on one kernel, in a process of
+  its own — the search parses every candidate (tree-sitter holds the interpreter lock for a whole
+  parse: ~40 ms for a 5,000-line file), so a thread would stall the server's loop; its winner is
+  a proposal;
+- *profile*: Nsight Compute on one kernel through the executor, in a worker thread.
+
+Progress goes to the client as cancellable work-done progress. At most one optimize or profile
+job per (document, kernel), several at once in all.
 
 A job stops through `should_stop` (an event the search checks between evaluations, shared with
-the job's process): the progress UI's cancel, `optiml.cancelJob` and the server's shutdown set it.
+the job's process): the progress UI's cancel, `optiml.cancelJob` (which, without a job, cancels
+the optimize and profile jobs: the ones commands started) and the server's shutdown set it.
 Whatever a job raises (no GPU, a bad spec, no nvcc, a bug, a dead process) ends its progress and
-is shown in one message."""
+is shown in one message.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import multiprocessing
 import queue
 import re
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
@@ -45,6 +55,7 @@ from optiml.api import (
     parse_gpus,
     profile_text,
 )
+from server.checks import CheckOutcome, Checks
 from server.documents import Model, Snapshot, kernel_block
 from server.proposals import Proposal, make_proposal
 from server.protocol import one_line, shown
@@ -56,9 +67,10 @@ OPTIMIZE_COMMAND = "optiml.optimize"
 PROFILE_COMMAND = "optiml.profile"
 CANCEL_COMMAND = "optiml.cancelJob"
 
-Kind = Literal["optimize", "profile"]
-VERB = {"optimize": "optimizing", "profile": "profiling"}
-DONE = {"optimize": "optimized", "profile": "profiled"}
+Kind = Literal["check", "optimize", "profile"]
+VERB = {"check": "compiling", "optimize": "optimizing", "profile": "profiling"}
+DONE = {"check": "compiled", "optimize": "optimized", "profile": "profiled"}
+T = TypeVar("T")
 
 ExecutorFactory = Callable[[Settings], Executor]
 
@@ -77,13 +89,17 @@ class JobHost(Protocol):
 
     caps: Any  # the client's capabilities (`server.capabilities.ClientCapabilities`)
     work_done_progress: Any  # pygls's progress API
+    settings: Settings
     executor_factory: ExecutorFactory
     jobs: Jobs
+    checks: Checks
     profiles: Profiles
     proposals: Any  # `server.proposals.Proposals`
 
     def tell(self, message: str, kind: types.MessageType = ..., once: bool = ...) -> None: ...
+    def spawn(self, coro: Any) -> asyncio.Task[None]: ...
     def refresh_code_lenses(self) -> None: ...
+    def refresh_inlay_hints(self) -> None: ...
     def republish(self, uri: str) -> None: ...
 
 
@@ -123,7 +139,7 @@ class Job:
     id: str
     kind: Kind
     snapshot: Snapshot
-    kernel: str
+    kernel: str  # "" for a check: the whole document
     settings: Settings  # as they were when it started
     stop: Any = field(default_factory=PROCESSES.Event)  # shared with the job's process
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)  # the loop's view of `stop`
@@ -133,8 +149,13 @@ class Job:
     ended: bool = False
 
     @property
+    def subject(self) -> str:
+        """What the job works on: its kernel, or the document's name for a check."""
+        return self.kernel or self.snapshot.name
+
+    @property
     def title(self) -> str:
-        return f"OptiML: {VERB[self.kind]} {self.kernel}"
+        return f"OptiML: {VERB[self.kind]} {self.subject}"
 
     @property
     def folder(self) -> Path:
@@ -158,6 +179,12 @@ class Jobs:
             (j for j in self._jobs.values() if (j.snapshot.uri, j.kernel) == (uri, kernel)), None
         )
 
+    def cancel_checks(self, uri: str) -> None:
+        """End the compiles of `uri` in flight (a newer snapshot, or the document closed)."""
+        for j in self._jobs.values():
+            if j.kind == "check" and j.snapshot.uri == uri:
+                j.cancel()
+
     def new(self, kind: Kind, snapshot: Snapshot, kernel: str, settings: Settings) -> Job:
         job = Job(uuid.uuid4().hex[:12], kind, snapshot, kernel, settings)
         self._jobs[job.id] = job
@@ -167,8 +194,12 @@ class Jobs:
         self._jobs.pop(job.id, None)
 
     def cancel(self, job_id: str | None = None) -> list[str]:
-        """Cancel one job (or all, with None): the ids cancelled."""
-        found = [j for j in self._jobs.values() if job_id in (None, j.id)]
+        """Cancel one job (or, with None, every optimize and profile job): the ids cancelled."""
+        found = [
+            j
+            for j in self._jobs.values()
+            if j.id == job_id or (job_id is None and j.kind != "check")
+        ]
         for j in found:
             j.cancel()
         return [j.id for j in found]
@@ -179,9 +210,10 @@ class Jobs:
                 j.cancel()
 
     async def stop(self, timeout: float = 10.0) -> None:
-        """Cancel every job and give them `timeout` seconds to end (an evaluation in flight ends
-        first)."""
-        self.cancel()
+        """Cancel every job, compiles included, and give them `timeout` seconds to end (an
+        evaluation in flight ends first): `shutdown` waits for this."""
+        for j in self._jobs.values():
+            j.cancel()
         tasks = [j.task for j in self._jobs.values() if j.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=timeout)
@@ -334,9 +366,19 @@ def profile_work(job: Job, make_executor: ExecutorFactory) -> KernelProfile:
 # ---- the job, on the server's loop ------------------------------------------------------------
 
 
+def start(ls: JobHost, kind: Kind, snapshot: Snapshot, kernel: str = "") -> Job:
+    """A job of `kind` on `snapshot`, running in the background; a check first cancels the
+    document's older one."""
+    if kind == "check":
+        ls.jobs.cancel_checks(snapshot.uri)
+    job = ls.jobs.new(kind, snapshot, kernel, ls.settings)
+    job.task = ls.spawn(run_job(ls, job))
+    return job
+
+
 async def run_job(ls: JobHost, job: Job) -> None:
-    """Drive `job` to its end: progress, the work in a thread, its result stored, one message if
-    it fails. Never raises."""
+    """Drive `job` to its end: progress, the work (in a process, a thread or a compile's own
+    process group), its result stored, one message if it fails. Never raises."""
     loop = asyncio.get_running_loop()
 
     def forward(event: Event) -> None:  # in the job's thread
@@ -347,32 +389,60 @@ async def run_job(ls: JobHost, job: Job) -> None:
 
     try:
         job.token = await _begin(ls, job)
-        if job.kind == "optimize":
+        if job.kind == "check":
+            arch = job.settings.arch
+            _checked(ls, job, await _unless_cancelled(job, ls.checks.compile(job.snapshot, arch)))
+        elif job.kind == "optimize":
             result = await asyncio.to_thread(run_in_process, job, ls.executor_factory, forward)
             _optimized(ls, job, result.trajectory, result.proposal)
         else:
-            result = await _unless_cancelled(job, profile_work, job, ls.executor_factory)
-            _profiled(ls, job, result)
+            work = asyncio.to_thread(profile_work, job, ls.executor_factory)
+            _profiled(ls, job, await _unless_cancelled(job, work))
     except Exception as e:
         message = failure(job, e)
         _end(ls, job, message)
-        ls.tell(message)
+        ls.tell(message, once=job.kind == "check")  # a compile's failure recurs on every save
     finally:
         _end(ls, job, "ended")
         ls.jobs.remove(job)
 
 
-async def _unless_cancelled(job: Job, fn: Callable[..., Any], *args: Any) -> Any:
-    """`fn` in a thread, or None as soon as the job is cancelled (a profile cannot stop halfway;
-    what it finds after that is dropped)."""
-    work = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+async def _unless_cancelled(job: Job, work: Awaitable[T]) -> T | None:
+    """`work`, or None as soon as the job is cancelled: `work` is cancelled then (a compile's
+    process group killed before this returns; a profile cannot stop halfway, what its thread
+    finds after that is dropped)."""
+    task = asyncio.ensure_future(work)
     cancelled = asyncio.ensure_future(job.cancelled.wait())
-    await asyncio.wait({work, cancelled}, return_when=asyncio.FIRST_COMPLETED)
-    cancelled.cancel()
-    if work.done():
-        return work.result()
-    work.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no warning
+    try:
+        await asyncio.wait({task, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        cancelled.cancel()
+    if task.done() and not job.cancelled.is_set():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):  # dropped with the job
+        await task
     return None
+
+
+def _checked(ls: JobHost, job: Job, outcome: CheckOutcome | None) -> None:
+    if outcome is None:  # a newer snapshot, the document's closing or the progress's cancel
+        _end(ls, job, f"{job.subject}: cancelled")
+        return
+    ls.checks.keep(outcome)
+    if outcome.error is not None:
+        kind = types.MessageType.Warning if outcome.tool_missing else types.MessageType.Error
+        ls.tell(f"OptiML: {outcome.error}", kind, once=True)
+    ls.republish(job.snapshot.uri)
+    ls.refresh_inlay_hints()
+    errors = sum(1 for m in outcome.messages if m.severity == "error")
+    if outcome.error is not None:
+        summary = "not compiled"
+    elif outcome.ok:
+        summary = DONE[job.kind]
+    else:
+        summary = f"{errors} compile error{'s' if errors != 1 else ''}"
+    _end(ls, job, f"{job.subject}: {summary}")
 
 
 def _optimized(ls: JobHost, job: Job, t: Trajectory, proposal: Proposal | None) -> None:
@@ -403,7 +473,7 @@ def _profiled(ls: JobHost, job: Job, found: KernelProfile | None) -> None:
 
 
 def failure(job: Job, e: BaseException) -> str:
-    what = f"OptiML: {VERB[job.kind]} `{job.kernel}` failed"
+    what = f"OptiML: {VERB[job.kind]} `{job.subject}` failed"
     if isinstance(e, OptimlError):
         return f"{what}: {e}"
     logger.error("%s", what, exc_info=e)
