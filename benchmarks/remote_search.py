@@ -80,7 +80,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     os.environ.setdefault("OPTIML_CACHE_DIR", tempfile.mkdtemp(prefix="optiml-remote-bench-"))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"}
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "RAY_USAGE_STATS_ENABLED": "0"}
     legs = []
     with tempfile.TemporaryDirectory(prefix="optiml-remote-") as tmp:
         tmp = Path(tmp)
@@ -93,7 +94,7 @@ def main() -> int:
         try:
             ssh_env = sshd.env(
                 OPTIML_REMOTE_COMMAND=worker_command(PATH=os.environ.get("PATH", "")),
-                PYTHONPATH=str(ROOT),
+                PYTHONPATH=path,
                 RAY_USAGE_STATS_ENABLED="0",
             )
             legs.append(run(sshd.url, args, tmp / "ssh", ssh_env))

@@ -816,6 +816,13 @@ ALLOWED = [
         kernel="softmax_rows",
     ),
     Case(
+        "cuda-launch-attributes",
+        replace(
+            "__global__ void saxpy(int n",
+            "__global__ void __attribute__((cluster_dims(2, 1, 1), launch_bounds(256))) saxpy(int n",
+        ),
+    ),
+    Case(
         "spec-comment-launch",
         replace("launch: grid = cdiv(n, 256), block = 256", "launch: grid = 264, block = 512"),
     ),

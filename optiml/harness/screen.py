@@ -98,6 +98,9 @@ ALLOWED_ATTRIBUTES = frozenset(
         "deprecated", "noreturn", "__noreturn__", "likely", "unlikely", "fallthrough",
         "may_alias", "__may_alias__", "const", "__const__", "pure", "__pure__", "flatten",
         "hot", "cold", "assume", "no_unique_address",
+        # CUDA's launch attributes: the shape of a cluster, a block's bounds, a register cap
+        "cluster_dims", "__cluster_dims__", "launch_bounds", "__launch_bounds__", "maxnreg",
+        "__maxnreg__",
     }
 )  # fmt: skip
 # The ones a macro may not hold (its text is not a tree, so it is read for these words).
