@@ -336,13 +336,13 @@ async def dry_provider(
 ) -> dict:
     from optiml.llm import LLMSettings, make_client
     from optiml.search.llm_policy import LLMPolicy, make_llm_review
-    from optiml.search.policy import Request
+    from optiml.search.policy import NodeView
     from optiml.search.trajectory import Measurement
     from optiml.search.variant import Variant
 
     file, kernel = args.file, args.kernel
     text = file.read_text()
-    request = Request(variant=Variant(text), path=str(file), kernel=kernel)
+    request = NodeView(variant=Variant(text), path=str(file), kernel=kernel)
     shutil.rmtree(cache, ignore_errors=True)
     env = {"OPTIML_LLM_API_KEY": DUMMY_KEY}
     server = RecordedServer(provider, answers)

@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from optiml.cuda.types import DTYPES  # noqa: E402
 from optiml.search.mcts import Evaluation, Search, SearchConfig  # noqa: E402
-from optiml.search.policy import JITTER, OfflinePolicy, Request  # noqa: E402
+from optiml.search.policy import JITTER, NodeView, OfflinePolicy  # noqa: E402
 from optiml.search.trajectory import Edit, Measurement, ProfileSummary  # noqa: E402
 from optiml.search.variant import Variant  # noqa: E402
 from optiml.spec import load  # noqa: E402
@@ -82,7 +82,7 @@ def enumerate_space(
     for _ in range(depth):
         nxt = []
         for variant, applied in frontier:
-            request = Request(
+            request = NodeView(
                 variant=variant,
                 path=str(ROOT / "fixtures" / file),
                 kernel=k.name,

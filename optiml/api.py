@@ -1,96 +1,135 @@
-"""The public API: what the CLI, the language server and the search call. Plain data in, plain
-data (pydantic models) out; errors are `OptimlError`s with positions."""
+"""The public API, and the only module of OptiML that the CLI and the language server import:
+what they call, and the data types they see. Plain data in, plain data (pydantic models that
+serialize to JSON and back) out; errors are `OptimlError`s with positions. An executor is the one
+object that crosses: where a job's work runs."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
-from optiml.cuda.kernel_ast import KernelAST
-from optiml.cuda.source import Kernel, SourceFile, no_kernel_message
-from optiml.errors import ExitCode, NoSuchKernel, OptimlError, SpecError
-from optiml.harness.build import DEFAULT_FLAGS, Build, ResourceIndex, build_device_code
-from optiml.harness.evaluate import EvalOptions, evaluate
-from optiml.harness.gpu import default_arch, require_gpu
+from pydantic import BaseModel
+
+from optiml import __version__
+from optiml.arch import arch_number, resolve_arch
+from optiml.check import (
+    CheckFeedback,
+    CheckResult,
+    KernelCheck,
+    KernelFeedback,
+    check_file,
+    check_source,
+    check_text,
+)
+from optiml.cuda.source import SourceFile, read_text
+from optiml.errors import (
+    ExitCode,
+    OptimlError,
+    Position,
+    SourceWarning,
+    SpecValueError,
+    ToolMissing,
+    UsageError,
+    one_line,
+)
+from optiml.executors import Executor, LocalExecutor, parse_gpus
+from optiml.executors.protocol import Request
+from optiml.executors.registry import open_executor, open_search_executor, split_urls
+from optiml.expr import ExprError
+from optiml.generate.cli import run_generate
+from optiml.generate.options import MotOptions
+from optiml.harness.build import cache_dir
+from optiml.harness.evaluate import EvalOptions, evaluate_file, evaluate_source
+from optiml.harness.gpu import default_arch, local_gpus
 from optiml.harness.nvcc import CompilerMessage, find_toolkit
+from optiml.harness.procs import kill_all, kill_children_on_terminate
 from optiml.harness.verdict import Verdict
-from optiml.profile.model import Profile
-from optiml.profile.numerics import rounding_notes
+from optiml.llm.check import LLMCheckReport, check_llm
+from optiml.llm.settings import Provider
+from optiml.outline import KernelOutline, Outline, Parameter, Range, SpecIssue, draft_spec, outline
+from optiml.profile.model import Hotspot, Profile
 from optiml.profile.run import profile_kernel
-from optiml.profile.static import StaticReport, static_report
+from optiml.profile.static import ARCHES, StaticReport
+from optiml.search.optimize import Event
+from optiml.search.request import OptimizeRequest, OptimizeResult, default_out_dir
+from optiml.search.trajectory import ProfileSummary, Trajectory
 from optiml.spec import Spec, evaluated_at_run_time, load, parse_spec
 
 __all__ = [
-    "CheckResult",
-    "EvalOptions",
-    "KernelCheck",
-    "Verdict",
+    # what the front ends call
     "check_file",
     "check_source",
+    "check_llm",
+    "check_text",
+    "draft_file_spec",
+    "local_gpus",
+    "open_executor",
+    "open_search_executor",
+    "read_text",
+    "run_generate",
     "default_arch",
+    "describe_kernel",
+    "draft_spec",
     "evaluate_file",
     "evaluate_source",
-    "describe_kernel",
     "load",
-    "profile_file",
-    "OptimizeRequest",
     "optimize_file",
     "optimize_file_async",
+    "outline",
+    "profile_file",
+    "profile_text",
     "write_winner",
+    # the data they see
+    "CheckFeedback",
+    "CheckResult",
+    "CompilerMessage",
+    "EvalOptions",
+    "Event",
+    "Hotspot",
+    "KernelCheck",
+    "KernelFeedback",
+    "KernelOutline",
+    "LLMCheckReport",
+    "MotOptions",
+    "Request",
+    "SpecDraft",
+    "OptimizeRequest",
+    "OptimizeResult",
+    "Outline",
+    "Parameter",
+    "Position",
+    "Profile",
+    "ProfileSummary",
+    "Range",
+    "Spec",
+    "SpecIssue",
+    "StaticReport",
+    "Trajectory",
+    "Verdict",
+    # settings' vocabularies and checks
+    "ARCHES",
+    "Provider",
+    "arch_number",
+    "parse_gpus",
+    "resolve_arch",
+    "split_urls",
+    # errors
+    "ExitCode",
+    "ExprError",
+    "OptimlError",
+    "SourceWarning",
+    "SpecValueError",
+    "ToolMissing",
+    "UsageError",
+    "one_line",
+    # where work runs, and the process hygiene of a job that runs elsewhere
+    "Executor",
+    "LocalExecutor",
+    "cache_dir",
+    "kill_all",
+    "kill_children_on_terminate",
+    "__version__",
 ]
-
-
-@dataclass
-class KernelCheck:
-    """One kernel of `optiml check`: its spec (or the spec's errors), its compile and its report."""
-
-    kernel: Kernel
-    spec: Spec | None
-    spec_error: SpecError | None
-    build: Build | None
-    report: StaticReport | None
-    skipped: str | None = None  # why it was not compiled
-
-    @property
-    def messages(self) -> list[CompilerMessage]:
-        return self.build.messages if self.build else []
-
-
-@dataclass
-class CheckResult:
-    source: SourceFile
-    arch: str
-    kernels: list[KernelCheck]
-
-    @property
-    def compile_failed(self) -> bool:
-        return any(k.build is not None and not k.build.ok for k in self.kernels)
-
-    @property
-    def spec_failed(self) -> bool:
-        return any(k.spec_error is not None for k in self.kernels)
-
-    def to_json(self) -> dict:
-        """What `optiml check --json` prints, and what a worker answers for a check: plain JSON."""
-        kernels = []
-        for c in self.kernels:
-            kernels.append(
-                {
-                    "kernel": c.kernel.name,
-                    "spec": c.spec.model_dump() if c.spec else None,
-                    "spec_errors": [
-                        {"message": m, "path": p.path, "line": p.line, "column": p.column}
-                        for m, p in c.spec_error.issues
-                    ]
-                    if c.spec_error
-                    else [],
-                    "compiled": c.build.ok if c.build else None,
-                    "skipped": c.skipped,
-                    "messages": [m.model_dump() for m in c.messages],
-                    "report": c.report.model_dump() if c.report else None,
-                }
-            )
-        return {"file": self.source.path, "arch": self.arch, "kernels": kernels}
 
 
 def describe_kernel(path: str | Path, kernel: str):
@@ -104,96 +143,22 @@ def describe_kernel(path: str | Path, kernel: str):
     return describe(lift(source, k, spec), spec)
 
 
-def check_file(path: str | Path, kernel: str | None = None, arch: str | None = None) -> CheckResult:
-    """Parse, compile (device code only) and report on the kernels of a file; needs no GPU."""
-    return check_source(SourceFile.read(path), kernel, arch)
+class SpecDraft(BaseModel):
+    """`optiml spec`: a drafted spec comment and where it goes."""
+
+    kernel: str
+    insert_before_line: int  # 1-based: the kernel's first line (its `template <...>` line, if any)
+    spec: str
 
 
-def check_source(
-    source: SourceFile, kernel: str | None = None, arch: str | None = None
-) -> CheckResult:
-    """`check_file` for text that need not be on disk (an editor's unsaved buffer): `source.path`
-    gives the file name compiler messages use and the directory local includes are found in."""
-    kernels = [source.kernel(kernel)] if kernel else list(source.kernels)
-    if not kernels:
-        raise NoSuchKernel(no_kernel_message(source.path))
-    find_toolkit()
-    checks: list[KernelCheck] = []
-    for k in kernels:
-        spec, error = None, None
-        if k.spec_comment is not None:
-            try:
-                spec = parse_spec(source, k)
-            except SpecError as e:
-                error = e
-        checks.append(KernelCheck(k, spec, error, None, None))
-
-    # --arch, else the first spec that names one, else the local GPU's, else sm_90
-    arch = (
-        arch
-        or next((c.spec.arch for c in checks if c.spec and c.spec.arch), None)
-        or default_arch()
+def draft_file_spec(path: str | Path, kernel: str) -> SpecDraft:
+    """A drafted spec for `kernel` in the file at `path`; the file is not changed."""
+    text = SourceFile.read(path)
+    found = text.kernel(kernel)
+    drafted = draft_spec(text.text, text.path, found.name)
+    return SpecDraft(
+        kernel=found.name, insert_before_line=found.span.start_point[0] + 1, spec=drafted
     )
-    instantiations = {
-        c.kernel.name: c.spec.instantiation for c in checks if c.spec and c.spec.instantiation
-    }
-    build = build_device_code(source, instantiations, arch=arch)
-    found = ResourceIndex(build.all_resources)
-    for c in checks:
-        c.build = build
-        if c.kernel.template_params and c.kernel.name not in instantiations:
-            c.skipped = (
-                "a template without a valid spec: give `template:` in its spec to compile it"
-            )
-            continue
-        resources = found.of(c.kernel) if build.ok else None
-        if resources is None:
-            continue
-        with evaluated_at_run_time(source, c.kernel):
-            case = _first_case(c.spec)
-        c.report = static_report(
-            c.kernel.name,
-            arch,
-            resources,
-            case.block if case else None,
-            case.smem if case else None,
-        )
-        c.report.notes += rounding_notes(KernelAST(source, c.kernel), c.spec)
-    return CheckResult(source, arch, checks)
-
-
-def evaluate_file(
-    path: str | Path,
-    kernel: str,
-    candidate: str | Path | None = None,
-    options: EvalOptions | None = None,
-) -> Verdict:
-    """`optiml eval`: the kernel (or a candidate file's version of it) checked and timed on the GPU."""
-    source, _, _ = load(path, kernel)  # the kernel and its spec before the candidate is read
-    cand = SourceFile.read(candidate) if candidate else None
-    return evaluate_source(source, kernel, cand, options)
-
-
-def evaluate_source(
-    source: SourceFile,
-    kernel: str,
-    candidate: SourceFile | None = None,
-    options: EvalOptions | None = None,
-) -> Verdict:
-    """`evaluate_file` for text that need not be on disk (a worker's job)."""
-    k = source.kernel(kernel)
-    spec = parse_spec(source, k)
-    if candidate is not None:
-        candidate.kernel(k.name)
-    find_toolkit()
-    require_gpu("eval")
-    with evaluated_at_run_time(source, k):  # a candidate's launch at the original's sizes
-        return evaluate(source, k, spec, candidate, options or EvalOptions())
-
-
-def _first_case(spec: Spec | None):
-    # a spec that parsed has evaluated all its sizes already; its first is the one reported on
-    return spec.case(spec.sizes[0]) if spec is not None else None
 
 
 def profile_file(
@@ -203,7 +168,7 @@ def profile_file(
     full: bool = False,
     clock_control: str = "none",
     arch: str | None = None,
-    executor=None,
+    executor: Executor | str | None = None,
 ) -> Profile:
     """`optiml profile`: the kernel under Nsight Compute at its first size, as a `Profile`.
     `executor`: None (here), an `Executor`, or `--executor`'s URLs (opened and closed here); on an
@@ -227,39 +192,32 @@ def profile_file(
         return profile_kernel(source, k, spec, full=full, clock_control=clock_control, arch=arch)
 
 
+async def profile_text(
+    text: str, path: str, kernel: str, executor: Executor, *, full: bool = True
+) -> Profile:
+    """`profile_file` for an editor's snapshot, through `executor` (which is closed after)."""
+    from optiml.executors.base import Job
+
+    source = SourceFile(text, path)
+    k = source.kernel(kernel)
+    spec = parse_spec(source, k)
+    try:
+        return await executor.profile(Job(source, k, spec), full=full)
+    finally:
+        await executor.close()
+
+
 # ---- optimize ---------------------------------------------------------------------------------
 
 
-@dataclass
-class OptimizeRequest:
-    """`optiml optimize` as data: what the CLI and the language server ask for."""
-
-    file: Path
-    kernel: str
-    budget: int | None = 48
-    max_seconds: float | None = None
-    policy: str = "offline"  # offline | llm
-    llm_overrides: dict | None = None  # provider, model, base_url, replay
-    editor_settings: dict | None = None  # the LLM section of an editor's settings
-    seed: int = 0
-    gpus: str | None = "all"
-    parallel: int | None = None
-    out_dir: Path | None = None
-    resume: bool = False
-    profile: bool = True
-    sanitize: bool = True
-    arch: str | None = None
-    text: str | None = None  # an editor's snapshot of the file, instead of reading it
-    original_text: str = ""  # the text the search started from (filled in by `optimize_file`)
-
-
-def default_out_dir(file: Path, kernel: str) -> Path:
-    return Path(".optiml") / "runs" / f"{Path(file).stem}-{kernel.replace('::', '_')}"
-
-
-def optimize_file(request: OptimizeRequest, on_event=None, should_stop=None, executor=None):
-    """Run OptiML-X on one kernel (blocking); returns `optiml.search.optimize.Outcome` with the
-    files it wrote (trajectory, report, optimized file, saved search) in `outcome.files`.
+def optimize_file(
+    request: OptimizeRequest,
+    on_event: Callable[[Event], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    executor: Executor | str | None = None,
+) -> OptimizeResult:
+    """Run OptiML-X on one kernel (blocking): the trajectory, the winner (if any) and the files it
+    wrote (trajectory, report, optimized file, saved search) in `files`.
     `executor`: an `Executor`, or `--executor`'s text (`local`, `ssh://host`, `ray`, several
     comma-separated: their GPUs pooled), opened and closed here; None: this machine's GPUs."""
     import asyncio
@@ -268,11 +226,13 @@ def optimize_file(request: OptimizeRequest, on_event=None, should_stop=None, exe
 
 
 async def optimize_file_async(
-    request: OptimizeRequest, on_event=None, should_stop=None, executor=None
-):
-    from optiml.executors import parse_gpus
+    request: OptimizeRequest,
+    on_event: Callable[[Event], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    executor: Executor | str | None = None,
+) -> OptimizeResult:
+    from optiml.search.deliver import deliver
     from optiml.search.optimize import BaselineFailed, OptimizeOptions, optimize
-    from optiml.search.report import render
 
     if request.text is None:
         request.original_text = SourceFile.read(request.file).text
@@ -325,29 +285,11 @@ async def optimize_file_async(
             await executor.close()
         if llm is not None:
             await llm.aclose()
-    t = outcome.trajectory
-    outcome.search.save(saved)
-    files = {"trajectory": out_dir / "trajectory.json", "report": out_dir / "report.html"}
-    files["trajectory"].write_text(t.model_dump_json(indent=1))
-    files["report"].write_text(render(t))
-    if outcome.winner is not None:
-        optimized = (
-            out_dir / f"{Path(request.file).stem}.optimized{Path(request.file).suffix or '.cu'}"
-        )
-        optimized.write_text(outcome.winner.text)
-        files["optimized"] = optimized
-        if outcome.winner.flags != DEFAULT_FLAGS:
-            files["flags"] = out_dir / "nvcc-flags.txt"
-            files["flags"].write_text(" ".join(outcome.winner.flags) + "\n")
-    files["search"] = saved
-    outcome.files = files
-    return outcome
+    return deliver(outcome, request, out_dir)
 
 
-def _search_executor(executor, gpus):
+def _search_executor(executor: Executor | str, gpus: list[int] | None) -> Executor:
     """`executor` itself, or the executor `--executor`'s text names."""
-    from optiml.executors.registry import open_search_executor
-
     return open_search_executor(executor, gpus) if isinstance(executor, str) else executor
 
 
@@ -357,7 +299,7 @@ class InputFailed(OptimlError):
     exit_code = ExitCode.WRONG_RESULT
 
 
-def write_winner(file: Path, original_text: str, winner) -> Path:
+def write_winner(file: Path, original_text: str, winner: str) -> Path:
     """Put the winner in the user's file (the CLI's --write), unless the file changed meanwhile."""
     path = Path(file)
     try:
@@ -372,7 +314,7 @@ def write_winner(file: Path, original_text: str, winner) -> Path:
             f"{path} changed while the search ran; it is left as it is (the optimized file is in the run's folder)"
         )
     tmp = path.with_name(f".{path.name}.optiml-tmp")
-    tmp.write_text(winner.text, encoding="utf-8")
+    tmp.write_text(winner, encoding="utf-8")
     tmp.replace(path)
     return path
 

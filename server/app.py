@@ -6,11 +6,9 @@ job."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import uuid
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 from lsprotocol import types
@@ -23,7 +21,7 @@ from pygls.exceptions import (
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
-from optiml import __version__
+from optiml.api import __version__
 from server import probe, transport
 from server.capabilities import ClientCapabilities, resolve
 from server.checks import Checks
@@ -43,7 +41,7 @@ from server.jobs import (
     Profiles,
     job_arg,
     local_executor,
-    run_job,
+    start,
     target_arg,
 )
 from server.proposals import (
@@ -127,7 +125,7 @@ class OptimlServer(LanguageServer):
         return Snapshot(uri, doc.version or 0, doc.source) if doc is not None else None
 
     def publish(self, model: Model) -> None:
-        check = self.documents.check(model.snapshot.uri)
+        check = self.checks.latest(model.snapshot.uri)
         profiles = self.profiles.of(model)
         found = diagnostics(model, check, hints=not self.caps.inlay_hints, profiles=profiles)
         self.text_document_publish_diagnostics(
@@ -146,20 +144,13 @@ class OptimlServer(LanguageServer):
         if self.caps.code_lens_refresh:
             self.workspace_code_lens_refresh(None)
 
-    async def compile(self, snapshot: Snapshot) -> None:
-        async with self._progress(f"OptiML: compiling {snapshot.name}"):
-            outcome = await self.checks.run(snapshot, self.settings.arch)
-        doc = self.documents.get(snapshot.uri)
-        if outcome is None or doc is None:
-            return  # superseded, or closed meanwhile
-        doc.check = outcome
-        if outcome.error is not None:
-            kind = types.MessageType.Warning if outcome.tool_missing else types.MessageType.Error
-            self.tell(f"OptiML: {outcome.error}", kind, once=True)
-        if doc.model is not None:
-            self.publish(doc.model)
+    def refresh_inlay_hints(self) -> None:
         if self.caps.inlay_hints and self.caps.inlay_hint_refresh:
             self.workspace_inlay_hint_refresh(None)
+
+    def compile(self, snapshot: Snapshot) -> None:
+        """The compile of `snapshot` as a check job (an older one of the document ends)."""
+        start(self, "check", snapshot)
 
     async def pull_settings(self) -> None:
         if not self.caps.configuration:
@@ -178,9 +169,8 @@ class OptimlServer(LanguageServer):
         for problem in problems:
             self.tell(problem)
         if self.settings.arch != before.arch:
-            for doc in self.documents:
-                if doc.check is not None:
-                    self.spawn(self.compile(doc.check.snapshot))
+            for outcome in self.checks.outcomes():
+                self.compile(outcome.snapshot)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         """Run `coro` in the background, its failure reported like a handler's."""
@@ -193,24 +183,6 @@ class OptimlServer(LanguageServer):
         self._tasks.discard(task)
         if not task.cancelled() and (error := task.exception()) is not None:
             self.report_server_error(error, type(error))
-
-    @contextlib.asynccontextmanager
-    async def _progress(self, title: str) -> AsyncIterator[None]:
-        token = f"optiml/{uuid.uuid4()}"
-        shown = self.caps.work_done_progress
-        if shown:
-            try:
-                await self.work_done_progress.create_async(token)
-            except JsonRpcException:
-                shown = False
-        if shown:
-            self.work_done_progress.begin(token, types.WorkDoneProgressBegin(title=title))
-        try:
-            yield
-        finally:
-            if shown:
-                self.work_done_progress.end(token, types.WorkDoneProgressEnd())
-                self.work_done_progress.tokens.pop(token, None)
 
 
 def initialize(ls: OptimlServer, params: types.InitializeParams) -> None:
@@ -244,7 +216,7 @@ async def did_open(ls: OptimlServer, params: types.DidOpenTextDocumentParams) ->
     if model is not None:
         ls.publish(model)
         if model.kernels:
-            await ls.compile(model.snapshot)
+            ls.compile(model.snapshot)
 
 
 async def did_change(ls: OptimlServer, params: types.DidChangeTextDocumentParams) -> None:
@@ -259,11 +231,12 @@ async def did_change(ls: OptimlServer, params: types.DidChangeTextDocumentParams
 async def did_save(ls: OptimlServer, params: types.DidSaveTextDocumentParams) -> None:
     model = await ls.documents.model(params.text_document.uri)
     if model is not None and model.kernels:
-        await ls.compile(model.snapshot)
+        ls.compile(model.snapshot)
 
 
 def did_close(ls: OptimlServer, params: types.DidCloseTextDocumentParams) -> None:
-    ls.checks.cancel(params.text_document.uri)
+    ls.jobs.cancel_checks(params.text_document.uri)
+    ls.checks.forget(params.text_document.uri)
     if ls.documents.close(params.text_document.uri) is not None:
         ls.text_document_publish_diagnostics(
             types.PublishDiagnosticsParams(uri=params.text_document.uri, diagnostics=[])
@@ -306,7 +279,7 @@ async def hover_(ls: OptimlServer, params: types.HoverParams) -> types.Hover | N
     model = await ls.documents.model(params.text_document.uri)
     if model is None:
         return None
-    check = ls.documents.check(params.text_document.uri)
+    check = ls.checks.latest(params.text_document.uri)
     return hover(model, check, params.position, ls.caps.hover_markdown, ls.profiles, ls.proposals)
 
 
@@ -336,9 +309,7 @@ async def start_job(ls: OptimlServer, kind: Kind, command: str, args: tuple) -> 
             types.MessageType.Info,
         )
         return None
-    job = ls.jobs.new(kind, model.snapshot, target.kernel, ls.settings)
-    job.task = ls.spawn(run_job(ls, job))
-    return {"job": job.id}
+    return {"job": start(ls, kind, model.snapshot, target.kernel).id}
 
 
 async def optimize(ls: OptimlServer, *args: Any) -> dict | None:
@@ -350,7 +321,7 @@ async def profile(ls: OptimlServer, *args: Any) -> dict | None:
 
 
 def cancel_job(ls: OptimlServer, *args: Any) -> dict:
-    """`optiml.cancelJob` `[{job}]`, or no arguments for every job of this server."""
+    """`optiml.cancelJob` `[{job}]`, or no arguments for every optimize and profile job."""
     job_id = job_arg(args)
     cancelled = ls.jobs.cancel(job_id)
     if not cancelled:
@@ -472,14 +443,13 @@ async def _show(ls: OptimlServer, uri: str, external: bool) -> None:
 
 async def inlay_hint(ls: OptimlServer, params: types.InlayHintParams) -> list[types.InlayHint]:
     model = await ls.documents.model(params.text_document.uri)
-    check = ls.documents.check(params.text_document.uri)
+    check = ls.checks.latest(params.text_document.uri)
     if model is None or check is None:
         return []
     return inlay_hints(model, check, params.range)
 
 
 async def shutdown(ls: OptimlServer, params: None) -> None:
-    await ls.checks.stop()
     await ls.jobs.stop()
 
 

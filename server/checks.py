@@ -1,6 +1,7 @@
-"""Background compiles: one `check_job` process per saved snapshot, at most one per document (a
-newer snapshot kills the older one's process group, nvcc included) and a few at once in all. The
-editor never waits for one: requests answer from the newest finished `CheckOutcome`."""
+"""Background compiles: one `check_job` process per saved snapshot, a few at once in all, each the
+work of a *check* job (`server.jobs`: its progress, its cancel — a newer snapshot of the document
+cancels the older one's job, which kills its process group, nvcc included — and its result). The
+editor never waits for one: requests answer from the newest finished `CheckOutcome`, kept here."""
 
 from __future__ import annotations
 
@@ -14,19 +15,13 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from optiml.api import CompilerMessage, StaticReport
+from optiml.api import CheckFeedback, CompilerMessage, KernelFeedback
 from server.documents import Snapshot
 
 logger = logging.getLogger(__name__)
 
 # The job imports `server` too, wherever the editor started this process from.
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
-
-
-@dataclass(frozen=True)
-class KernelFeedback:
-    report: StaticReport | None
-    skipped: str | None  # why the kernel was not compiled
 
 
 @dataclass(frozen=True)
@@ -40,26 +35,12 @@ class CheckOutcome:
     tool_missing: bool = False
 
     @classmethod
-    def from_json(cls, snapshot: Snapshot, data: dict) -> CheckOutcome:
-        if "error" in data:
-            kind, message = data["error"]["kind"], data["error"]["message"]
-            return cls(snapshot, error=message, tool_missing=kind == "tool_missing")
-        return cls(
-            snapshot,
-            arch=data["arch"],
-            ok=data["ok"],
-            messages=[CompilerMessage.model_validate(m) for m in data["messages"]],
-            kernels={
-                name: KernelFeedback(
-                    StaticReport.model_validate(k["report"]) if k["report"] else None,
-                    k["skipped"],
-                )
-                for name, k in data["kernels"].items()
-            },
-        )
+    def of(cls, snapshot: Snapshot, found: CheckFeedback) -> CheckOutcome:
+        return cls(snapshot, **dict(found))
 
 
-async def run_job(snapshot: Snapshot, arch: str | None) -> CheckOutcome:
+async def compile_snapshot(snapshot: Snapshot, arch: str | None) -> CheckOutcome:
+    """`snapshot` checked in a `check_job` process of its own group; cancelling this kills it."""
     request = json.dumps({"text": snapshot.text, "path": snapshot.path, "arch": arch})
     env = {
         **os.environ,
@@ -88,48 +69,30 @@ async def run_job(snapshot: Snapshot, arch: str | None) -> CheckOutcome:
         logger.error("the compile job for %s failed:\n%s", snapshot.uri, err.decode())
         last = next((x for x in reversed(err.decode().splitlines()) if x.strip()), "no output")
         return CheckOutcome(snapshot, error=f"the compile job failed: {last.strip()}")
-    return CheckOutcome.from_json(snapshot, json.loads(out))
+    return CheckOutcome.of(snapshot, CheckFeedback.model_validate_json(out))
 
 
 class Checks:
+    """The newest finished compile per document, and the slots compiles share."""
+
     def __init__(self, slots: int):
-        self._running: dict[str, asyncio.Task[CheckOutcome]] = {}
+        self._latest: dict[str, CheckOutcome] = {}
         self._slots = asyncio.Semaphore(slots)
 
-    async def run(self, snapshot: Snapshot, arch: str | None) -> CheckOutcome | None:
-        """Compile `snapshot`: its outcome, or None when a newer snapshot of the same document
-        (or the document's closing) cancelled it."""
-        self.cancel(snapshot.uri)
-        task = asyncio.create_task(self._compile(snapshot, arch))
-        self._running[snapshot.uri] = task
-        try:
-            return await task
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise  # this caller was cancelled, not superseded
-            return None
-        finally:
-            if self._running.get(snapshot.uri) is task:
-                del self._running[snapshot.uri]
-
-    def cancel(self, uri: str) -> None:
-        if (task := self._running.pop(uri, None)) is not None:
-            task.cancel()
-
-    async def stop(self, timeout: float = 10.0) -> None:
-        """Cancel every compile and wait, `timeout` seconds at most, until their processes are
-        gone: `shutdown` waits for this, and must be answered whatever a compile does."""
-        tasks = list(self._running.values())
-        for uri in list(self._running):
-            self.cancel(uri)
-        if tasks:
-            _, stuck = await asyncio.wait(tasks, timeout=timeout)
-            for task in stuck:
-                logger.warning(
-                    "a compile did not end within %.0f s of its cancel: %r", timeout, task
-                )
-
-    async def _compile(self, snapshot: Snapshot, arch: str | None) -> CheckOutcome:
+    async def compile(self, snapshot: Snapshot, arch: str | None) -> CheckOutcome:
+        """`snapshot` compiled once a slot is free (cancelling this ends the compile)."""
         async with self._slots:
-            return await run_job(snapshot, arch)
+            return await compile_snapshot(snapshot, arch)
+
+    def latest(self, uri: str) -> CheckOutcome | None:
+        return self._latest.get(uri)
+
+    def keep(self, outcome: CheckOutcome) -> None:
+        self._latest[outcome.snapshot.uri] = outcome
+
+    def outcomes(self) -> list[CheckOutcome]:
+        return list(self._latest.values())
+
+    def forget(self, uri: str) -> None:
+        """The document closed: its outcome goes."""
+        self._latest.pop(uri, None)

@@ -10,8 +10,7 @@ from typing import Any
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
-from optiml.cuda.draft import draft_spec
-from optiml.cuda.source import Kernel
+from optiml.api import KernelOutline, draft_spec
 from server.capabilities import ClientCapabilities
 from server.documents import Model, Point
 from server.jobs import OPTIMIZE_COMMAND, PROFILE_COMMAND
@@ -37,7 +36,7 @@ def code_actions(
     for k in model.kernels:
         if not _overlaps(k, start, end):
             continue
-        if k.spec_comment is None and _wanted(KIND, only):
+        if k.spec_range is None and _wanted(KIND, only):
             title = f"Add OptiML spec for `{k.name}`"
             if not caps.code_action_literals:
                 args = [model.snapshot.uri, model.snapshot.version, k.name]
@@ -84,17 +83,16 @@ def _wanted(kind: str, only: list[str] | None) -> bool:
 
 
 def add_spec_edit(
-    model: Model, kernel: Kernel, caps: ClientCapabilities
+    model: Model, kernel: KernelOutline, caps: ClientCapabilities
 ) -> types.WorkspaceEdit | None:
     """The drafted spec inserted above the kernel's first line (its `template <...>` line, if any),
     indented like it; None if the draft fails."""
-    assert model.source is not None
     try:
-        draft = draft_spec(model.source, kernel)
+        draft = draft_spec(model.snapshot.text, model.snapshot.path, kernel.name)
     except Exception:  # a bug in drafting: offer nothing rather than a broken spec
         logger.exception("drafting a spec for %s", kernel.name)
         return None
-    line = kernel.span.start_point[0]
+    line = kernel.range.start[0]
     text = model.lines[line]
     indent = text[: len(text) - len(text.lstrip())]
     new_text = "".join(indent + row + "\n" for row in draft.splitlines())
@@ -120,5 +118,5 @@ def add_spec_edit(
     )
 
 
-def _overlaps(kernel: Kernel, start: Point, end: Point) -> bool:
-    return kernel.span.start_point <= end and start <= kernel.span.end_point
+def _overlaps(kernel: KernelOutline, start: Point, end: Point) -> bool:
+    return kernel.range.start <= end and start <= kernel.range.end

@@ -10,10 +10,7 @@ from pathlib import Path
 
 from lsprotocol import types
 
-from optiml.api import CompilerMessage
-from optiml.cuda.source import Kernel
-from optiml.errors import Position
-from optiml.profile.model import Hotspot
+from optiml.api import CompilerMessage, Hotspot, KernelOutline, Position
 from server.checks import CheckOutcome
 from server.documents import Model, Point
 from server.inlay_hints import summary
@@ -38,9 +35,9 @@ def diagnostics(
     model: Model,
     check: CheckOutcome | None,
     hints: bool,
-    profiles: Sequence[tuple[Kernel, KernelProfile]] = (),
+    profiles: Sequence[tuple[KernelOutline, KernelProfile]] = (),
 ) -> list[types.Diagnostic]:
-    out = [_spec_issue(model, message, at) for message, at in model.spec_issues]
+    out = [_spec_issue(model, i.message, i.position) for i in model.spec_issues]
     if model.error:
         out.append(_at(model, (0, 0), None, model.error, types.DiagnosticSeverity.Warning))
     if check is not None:
@@ -52,11 +49,11 @@ def diagnostics(
     return out
 
 
-def _hotspots(model: Model, kernel: Kernel, found: KernelProfile) -> list[types.Diagnostic]:
+def _hotspots(model: Model, kernel: KernelOutline, found: KernelProfile) -> list[types.Diagnostic]:
     """The profile's hotspots in the kernel's lines, where they are now: the kernel is unchanged
     since the profile (else it is not passed here), but it may have moved."""
     block = model.block(kernel)
-    name = model.range(kernel.name_span.start_point, kernel.name_span.end_point)
+    name = model.range(kernel.name_range.start, kernel.name_range.end)
     related = [
         types.DiagnosticRelatedInformation(
             location=types.Location(uri=model.snapshot.uri, range=name),
@@ -134,7 +131,7 @@ def _static_feedback(model: Model, check: CheckOutcome) -> list[types.Diagnostic
         if feedback is not None and feedback.report is not None:
             out.append(
                 types.Diagnostic(
-                    range=model.range(k.name_span.start_point, k.name_span.end_point),
+                    range=model.range(k.name_range.start, k.name_range.end),
                     message=summary(feedback.report),
                     severity=types.DiagnosticSeverity.Hint,
                     source="optiml",

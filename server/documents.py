@@ -1,5 +1,5 @@
 """Open `.cu`/`.cuh` documents: each version a `Snapshot`, parsed off the event loop into a `Model`
-(source model plus specs and spec errors). A burst of edits costs one parse per catch-up, not one
+(`optiml.api.Outline`: kernels, specs and spec errors). A burst of edits costs one parse per catch-up, not one
 per keystroke: a parse always takes the newest text, and its waiters get the newest model."""
 
 from __future__ import annotations
@@ -9,21 +9,14 @@ import hashlib
 import logging
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from lsprotocol import types
 from pygls.uris import to_fs_path
 from pygls.workspace.position_codec import PositionCodec
 
-from optiml.cuda.source import Kernel, SourceFile
-from optiml.errors import Position, SpecError
-from optiml.spec import Spec, parse_spec
-from server.protocol import one_line
-
-if TYPE_CHECKING:
-    from server.checks import CheckOutcome
+from optiml.api import KernelOutline, Outline, Spec, SpecIssue, outline
 
 logger = logging.getLogger(__name__)
 
@@ -64,14 +57,24 @@ class Model:
     snapshot: Snapshot
     codec: PositionCodec
     lines: list[str]
-    source: SourceFile | None
-    specs: dict[str, Spec] = field(default_factory=dict)
-    spec_issues: list[tuple[str, Position]] = field(default_factory=list)
-    error: str | None = None  # why the file could not be read at all
+    outline: Outline
 
     @property
-    def kernels(self) -> list[Kernel]:
-        return self.source.kernels if self.source else []
+    def kernels(self) -> list[KernelOutline]:
+        return self.outline.kernels
+
+    @property
+    def specs(self) -> dict[str, Spec]:
+        return self.outline.specs
+
+    @property
+    def spec_issues(self) -> list[SpecIssue]:
+        return self.outline.spec_issues
+
+    @property
+    def error(self) -> str | None:
+        """Why the file could not be read at all."""
+        return self.outline.error
 
     def position(self, point: Point) -> types.Position:
         line, col = self._clamp(point)
@@ -90,11 +93,11 @@ class Model:
         line = min(line, len(self.lines) - 1)
         return (line, len(self.lines[line].rstrip("\r")))
 
-    def block(self, kernel: Kernel) -> Block:
+    def block(self, kernel: KernelOutline) -> Block:
         return kernel_block(self.lines, kernel)
 
-    def kernel(self, name: str) -> Kernel | None:
-        return next((k for k in self.kernels if k.name == name), None)
+    def kernel(self, name: str) -> KernelOutline | None:
+        return self.outline.kernel(name)
 
     def _clamp(self, point: Point) -> Point:
         line = min(max(point[0], 0), len(self.lines) - 1)
@@ -115,97 +118,20 @@ class Block:
         return hashlib.sha1(self.text.encode()).hexdigest()
 
 
-def kernel_block(lines: list[str], kernel: Kernel) -> Block:
-    start = kernel.spec_comment.span if kernel.spec_comment is not None else kernel.span
-    first, last = start.start_point[0], kernel.span.end_point[0]
+def kernel_block(lines: list[str], kernel: KernelOutline) -> Block:
+    first, last = kernel.first_line, kernel.last_line
     return Block(first, last, "\n".join(lines[first : last + 1]))
 
 
 def parse(snapshot: Snapshot, codec: PositionCodec) -> Model:
     lines = snapshot.text.split("\n")  # the source model counts lines by "\n" too
-    try:
-        source = SourceFile(snapshot.text, snapshot.path)
-    except Exception as e:  # tree-sitter reads any text, so this is a bug in the source model
-        logger.exception("parsing %s", snapshot.uri)
-        error = f"OptiML could not read this file ({_what(e)}); see the server log"
-        return Model(snapshot, codec, lines, None, error=error)
-    model = Model(snapshot, codec, lines, source)
-    # every kernel's name and parameter types, digested once: a `reference:` depends on them
-    kernels = hashlib.sha1(
-        repr([(k.name, [p.declared for p in k.params]) for k in source.kernels]).encode()
-    ).hexdigest()
-    for k in source.kernels:
-        if k.spec_comment is None:
-            continue
-        try:
-            spec, issues = _SPECS.parse(source, k, kernels)
-            if spec is not None:
-                model.specs[k.name] = spec
-            model.spec_issues.extend(issues)
-        except Exception as e:  # a bug in the spec parser: report it where the user looks
-            logger.exception("parsing the spec of %s in %s", k.name, snapshot.uri)
-            at = source.position(k.spec_comment.span.start)
-            issue = f"OptiML could not read this spec ({_what(e)}); see the server log"
-            model.spec_issues.append((issue, at))
-    return model
-
-
-def _what(e: Exception) -> str:
-    """An unexpected exception in one line, for a diagnostic: its type and first line."""
-    return f"{type(e).__name__}: {one_line(str(e), 200)}"
-
-
-class SpecCache:
-    """Spec parses of unchanged spec comments, reused across versions: typing elsewhere in a
-    large file leaves almost every spec as it was, and parsing them is most of a parse.
-
-    A parse depends on the comment's text and column, the kernel's signature, the other kernels'
-    names and parameters (a `reference:`) and the file's path (a NumPy reference's folder); an
-    entry found again under a moved comment has its error positions moved by as many lines."""
-
-    LIMIT = 4096
-
-    def __init__(self) -> None:
-        self._entries: dict[tuple, tuple[Spec | None, list[tuple[str, Position]], int]] = {}
-
-    def parse(
-        self, source: SourceFile, kernel: Kernel, kernels: str
-    ) -> tuple[Spec | None, list[tuple[str, Position]]]:
-        """`kernels`: a digest of every kernel's name and parameter types, made once per file."""
-        comment = kernel.spec_comment
-        line, column = comment.span.start_point
-        signature = source.text[kernel.span.start : kernel.body_span.start]
-        key = (source.path, comment.text, column, signature, kernels)
-        hit = self._entries.get(key)
-        if hit is None:
-            try:
-                spec, issues = parse_spec(source, kernel), []
-            except SpecError as e:
-                spec, issues = None, list(e.issues)
-            if len(self._entries) >= self.LIMIT:
-                self._entries.clear()
-            self._entries[key] = hit = (spec, issues, line)
-        spec, issues, cached_line = hit
-        shift = line - cached_line
-        if shift:
-            issues = [(m, _moved(p, shift)) for m, p in issues]
-        return spec, issues
-
-
-def _moved(p: Position, lines: int) -> Position:
-    end = p.end_line + lines if p.end_line is not None else None
-    return Position(p.path, p.line + lines, p.column, end, p.end_column)
-
-
-# Parses run on one worker thread (Documents._pool), so the cache needs no lock.
-_SPECS = SpecCache()
+    return Model(snapshot, codec, lines, outline(snapshot.text, snapshot.path))
 
 
 class Document:
     def __init__(self, snapshot: Snapshot):
         self.snapshot = snapshot  # the newest text
         self.model: Model | None = None  # the newest finished parse
-        self.check: CheckOutcome | None = None  # the newest finished compile
         self.parsing: asyncio.Task[None] | None = None
 
 
@@ -218,10 +144,6 @@ class Documents:
 
     def get(self, uri: str) -> Document | None:
         return self._docs.get(uri)
-
-    def check(self, uri: str) -> CheckOutcome | None:
-        doc = self._docs.get(uri)
-        return doc.check if doc is not None else None
 
     def __iter__(self) -> Iterator[Document]:
         return iter(list(self._docs.values()))

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from lsprotocol import types
 
-from optiml.api import StaticReport
-from optiml.cuda.source import Kernel
-from optiml.spec import Spec
+from optiml.api import KernelOutline, Spec, StaticReport
 from server.checks import CheckOutcome
 from server.documents import Model
 from server.jobs import Profiles
@@ -26,7 +24,7 @@ def hover(
 ) -> types.Hover | None:
     point = model.point(position)
     kernel = next(
-        (k for k in model.kernels if k.name_span.start_point <= point <= k.name_span.end_point),
+        (k for k in model.kernels if k.name_range.start <= point <= k.name_range.end),
         None,
     )
     if kernel is None:
@@ -35,7 +33,7 @@ def hover(
     spec = model.specs.get(kernel.name)
     if spec is not None:
         sections.append(_spec(spec))
-    elif kernel.spec_comment is None:
+    elif kernel.spec_range is None:
         sections.append("No `@optiml` spec: the code action *Add OptiML spec* drafts one.")
     else:
         sections.append("The spec has errors: see the diagnostics.")
@@ -53,11 +51,11 @@ def hover(
     kind = types.MarkupKind.Markdown if markdown else types.MarkupKind.PlainText
     return types.Hover(
         contents=types.MarkupContent(kind=kind, value=text),
-        range=model.range(kernel.name_span.start_point, kernel.name_span.end_point),
+        range=model.range(kernel.name_range.start, kernel.name_range.end),
     )
 
 
-def _feedback(kernel: Kernel, check: CheckOutcome | None) -> str:
+def _feedback(kernel: KernelOutline, check: CheckOutcome | None) -> str:
     if check is None:
         return "Not compiled yet: OptiML compiles the file when it is opened and saved."
     if check.error is not None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from lsprotocol import types
 
-from optiml.api import StaticReport
-from optiml.cuda.source import Kernel
+from optiml.api import KernelOutline, StaticReport
 from server.checks import CheckOutcome
 from server.documents import Model, Point
 
@@ -43,8 +42,6 @@ def inlay_hints(model: Model, check: CheckOutcome, visible: types.Range) -> list
     return out
 
 
-def signature_end(model: Model, kernel: Kernel) -> Point:
+def signature_end(model: Model, kernel: KernelOutline) -> Point:
     """The end of the line where the parameter list closes (the body may open there or below)."""
-    text, body = model.snapshot.text, kernel.body_span.start
-    close = kernel.name_span.end + len(text[kernel.name_span.end : body].rstrip())
-    return model.line_end(kernel.body_span.start_point[0] - text.count("\n", close, body))
+    return model.line_end(kernel.signature_line)

@@ -1,51 +1,65 @@
-"""Background jobs on one kernel, started by a code action or a command: *optimize* (OptiML-X's
-search, `optiml.api.optimize_file_async`) and *profile* (Nsight Compute, through the executor). A job
-works on a snapshot of the document (never the live one). An optimize job runs in a process of
-its own — the search parses every candidate (tree-sitter holds the interpreter lock for a whole
-parse: ~40 ms for a 5,000-line file), so a thread would stall the server's loop; a profile job
-runs in a worker thread. Progress goes to the client as cancellable work-done progress. At most
-one job per (document, kernel), several at once in all.
+"""Background work on a snapshot of a document (never the live one), one path for every kind
+(`run_job`: its progress, its cancel, its result stored, one message if it fails):
+
+- *check*: the compile after an open or a save (`server.checks`: nvcc in a process group of its
+  own), on the whole document; a newer snapshot of the document cancels the older one's check,
+  as does its closing; the outcome is kept and published as diagnostics and inlay hints;
+- *optimize*: OptiML-X's search (`optiml.api.optimize_file_async`) on one kernel, in a process of
+  its own — the search parses every candidate (tree-sitter holds the interpreter lock for a whole
+  parse: ~40 ms for a 5,000-line file), so a thread would stall the server's loop; its winner is
+  a proposal;
+- *profile*: Nsight Compute on one kernel through the executor, in a worker thread.
+
+Progress goes to the client as cancellable work-done progress. At most one optimize or profile
+job per (document, kernel), several at once in all.
 
 A job stops through `should_stop` (an event the search checks between evaluations, shared with
-the job's process): the progress UI's cancel, `optiml.cancelJob` and the server's shutdown set it.
+the job's process): the progress UI's cancel, `optiml.cancelJob` (which, without a job, cancels
+the optimize and profile jobs: the ones commands started) and the server's shutdown set it.
 Whatever a job raises (no GPU, a bad spec, no nvcc, a bug, a dead process) ends its progress and
-is shown in one message."""
+is shown in one message.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import multiprocessing
 import queue
 import re
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 
-from optiml.api import OptimizeRequest, optimize_file_async
-from optiml.cuda.source import Kernel, SourceFile
-from optiml.errors import OptimlError
-from optiml.executors import Executor, parse_gpus
-from optiml.executors import Job as KernelJob
-from optiml.executors.registry import open_search_executor
-from optiml.harness import procs
-from optiml.harness.build import cache_dir
-from optiml.profile.model import Profile
-from optiml.search.optimize import Event
-from optiml.spec import parse_spec
+from optiml.api import (
+    Event,
+    Executor,
+    KernelOutline,
+    OptimizeRequest,
+    OptimlError,
+    Profile,
+    Trajectory,
+    cache_dir,
+    kill_all,
+    kill_children_on_terminate,
+    open_search_executor,
+    optimize_file_async,
+    outline,
+    parse_gpus,
+    profile_text,
+)
+from server.checks import CheckOutcome, Checks
 from server.documents import Model, Snapshot, kernel_block
 from server.proposals import Proposal, make_proposal
 from server.protocol import one_line, shown
 from server.settings import Settings
-
-if TYPE_CHECKING:
-    from server.app import OptimlServer
 
 logger = logging.getLogger(__name__)
 
@@ -53,9 +67,10 @@ OPTIMIZE_COMMAND = "optiml.optimize"
 PROFILE_COMMAND = "optiml.profile"
 CANCEL_COMMAND = "optiml.cancelJob"
 
-Kind = Literal["optimize", "profile"]
-VERB = {"optimize": "optimizing", "profile": "profiling"}
-DONE = {"optimize": "optimized", "profile": "profiled"}
+Kind = Literal["check", "optimize", "profile"]
+VERB = {"check": "compiling", "optimize": "optimizing", "profile": "profiling"}
+DONE = {"check": "compiled", "optimize": "optimized", "profile": "profiled"}
+T = TypeVar("T")
 
 ExecutorFactory = Callable[[Settings], Executor]
 
@@ -67,6 +82,25 @@ def local_executor(settings: Settings) -> Executor:
     """The executor the settings name (`executor`: `local` is this machine's GPUs, `gpus` of
     them; `ssh://...`, `ray`, several pooled); raises without a GPU there."""
     return open_search_executor(settings.executor, parse_gpus(settings.gpus))
+
+
+class JobHost(Protocol):
+    """What a job needs of the server it runs in: where it reports, and where its results go."""
+
+    caps: Any  # the client's capabilities (`server.capabilities.ClientCapabilities`)
+    work_done_progress: Any  # pygls's progress API
+    settings: Settings
+    executor_factory: ExecutorFactory
+    jobs: Jobs
+    checks: Checks
+    profiles: Profiles
+    proposals: Any  # `server.proposals.Proposals`
+
+    def tell(self, message: str, kind: types.MessageType = ..., once: bool = ...) -> None: ...
+    def spawn(self, coro: Any) -> asyncio.Task[None]: ...
+    def refresh_code_lenses(self) -> None: ...
+    def refresh_inlay_hints(self) -> None: ...
+    def republish(self, uri: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -105,7 +139,7 @@ class Job:
     id: str
     kind: Kind
     snapshot: Snapshot
-    kernel: str
+    kernel: str  # "" for a check: the whole document
     settings: Settings  # as they were when it started
     stop: Any = field(default_factory=PROCESSES.Event)  # shared with the job's process
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)  # the loop's view of `stop`
@@ -115,8 +149,13 @@ class Job:
     ended: bool = False
 
     @property
+    def subject(self) -> str:
+        """What the job works on: its kernel, or the document's name for a check."""
+        return self.kernel or self.snapshot.name
+
+    @property
     def title(self) -> str:
-        return f"OptiML: {VERB[self.kind]} {self.kernel}"
+        return f"OptiML: {VERB[self.kind]} {self.subject}"
 
     @property
     def folder(self) -> Path:
@@ -140,6 +179,12 @@ class Jobs:
             (j for j in self._jobs.values() if (j.snapshot.uri, j.kernel) == (uri, kernel)), None
         )
 
+    def cancel_checks(self, uri: str) -> None:
+        """End the compiles of `uri` in flight (a newer snapshot, or the document closed)."""
+        for j in self._jobs.values():
+            if j.kind == "check" and j.snapshot.uri == uri:
+                j.cancel()
+
     def new(self, kind: Kind, snapshot: Snapshot, kernel: str, settings: Settings) -> Job:
         job = Job(uuid.uuid4().hex[:12], kind, snapshot, kernel, settings)
         self._jobs[job.id] = job
@@ -149,8 +194,12 @@ class Jobs:
         self._jobs.pop(job.id, None)
 
     def cancel(self, job_id: str | None = None) -> list[str]:
-        """Cancel one job (or all, with None): the ids cancelled."""
-        found = [j for j in self._jobs.values() if job_id in (None, j.id)]
+        """Cancel one job (or, with None, every optimize and profile job): the ids cancelled."""
+        found = [
+            j
+            for j in self._jobs.values()
+            if j.id == job_id or (job_id is None and j.kind != "check")
+        ]
         for j in found:
             j.cancel()
         return [j.id for j in found]
@@ -161,9 +210,10 @@ class Jobs:
                 j.cancel()
 
     async def stop(self, timeout: float = 10.0) -> None:
-        """Cancel every job and give them `timeout` seconds to end (an evaluation in flight ends
-        first)."""
-        self.cancel()
+        """Cancel every job, compiles included, and give them `timeout` seconds to end (an
+        evaluation in flight ends first): `shutdown` waits for this."""
+        for j in self._jobs.values():
+            j.cancel()
         tasks = [j.task for j in self._jobs.values() if j.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=timeout)
@@ -192,13 +242,13 @@ class Profiles:
     def put(self, uri: str, kernel: str, found: KernelProfile) -> None:
         self._by[(uri, kernel)] = found
 
-    def get(self, model: Model, kernel: Kernel) -> KernelProfile | None:
+    def get(self, model: Model, kernel: KernelOutline) -> KernelProfile | None:
         found = self._by.get((model.snapshot.uri, kernel.name))
         if found is None or found.digest != model.block(kernel).digest:
             return None
         return found
 
-    def of(self, model: Model) -> list[tuple[Kernel, KernelProfile]]:
+    def of(self, model: Model) -> list[tuple[KernelOutline, KernelProfile]]:
         if not any(uri == model.snapshot.uri for uri, _ in self._by):
             return []
         return [(k, p) for k in model.kernels if (p := self.get(model, k)) is not None]
@@ -211,7 +261,7 @@ class Profiles:
 class Optimized:
     """What an optimize job's process sends back: the record and the proposal, if any."""
 
-    trajectory: Any
+    trajectory: Trajectory
     proposal: Proposal | None
 
 
@@ -254,11 +304,11 @@ def optimize_work(
 def _optimize_process(args: tuple, make_executor: ExecutorFactory, out: Any, stop: Any) -> None:
     """The job's process: its events, then ("done", Optimized) or ("error", exception). A cancel
     (or SIGTERM) kills the runner, sanitizer and profiler process groups in flight at once."""
-    procs.kill_children_on_terminate()
+    kill_children_on_terminate()
 
     def watch() -> None:
         stop.wait()
-        procs.kill_all()
+        kill_all()
 
     threading.Thread(target=watch, daemon=True).start()
     try:
@@ -305,28 +355,30 @@ def run_in_process(job: Job, make_executor: ExecutorFactory, forward) -> Optimiz
 
 
 def profile_work(job: Job, make_executor: ExecutorFactory) -> KernelProfile:
-    source = SourceFile(job.snapshot.text, job.snapshot.path)
-    kernel = source.kernel(job.kernel)
-    spec = parse_spec(source, kernel)
-    executor = make_executor(job.settings)
-
-    async def run() -> Profile:
-        try:
-            return await executor.profile(KernelJob(source, kernel, spec), full=True)
-        finally:
-            await executor.close()
-
-    profile = asyncio.run(run())
-    block = kernel_block(job.snapshot.text.split("\n"), kernel)
-    return KernelProfile(profile, block.digest, block.first, job.snapshot.version, source.path)
+    text, path = job.snapshot.text, job.snapshot.path
+    profile = asyncio.run(profile_text(text, path, job.kernel, make_executor(job.settings)))
+    kernel = outline(text, path).kernel(job.kernel)
+    assert kernel is not None  # profiled: the kernel is there
+    block = kernel_block(text.split("\n"), kernel)
+    return KernelProfile(profile, block.digest, block.first, job.snapshot.version, path)
 
 
 # ---- the job, on the server's loop ------------------------------------------------------------
 
 
-async def run_job(ls: OptimlServer, job: Job) -> None:
-    """Drive `job` to its end: progress, the work in a thread, its result stored, one message if
-    it fails. Never raises."""
+def start(ls: JobHost, kind: Kind, snapshot: Snapshot, kernel: str = "") -> Job:
+    """A job of `kind` on `snapshot`, running in the background; a check first cancels the
+    document's older one."""
+    if kind == "check":
+        ls.jobs.cancel_checks(snapshot.uri)
+    job = ls.jobs.new(kind, snapshot, kernel, ls.settings)
+    job.task = ls.spawn(run_job(ls, job))
+    return job
+
+
+async def run_job(ls: JobHost, job: Job) -> None:
+    """Drive `job` to its end: progress, the work (in a process, a thread or a compile's own
+    process group), its result stored, one message if it fails. Never raises."""
     loop = asyncio.get_running_loop()
 
     def forward(event: Event) -> None:  # in the job's thread
@@ -337,35 +389,63 @@ async def run_job(ls: OptimlServer, job: Job) -> None:
 
     try:
         job.token = await _begin(ls, job)
-        if job.kind == "optimize":
+        if job.kind == "check":
+            arch = job.settings.arch
+            _checked(ls, job, await _unless_cancelled(job, ls.checks.compile(job.snapshot, arch)))
+        elif job.kind == "optimize":
             result = await asyncio.to_thread(run_in_process, job, ls.executor_factory, forward)
             _optimized(ls, job, result.trajectory, result.proposal)
         else:
-            result = await _unless_cancelled(job, profile_work, job, ls.executor_factory)
-            _profiled(ls, job, result)
+            work = asyncio.to_thread(profile_work, job, ls.executor_factory)
+            _profiled(ls, job, await _unless_cancelled(job, work))
     except Exception as e:
         message = failure(job, e)
         _end(ls, job, message)
-        ls.tell(message)
+        ls.tell(message, once=job.kind == "check")  # a compile's failure recurs on every save
     finally:
         _end(ls, job, "ended")
         ls.jobs.remove(job)
 
 
-async def _unless_cancelled(job: Job, fn: Callable[..., Any], *args: Any) -> Any:
-    """`fn` in a thread, or None as soon as the job is cancelled (a profile cannot stop halfway;
-    what it finds after that is dropped)."""
-    work = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+async def _unless_cancelled(job: Job, work: Awaitable[T]) -> T | None:
+    """`work`, or None as soon as the job is cancelled: `work` is cancelled then (a compile's
+    process group killed before this returns; a profile cannot stop halfway, what its thread
+    finds after that is dropped)."""
+    task = asyncio.ensure_future(work)
     cancelled = asyncio.ensure_future(job.cancelled.wait())
-    await asyncio.wait({work, cancelled}, return_when=asyncio.FIRST_COMPLETED)
-    cancelled.cancel()
-    if work.done():
-        return work.result()
-    work.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no warning
+    try:
+        await asyncio.wait({task, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        cancelled.cancel()
+    if task.done() and not job.cancelled.is_set():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):  # dropped with the job
+        await task
     return None
 
 
-def _optimized(ls: OptimlServer, job: Job, t: Any, proposal: Proposal | None) -> None:
+def _checked(ls: JobHost, job: Job, outcome: CheckOutcome | None) -> None:
+    if outcome is None:  # a newer snapshot, the document's closing or the progress's cancel
+        _end(ls, job, f"{job.subject}: cancelled")
+        return
+    ls.checks.keep(outcome)
+    if outcome.error is not None:
+        kind = types.MessageType.Warning if outcome.tool_missing else types.MessageType.Error
+        ls.tell(f"OptiML: {outcome.error}", kind, once=True)
+    ls.republish(job.snapshot.uri)
+    ls.refresh_inlay_hints()
+    errors = sum(1 for m in outcome.messages if m.severity == "error")
+    if outcome.error is not None:
+        summary = "not compiled"
+    elif outcome.ok:
+        summary = DONE[job.kind]
+    else:
+        summary = f"{errors} compile error{'s' if errors != 1 else ''}"
+    _end(ls, job, f"{job.subject}: {summary}")
+
+
+def _optimized(ls: JobHost, job: Job, t: Trajectory, proposal: Proposal | None) -> None:
     line = _ascii_free(t.outcome)
     if t.stop == "cancelled":
         line = f"cancelled after {t.evaluations} of {job.settings.evaluations} evaluations; {line}"
@@ -379,7 +459,7 @@ def _optimized(ls: OptimlServer, job: Job, t: Any, proposal: Proposal | None) ->
         ls.tell(f"OptiML: {message}", types.MessageType.Info)
 
 
-def _profiled(ls: OptimlServer, job: Job, found: KernelProfile | None) -> None:
+def _profiled(ls: JobHost, job: Job, found: KernelProfile | None) -> None:
     if found is None:
         _end(ls, job, f"{job.kernel}: cancelled")
         return
@@ -393,7 +473,7 @@ def _profiled(ls: OptimlServer, job: Job, found: KernelProfile | None) -> None:
 
 
 def failure(job: Job, e: BaseException) -> str:
-    what = f"OptiML: {VERB[job.kind]} `{job.kernel}` failed"
+    what = f"OptiML: {VERB[job.kind]} `{job.subject}` failed"
     if isinstance(e, OptimlError):
         return f"{what}: {e}"
     logger.error("%s", what, exc_info=e)
@@ -420,7 +500,7 @@ def _ascii_free(text: str) -> str:
     return re.sub(r"(\d)x\b", r"\1×", text).replace(" -> ", " → ")
 
 
-async def _begin(ls: OptimlServer, job: Job) -> str | None:
+async def _begin(ls: JobHost, job: Job) -> str | None:
     if not ls.caps.work_done_progress:
         return None
     token = f"optiml/job/{job.id}"
@@ -438,7 +518,7 @@ async def _begin(ls: OptimlServer, job: Job) -> str | None:
     return token
 
 
-def _report(ls: OptimlServer, job: Job, event: Event) -> None:
+def _report(ls: JobHost, job: Job, event: Event) -> None:
     if job.token is None or job.ended:
         return
     percentage, message = progress(event)
@@ -448,7 +528,7 @@ def _report(ls: OptimlServer, job: Job, event: Event) -> None:
     ls.work_done_progress.report(job.token, report)
 
 
-def _end(ls: OptimlServer, job: Job, message: str) -> None:
+def _end(ls: JobHost, job: Job, message: str) -> None:
     """End the job's progress, once."""
     if job.ended:
         return

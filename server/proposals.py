@@ -19,9 +19,7 @@ from typing import Any
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
-from optiml.cuda.source import SourceFile
-from optiml.search.optimize import Outcome
-from optiml.search.trajectory import ProfileSummary, Trajectory
+from optiml.api import OptimizeResult, ProfileSummary, Trajectory, outline
 from server.capabilities import ClientCapabilities
 from server.documents import Block, Model, Snapshot, kernel_block
 from server.protocol import shown
@@ -77,16 +75,20 @@ class Proposal:
         return Path(self.snapshot.path).name if self.snapshot.path != "<memory>" else "kernel.cu"
 
 
-def make_proposal(job: str, snapshot: Snapshot, kernel: str, outcome: Outcome, folder: Path):
+def make_proposal(
+    job: str, snapshot: Snapshot, kernel: str, outcome: OptimizeResult, folder: Path
+) -> Proposal | None:
     """The proposal of a finished optimize job, or None without a winner. Parses the snapshot:
     called in the job's thread, not on the event loop."""
     t = outcome.trajectory
     if outcome.winner is None or outcome.speedup is None:
         return None
-    source = SourceFile(snapshot.text, snapshot.path)
+    found = outline(snapshot.text, snapshot.path).kernel(kernel)
+    if found is None:  # the search read the kernel from this very text
+        raise ValueError(f"no kernel {kernel} in the optimized snapshot")
     lines = snapshot.text.split("\n")
-    block = kernel_block(lines, source.kernel(kernel))
-    variant = outcome.winner.text
+    block = kernel_block(lines, found)
+    variant = outcome.winner
     confirmed = next((c for c in t.confirmed if c.node == t.winner), None)
     return Proposal(
         id=job,

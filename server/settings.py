@@ -10,12 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from optiml.arch import arch_number
-from optiml.errors import OptimlError
-from optiml.executors import parse_gpus
-from optiml.executors.registry import split_urls
-from optiml.llm.settings import Provider
-from optiml.profile.static import ARCHES
+from optiml.api import ARCHES, OptimlError, Provider, arch_number, parse_gpus, split_urls
 
 SECTION = "optiml"
 

@@ -17,6 +17,8 @@ from click.testing import CliRunner
 
 import optiml.api
 import optiml.arch
+import optiml.check
+import optiml.harness.evaluate
 import optiml.harness.gpu
 from optiml.cli import main
 from optiml.expr import ExprError
@@ -164,8 +166,8 @@ def no_nvcc_needed(monkeypatch):
             ok=True, path=Path("/dev/null"), messages=[], resources=None, all_resources=found
         )
 
-    monkeypatch.setattr(optiml.api, "build_device_code", build)
-    monkeypatch.setattr(optiml.api, "find_toolkit", lambda: None)
+    monkeypatch.setattr(optiml.check, "build_device_code", build)
+    monkeypatch.setattr(optiml.check, "find_toolkit", lambda: None)
     monkeypatch.setattr(optiml.arch, "_toolkit", lambda: None)
 
 
@@ -268,9 +270,9 @@ def test_a_spec_value_that_fails_at_run_time_is_a_bad_spec(monkeypatch):
     def evaluate(*args, **kwargs):
         raise ExprError("`n - 2000000` is negative")
 
-    monkeypatch.setattr(optiml.api, "find_toolkit", lambda: None)
-    monkeypatch.setattr(optiml.api, "require_gpu", lambda command: None)
-    monkeypatch.setattr(optiml.api, "evaluate", evaluate)
+    monkeypatch.setattr(optiml.harness.evaluate, "find_toolkit", lambda: None)
+    monkeypatch.setattr(optiml.harness.evaluate, "require_gpu", lambda command: None)
+    monkeypatch.setattr(optiml.harness.evaluate, "evaluate", evaluate)
     r = invoke("eval", str(FIXTURES / "saxpy.cu"), "-k", "saxpy")
     assert r.exit_code == 5
     assert the_error(r).startswith(f"{FIXTURES / 'saxpy.cu'}:")

@@ -348,7 +348,7 @@ def test_a_search_whose_connection_is_lost_for_good_saves_its_tree_and_resumes_f
     second = Sshd(tmp_path / "second")
     try:
         remote_env(monkeypatch, second, OPTIML_STAND_IN_SLEEP="0.1")
-        request = replace(request, resume=True, budget=4)
+        request = request.model_copy(update={"resume": True, "budget": 4})
         outcome = asyncio.run(optimize_file_async(request, executor=second.url))
     finally:
         second.stop()

@@ -25,7 +25,7 @@ from optiml import __version__
 from optiml.errors import RemoteUnreachable, RemoteWorkerError, UsageError, one_line, quote
 from optiml.executors import worker
 from optiml.executors.protocol import Hello, Request, raise_if_error, result_of
-from optiml.executors.registry import WorkExecutor
+from optiml.executors.work import WorkExecutor
 
 LOCAL_CPUS = 2  # a cluster started here: enough for a job and the hello
 

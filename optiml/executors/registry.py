@@ -1,6 +1,6 @@
 """Executors by name: `--executor URL` picks where a job runs by the URL's scheme.
 
-Each executor is one module with one class (a `WorkExecutor`) and one line in `EXECUTORS`; a module
+Each executor is one module with one class (a `WorkExecutor`, `work.py`) and one line in `EXECUTORS`; a module
 is imported only when its scheme is used, so `asyncssh` and `ray` load only for their URLs.
 
 The search (`optimize`, `profile`) takes one URL or several, comma-separated: `local` is this
@@ -11,12 +11,11 @@ pool their GPUs (`PooledExecutor`).
 from __future__ import annotations
 
 import importlib
-from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from optiml.errors import UsageError, quote
-from optiml.executors.protocol import Request
+from optiml.executors.work import WorkExecutor
 
 if TYPE_CHECKING:
     from optiml.executors.base import Executor
@@ -27,29 +26,6 @@ EXECUTORS = {
     "ssh": "optiml.executors.ssh:SshExecutor",
     "ray": "optiml.executors.ray_cluster:RayExecutor",
 }
-
-
-class WorkExecutor(ABC):
-    """Runs `Request`s somewhere and answers with the result as plain JSON (what `--json`
-    prints); an error there is raised here as the `OptimlError` it was."""
-
-    in_process = False  # True where `--arch` and the file are resolved by this process itself
-    url: str
-
-    @abstractmethod
-    async def run(self, request: Request) -> dict: ...
-
-    async def search_slots(self) -> int:
-        """Connect; how many of the search's jobs run there at once (one per GPU)."""
-        raise UsageError(f"--executor {self.url} cannot run the search")
-
-    async def submit(self, request: Request) -> Any:
-        """One of the search's jobs (evaluate, profile, sanitize): its result as JSON values; an
-        error there raised here. Called concurrently: the executor runs up to `search_slots`."""
-        raise UsageError(f"--executor {self.url} cannot run the search")
-
-    async def close(self) -> None:  # noqa: B027 (optional hook)
-        """Release what the executor holds (a connection, a cluster)."""
 
 
 def scheme_of(url: str) -> str:

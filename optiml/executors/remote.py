@@ -11,7 +11,7 @@ import asyncio
 from optiml.errors import NoGpu
 from optiml.executors.base import Executor, Job
 from optiml.executors.protocol import options_data
-from optiml.executors.registry import WorkExecutor
+from optiml.executors.work import WorkExecutor
 from optiml.harness.evaluate import EvalOptions
 from optiml.harness.sanitize import SanitizerReport
 from optiml.harness.verdict import Verdict

@@ -37,7 +37,7 @@ from optiml.errors import (
     quote,
 )
 from optiml.executors.protocol import Hello, Request, reported, result_of
-from optiml.executors.registry import WorkExecutor
+from optiml.executors.work import WorkExecutor
 
 DEFAULT_COMMAND = "optiml worker"
 DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "/etc/ssh/ssh_known_hosts")

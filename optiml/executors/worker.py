@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from optiml import __version__
 from optiml.errors import OptimlError, RemoteWorkerError, SpecValueError, UsageError, one_line
 from optiml.executors.protocol import SEARCH_COMMANDS, Gpu, Hello, Request, error_reply, options_of
-from optiml.executors.registry import WorkExecutor
+from optiml.executors.work import WorkExecutor
 
 EXECUTOR_HOOK = "OPTIML_WORKER_EXECUTOR"
 

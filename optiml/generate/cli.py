@@ -125,7 +125,7 @@ def run_generate(
     from_torch: str | None = None,
     mot: MotOptions | None = None,
 ) -> GenerateResult:
-    from optiml.api import check_file
+    from optiml.check import check_file
     from optiml.cuda.source import read_text
 
     mot = mot or MotOptions()
@@ -240,7 +240,7 @@ def run_mot(
     agreement (optiml.generate.mot); the files under the `--out` folder."""
     import asyncio
 
-    from optiml.api import check_file
+    from optiml.check import check_file
     from optiml.generate.mot import MotRequest, mixture_of_thoughts
     from optiml.harness.gpu import local_gpus
     from optiml.llm import load_settings, make_client

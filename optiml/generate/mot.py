@@ -246,7 +246,7 @@ class MixtureOfThoughts:
         cell = self.evaluator.check(final, oracle)
         if not cell.agrees or not self.r.gpu:
             return cell
-        from optiml.api import evaluate_file
+        from optiml.harness.evaluate import evaluate_file
 
         verdict = evaluate_file(final.cu_path, self.r.name)
         return Cell(verdict.ok, f"GPU harness: {verdict.status}: {verdict.message}")

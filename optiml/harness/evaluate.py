@@ -39,14 +39,14 @@ from optiml.harness import inputs, procs
 from optiml.harness.build import DEFAULT_FLAGS, Build, build_kernel, runner_binary
 from optiml.harness.ceilings import device_ceilings, floor_of
 from optiml.harness.device import device_values
-from optiml.harness.gpu import default_arch
+from optiml.harness.gpu import default_arch, require_gpu
 from optiml.harness.inputs import Dist, Mode
 from optiml.harness.nvcc import CompilerMessage, find_toolkit
 from optiml.harness.promote import NotPromotable, Promoted, promote_to_double
 from optiml.harness.screen import screen
 from optiml.harness.verdict import CaseResult, DeviceInfo, Verdict
 from optiml.harness.work import least_bytes
-from optiml.spec import Case, Device, Spec, StructArg, parse_spec
+from optiml.spec import Case, Device, Spec, StructArg, evaluated_at_run_time, load, parse_spec
 
 
 def fresh_seeds(count: int) -> tuple[int, ...]:
@@ -934,3 +934,35 @@ def _describe_phase(phase: str, cases: list[Case]) -> str:
     if "warmup" in phase:
         return f"while warming up at {label}"
     return f"while timing at {label}"
+
+
+# ---- a file's kernel, from its path or its text -------------------------------------------------
+
+
+def evaluate_file(
+    path: str | Path,
+    kernel: str,
+    candidate: str | Path | None = None,
+    options: EvalOptions | None = None,
+) -> Verdict:
+    """`optiml eval`: the kernel (or a candidate file's version of it) checked and timed on the GPU."""
+    source, _, _ = load(path, kernel)  # the kernel and its spec before the candidate is read
+    cand = SourceFile.read(candidate) if candidate else None
+    return evaluate_source(source, kernel, cand, options)
+
+
+def evaluate_source(
+    source: SourceFile,
+    kernel: str,
+    candidate: SourceFile | None = None,
+    options: EvalOptions | None = None,
+) -> Verdict:
+    """`evaluate_file` for text that need not be on disk (a worker's job)."""
+    k = source.kernel(kernel)
+    spec = parse_spec(source, k)
+    if candidate is not None:
+        candidate.kernel(k.name)
+    find_toolkit()
+    require_gpu("eval")
+    with evaluated_at_run_time(source, k):  # a candidate's launch at the original's sizes
+        return evaluate(source, k, spec, candidate, options or EvalOptions())

@@ -5,7 +5,7 @@ It knows nothing of kernels; callers bring the prompts (`load_prompt`) and the p
 """
 
 from optiml.llm.accounting import Accounting
-from optiml.llm.cli import CheckReport, llm_group, run_check
+from optiml.llm.check import LLMCheckReport, check_llm
 from optiml.llm.client import LLMClient, make_client
 from optiml.llm.errors import (
     AuthenticationFailed,
@@ -38,7 +38,7 @@ __all__ = [
     "AuthenticationFailed",
     "BudgetExceeded",
     "ChatResult",
-    "CheckReport",
+    "LLMCheckReport",
     "ConfigError",
     "ContextOverflow",
     "InvalidStructuredOutput",
@@ -61,11 +61,10 @@ __all__ = [
     "RequestTimeout",
     "RetryPolicy",
     "Usage",
-    "llm_group",
     "load_prompt",
     "load_settings",
     "make_client",
     "prompt_names",
     "resolve_api_key",
-    "run_check",
+    "check_llm",
 ]

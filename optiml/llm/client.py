@@ -30,9 +30,9 @@ from optiml.llm.errors import (
     one_line,
 )
 from optiml.llm.messages import (
+    ChatRequest,
     ChatResult,
     Message,
-    Request,
     StructuredSpec,
     normalize_messages,
 )
@@ -171,8 +171,8 @@ class LLMClient:
         max_tokens: int | None,
         stop: Sequence[str],
         spec: StructuredSpec | None,
-    ) -> Request:
-        return Request(
+    ) -> ChatRequest:
+        return ChatRequest(
             messages=normalize_messages(messages),
             max_tokens=max_tokens or self.settings.max_tokens,
             temperature=self.settings.temperature if temperature is None else temperature,
@@ -186,7 +186,7 @@ class LLMClient:
         return result
 
     async def _complete(
-        self, request: Request, prompt_id: str | None, use_cache: bool
+        self, request: ChatRequest, prompt_id: str | None, use_cache: bool
     ) -> ChatResult:
         if self.offline:
             raise Offline("the LLM provider is `offline`, so no LLM requests are made")
@@ -212,7 +212,7 @@ class LLMClient:
             self._cache.put(key, material, result)
             return result
 
-    async def _send(self, request: Request, key: str, prompt_id: str | None) -> ChatResult:
+    async def _send(self, request: ChatRequest, key: str, prompt_id: str | None) -> ChatResult:
         backend = self._backend
         if backend is None:
             # Only replay mode has no backend, and it sends nothing.
@@ -245,7 +245,7 @@ class LLMClient:
         )
         return result.model_copy(update={"cost_usd": cost, "key": key})
 
-    async def _attempt(self, backend: Backend, request: Request) -> ChatResult:
+    async def _attempt(self, backend: Backend, request: ChatRequest) -> ChatResult:
         endpoint = (self.settings.provider, backend.base_url)
         async with _limiter(endpoint, self.settings.max_concurrency):
             started = time.monotonic()
@@ -258,7 +258,7 @@ class LLMClient:
                 raise backend.timed_out() from None
             return result.model_copy(update={"latency_s": time.monotonic() - started})
 
-    def _key_material(self, request: Request, prompt_id: str | None) -> dict[str, Any]:
+    def _key_material(self, request: ChatRequest, prompt_id: str | None) -> dict[str, Any]:
         # The endpoint names the model only for OpenAI-compatible servers; for OpenAI and
         # Anthropic a base URL is a proxy or gateway, and the model name says it all.
         endpoint = None

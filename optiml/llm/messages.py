@@ -1,6 +1,6 @@
 """The provider-neutral values that cross the LLM layer: messages in, a `ChatResult` out.
 
-`Request` is the normalised form of one call; backends translate it into their wire format.
+`ChatRequest` is the normalised form of one call; backends translate it into their wire format.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class StructuredSpec:
 
 
 @dataclass(frozen=True)
-class Request:
+class ChatRequest:
     messages: tuple[Message, ...]
     max_tokens: int
     temperature: float | None = None

@@ -12,18 +12,21 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from optiml.cuda.source import SourceFile
 from optiml.errors import OptimlError
 from optiml.executors.base import Executor, Job
 from optiml.harness.evaluate import EvalOptions
 from optiml.harness.nvcc import find_toolkit
 from optiml.search.judge import judge
-from optiml.search.mcts import Node, Progress, Search, SearchConfig
+from optiml.search.mcts import Node, Progress, Search, SearchConfig, SearchResult
 from optiml.search.policy import OfflinePolicy, Policy
 from optiml.search.problem import CODEC, KernelProblem, ProblemOptions, measure
 from optiml.search.reward import RewardConfig, is_improvement
 from optiml.search.trajectory import (
     Confirmation,
+    JudgeVerdict,
     Measurement,
     ProfileSummary,
     ProgressPoint,
@@ -31,7 +34,7 @@ from optiml.search.trajectory import (
     TrajectoryNode,
 )
 from optiml.search.variant import Variant, kernel_text
-from optiml.spec import load
+from optiml.spec import load, parse_spec
 
 # Confirmed candidates the judge looks at, best first, until one is accepted (a rejected one's
 # descendants are skipped: they carry its edit).
@@ -61,8 +64,7 @@ class OptimizeOptions:
     save_to: Path | None = None  # where the tree is saved if the executor fails mid-search
 
 
-@dataclass
-class Event:
+class Event(BaseModel):
     """Progress for a CLI or an editor: what phase, how far, the best so far."""
 
     phase: str  # baseline | search | confirm | judge | done
@@ -101,16 +103,14 @@ async def optimize(
     llm_review: Callable[[Variant, Measurement], Any] | None = None,
 ) -> Outcome:
     """Search for a faster, verified `kernel_name` in `path` (or in `source_text`, an editor's
-    snapshot of it). The user's file is never written here."""
+    snapshot of it): measure the input, search, confirm the best, judge them, record it all. The
+    user's file is never written here."""
     opts = options or OptimizeOptions()
     policy = policy or OfflinePolicy()
-    emit = on_event or (lambda e: None)
-    started = time.perf_counter()
+    run = _Run(opts, on_event or (lambda e: None), should_stop or (lambda: False))
     if source_text is None:
         source, kernel, spec = load(path, kernel_name)
     else:
-        from optiml.spec import parse_spec
-
         source = SourceFile(source_text, str(path))
         kernel = source.kernel(kernel_name)
         spec = parse_spec(source, kernel)
@@ -119,11 +119,72 @@ async def optimize(
     confirm_eval = replace(opts.confirm_eval, arch=arch or opts.confirm_eval.arch)
     problem_opts = ProblemOptions(eval=search_eval, profile=opts.profile, reward=opts.reward)
 
-    emit(Event("baseline", budget=opts.budget, last="measuring the input"))
-    root = Variant(source.text)
+    run.emit("baseline", last="measuring the input")
     base_job = Job(source, kernel, spec, candidate=SourceFile(source.text, source.path))
-    # The input once with the full set: its rules and hotspots reach the prompt and the report.
-    baseline = await measure(executor, base_job, problem_opts, full_profile=True)
+    baseline = await measure_baseline(executor, base_job, problem_opts)
+    problem = KernelProblem(
+        source,
+        kernel,
+        spec,
+        executor,
+        policy,
+        problem_opts,
+        baseline,
+        sm_count=baseline.sm_count or 132,
+    )
+    run.bottleneck = baseline.profile.bottleneck if baseline.profile else None
+    root = Variant(source.text)
+    search, result = await run_search(problem, root, executor, opts, run)
+    confirmed = await confirm(search, root, problem, executor, confirm_eval, opts, run)
+    winner, verdict = await judge_confirmed(
+        confirmed, problem, executor, confirm_eval, opts, run, llm_review
+    )
+    trajectory = record(
+        path, source, kernel, spec, policy, opts, run, baseline, search, result, confirmed
+    )
+    trajectory.arch = search_eval.arch or ""
+    trajectory.winner = winner.id if winner is not None else None
+    if winner is not None:
+        info = Measurement.model_validate(winner.info.get("measurement", {}))
+        trajectory.winner_profile = info.profile
+    trajectory.judge = verdict
+    trajectory.outcome = _outcome(trajectory, confirmed, verdict)
+    run.emit("done", best_speedup=run.best_speedup, last=trajectory.outcome)
+    return Outcome(
+        trajectory=trajectory,
+        winner=winner.state if winner is not None else None,
+        baseline_profile=baseline.profile,
+        search=search,
+    )
+
+
+@dataclass
+class _Run:
+    """One optimize run's reporting: its events, its stop, the best seen so far."""
+
+    opts: OptimizeOptions
+    on_event: Callable[[Event], None]
+    should_stop: Callable[[], bool]
+    started: float = field(default_factory=time.perf_counter)
+    evaluations: int = 0
+    best_speedup: float | None = None
+    bottleneck: str | None = None
+    stopped: bool = False
+    points: list[ProgressPoint] = field(default_factory=list)
+
+    def emit(self, phase: str, **fields: Any) -> None:
+        fields.setdefault("evaluations", self.evaluations)
+        self.on_event(Event(phase=phase, budget=self.opts.budget, **fields))
+
+    def check_stop(self) -> bool:
+        self.stopped = self.should_stop()
+        return self.stopped
+
+
+async def measure_baseline(executor: Executor, job: Job, options: ProblemOptions) -> Measurement:
+    """The input, once with the full profile set (its rules and hotspots reach the prompt and the
+    report); `BaselineFailed` when it does not pass its own checks."""
+    baseline = await measure(executor, job, options, full_profile=True)
     if baseline.status != "ok":
         raise BaselineFailed(f"the input itself does not pass its checks: {baseline.message}")
     if baseline.speedup is None:
@@ -133,54 +194,48 @@ async def optimize(
             baseline.candidate_ms,
             baseline.candidate_iqr_ms,
         )
-    sm_count = baseline.sm_count or 132
-    problem = KernelProblem(
-        source, kernel, spec, executor, policy, problem_opts, baseline, sm_count=sm_count
-    )
-    parallel = opts.parallel or max(2, 2 * executor.slots)
-    config = SearchConfig(seed=opts.seed, parallelism=parallel)
+    return baseline
+
+
+async def run_search(
+    problem: KernelProblem, root: Variant, executor: Executor, opts: OptimizeOptions, run: _Run
+) -> tuple[Search[Variant, Any], SearchResult]:
+    """The tree search (or the saved one, resumed), its progress reported as events."""
+    config = SearchConfig(seed=opts.seed, parallelism=opts.parallel or max(2, 2 * executor.slots))
     if opts.resume is not None and opts.resume.exists():
         search = Search.load(opts.resume, problem, CODEC)
     else:
         search = Search(problem, root, config, CODEC)
-    points: list[ProgressPoint] = []
-    best_box: dict[str, Any] = {
-        "speedup": None,
-        "bottleneck": baseline.profile.bottleneck if baseline.profile else None,
-    }
 
     def progress(p: Progress[Variant, Any]) -> None:
         m = Measurement.model_validate(p.node.info.get("measurement", {}))
         if p.best is not None:
             best = Measurement.model_validate(p.best.info.get("measurement", {}))
-            best_box["speedup"] = best.speedup
+            run.best_speedup = best.speedup
             if best.profile:
-                best_box["bottleneck"] = best.profile.bottleneck
-        points.append(
+                run.bottleneck = best.profile.bottleneck
+        run.evaluations = search.evaluations
+        run.points.append(
             ProgressPoint(
                 evaluations=search.evaluations,
-                seconds=time.perf_counter() - started,
-                best_speedup=best_box["speedup"],
+                seconds=time.perf_counter() - run.started,
+                best_speedup=run.best_speedup,
             )
         )
         what = p.node.action.summary if p.node.action is not None else "the input"
         verdict = m.status if m.status != "ok" else f"{m.speedup:.2f}x" if m.speedup else "ok"
-        emit(
-            Event(
-                "search",
-                evaluations=search.evaluations,
-                budget=opts.budget,
-                best_speedup=best_box["speedup"],
-                bottleneck=best_box["bottleneck"],
-                last=f"{what}: {verdict}",
-            )
+        run.emit(
+            "search",
+            best_speedup=run.best_speedup,
+            bottleneck=run.bottleneck,
+            last=f"{what}: {verdict}",
         )
 
     try:
         result = await search.run(
             max_evaluations=opts.budget,
             max_seconds=opts.max_seconds,
-            should_stop=should_stop,
+            should_stop=run.should_stop,
             on_progress=progress,
         )
     except OptimlError as e:
@@ -193,13 +248,27 @@ async def optimize(
             "run again with --resume to go on from them"
         )
         raise
+    run.evaluations = search.evaluations
+    return search, result
 
-    # Confirm: the best distinct correct variants, re-measured longer, interleaved with the input.
+
+async def confirm(
+    search: Search[Variant, Any],
+    root: Variant,
+    problem: KernelProblem,
+    executor: Executor,
+    confirm_eval: EvalOptions,
+    opts: OptimizeOptions,
+    run: _Run,
+) -> list[tuple[Node, Confirmation, Measurement]]:
+    """The best distinct correct variants (the input left out), re-measured longer on one GPU,
+    interleaved with the input; fastest first."""
+    root_key = root.key
     ranked = sorted(
         (
             n
             for n in search.nodes
-            if n.evaluated and not n.dead and n.reward is not None and n.state.key != root.key
+            if n.evaluated and not n.dead and n.reward is not None and n.state.key != root_key
         ),
         key=lambda n: (-n.reward, n.order or 0),
     )
@@ -211,64 +280,58 @@ async def optimize(
         if len(top) == opts.confirm_top:
             break
     confirmed: list[tuple[Node, Confirmation, Measurement]] = []
-    stopped = should_stop is not None and should_stop()
+    run.check_stop()
     for i, n in enumerate(top):
-        if stopped:
+        if run.stopped:
             break
-        emit(
-            Event(
-                "confirm",
-                search.evaluations,
-                opts.budget,
-                best_box["speedup"],
-                last=f"re-measuring candidate {i + 1} of {len(top)}",
-            )
+        run.emit(
+            "confirm",
+            best_speedup=run.best_speedup,
+            last=f"re-measuring candidate {i + 1} of {len(top)}",
         )
         # every confirmation on the same GPU: their speedups are compared with each other
         v = await executor.evaluate(problem.job(n.state), confirm_eval, pinned=True)
         m = Measurement.of(v)
         if m.status == "ok" and m.speedup:
-            confirmed.append(
-                (
-                    n,
-                    Confirmation(
-                        node=n.id,
-                        speedup=m.speedup,
-                        candidate_ms=m.candidate_ms,
-                        reference_ms=m.reference_ms,
-                        noise=m.noise,
-                        repeats=v.cases[0].timing.candidate.reps
-                        if v.cases and v.cases[0].timing
-                        else 0,
-                    ),
-                    m,
-                )
+            repeats = v.cases[0].timing.candidate.reps if v.cases and v.cases[0].timing else 0
+            c = Confirmation(
+                node=n.id,
+                speedup=m.speedup,
+                candidate_ms=m.candidate_ms,
+                reference_ms=m.reference_ms,
+                noise=m.noise,
+                repeats=repeats,
             )
-        stopped = should_stop is not None and should_stop()
+            confirmed.append((n, c, m))
+        run.check_stop()
     confirmed.sort(key=lambda item: -item[1].speedup)
+    return confirmed
 
-    winner, verdict, winner_profile = None, None, None
+
+async def judge_confirmed(
+    confirmed: list[tuple[Node, Confirmation, Measurement]],
+    problem: KernelProblem,
+    executor: Executor,
+    confirm_eval: EvalOptions,
+    opts: OptimizeOptions,
+    run: _Run,
+    llm_review: Callable[[Variant, Measurement], Any] | None,
+) -> tuple[Node | None, JudgeVerdict | None]:
+    """The first confirmed improvement the judge accepts (up to JUDGE_TOP judged, best first, a
+    rejected one's descendants skipped), and the last verdict."""
+    winner, verdict = None, None
     rejected: list[Node] = []
     judged = 0
     for n, c, m in confirmed:
-        if stopped or not is_improvement(m, opts.reward) or judged == JUDGE_TOP:
+        if run.stopped or not is_improvement(m, opts.reward) or judged == JUDGE_TOP:
             break
         # a rejected candidate's descendants carry its edit: the next one judged is another line
         if any(_descends(n, r) for r in rejected):
             continue
         judged += 1
         if not opts.judge:
-            winner = n
-            break
-        emit(
-            Event(
-                "judge",
-                search.evaluations,
-                opts.budget,
-                c.speedup,
-                last="judging the best candidate",
-            )
-        )
+            return n, None
+        run.emit("judge", best_speedup=c.speedup, last="judging the best candidate")
         # The confirmation does not profile; the review gets the search's profile of the node.
         seen = Measurement.model_validate(n.info.get("measurement", {})) if n.info else None
         shown = m if m.profile or seen is None else m.model_copy(update={"profile": seen.profile})
@@ -286,21 +349,34 @@ async def optimize(
             llm_review=review,
         )
         if verdict.accepted:
-            winner = n
-            break
+            return n, verdict
         rejected.append(n)
-        stopped = should_stop is not None and should_stop()
-    if winner is not None:
-        info = Measurement.model_validate(winner.info.get("measurement", {}))
-        winner_profile = info.profile
+        run.check_stop()
+    return winner, verdict
 
-    tk = find_toolkit()
-    trajectory = Trajectory(
+
+def record(
+    path: str | Path,
+    source: SourceFile,
+    kernel,
+    spec,
+    policy: Policy,
+    opts: OptimizeOptions,
+    run: _Run,
+    baseline: Measurement,
+    search: Search[Variant, Any],
+    result: SearchResult,
+    confirmed: list[tuple[Node, Confirmation, Measurement]],
+) -> Trajectory:
+    """What the run measured, as a `Trajectory`; the caller adds what the judge decided (winner,
+    verdict, outcome) and the target."""
+    stop = result.stop.value
+    return Trajectory(
         file=str(path),
         kernel=kernel.name,
         device=baseline.device,
-        arch=search_eval.arch or "",
-        nvcc=tk.version,
+        arch="",
+        nvcc=find_toolkit().version,
         date=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         policy=getattr(policy, "name", type(policy).__name__),
         seed=opts.seed,
@@ -308,28 +384,15 @@ async def optimize(
         max_seconds=opts.max_seconds,
         baseline=baseline,
         nodes=[_node(n, kernel.name) for n in search.nodes],
-        progress=points,
+        progress=run.points,
         best=result.best.id if result.best is not None else None,
         confirmed=[c for _, c, _ in confirmed],
-        winner=winner.id if winner is not None else None,
-        winner_profile=winner_profile,
-        judge=verdict,
-        stop="cancelled" if stopped and result.stop.value != "cancelled" else result.stop.value,
+        stop="cancelled" if run.stopped and stop != "cancelled" else stop,
         evaluations=search.evaluations,
-        wall_s=time.perf_counter() - started,
+        wall_s=time.perf_counter() - run.started,
         llm_cost_usd=getattr(policy, "cost_usd", None),
         rejected=list(getattr(policy, "rejected", [])),
-    )
-    trajectory.outcome = _outcome(trajectory, confirmed, verdict)
-    trajectory.computes = _computes(source, kernel, spec)
-    emit(
-        Event("done", search.evaluations, opts.budget, best_box["speedup"], last=trajectory.outcome)
-    )
-    return Outcome(
-        trajectory=trajectory,
-        winner=winner.state if winner is not None else None,
-        baseline_profile=baseline.profile,
-        search=search,
+        computes=_computes(source, kernel, spec),
     )
 
 

@@ -23,7 +23,7 @@ JITTER = 0.1
 
 
 @dataclass
-class Request:
+class NodeView:
     """What a policy sees of a node: the variant, where it came from, and what is known of it."""
 
     variant: Variant
@@ -46,7 +46,7 @@ class Candidate:
 class Policy(Protocol):
     name: str
 
-    async def propose(self, request: Request, k: int, rng: random.Random) -> list[Candidate]:
+    async def propose(self, request: NodeView, k: int, rng: random.Random) -> list[Candidate]:
         """Edits of `request.variant`, best first (the search takes the first k new ones)."""
         ...
 
@@ -59,7 +59,7 @@ class OfflinePolicy:
     def __init__(self, catalog: dict[str, Transformation] | None = None):
         self.catalog = catalog if catalog is not None else CATALOG
 
-    async def propose(self, request: Request, k: int, rng: random.Random) -> list[Candidate]:
+    async def propose(self, request: NodeView, k: int, rng: random.Random) -> list[Candidate]:
         # A small seeded jitter breaks ties between equally ranked edits differently per seed.
         ranked = [
             Candidate(c.edit, c.prior * (1 + JITTER * rng.random()), c.variant)
@@ -68,7 +68,7 @@ class OfflinePolicy:
         ranked.sort(key=lambda c: (-c.prior, c.edit.key))
         return ranked
 
-    def candidates(self, request: Request) -> list[Candidate]:
+    def candidates(self, request: NodeView) -> list[Candidate]:
         try:
             ctx = Context.of(
                 request.variant,

@@ -14,7 +14,7 @@ from optiml.errors import OptimlError
 from optiml.executors.base import Executor, Job
 from optiml.harness.evaluate import EvalOptions
 from optiml.search.mcts import Evaluation, Node
-from optiml.search.policy import Policy, Request
+from optiml.search.policy import NodeView, Policy
 from optiml.search.reward import RewardConfig, reward
 from optiml.search.trajectory import Edit, Measurement, ProfileSummary
 from optiml.search.tree_io import Codec
@@ -66,7 +66,7 @@ class KernelProblem:
     ) -> list[tuple[Edit, float]]:
         info = node.info.get("measurement") or {}
         m = Measurement.model_validate(info) if info else None
-        request = Request(
+        request = NodeView(
             variant=node.state,
             path=self.source.path,
             kernel=self.kernel.name,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from optiml.llm import llm_group
+from optiml.cli.llm import llm_group
 
 _VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPTIML_LLM_API_KEY")
 

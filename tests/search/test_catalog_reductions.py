@@ -11,7 +11,7 @@ import pytest
 
 from optiml.harness.build import build_device_code, build_kernel, kernel_resources
 from optiml.harness.nvcc import find_toolkit
-from optiml.search.catalog import Context, Proposal, by_name
+from optiml.search.catalog import Context, Rewrite, by_name
 from optiml.search.variant import Variant
 from optiml.spec import parse_spec
 from tests.support import FIXTURES
@@ -29,7 +29,7 @@ def fixture(name: str, kernel: str) -> Context:
     return context(path.read_text(), kernel, str(path))
 
 
-def assert_compiles(proposal: Proposal, kernel: str, *, launcher: bool = False) -> None:
+def assert_compiles(proposal: Rewrite, kernel: str, *, launcher: bool = False) -> None:
     """nvcc compiles it for sm_90 with no spills: the device code alone, or with the harness's
     launcher as an evaluation builds it."""
     source = proposal.variant.source("candidate.cu")
@@ -48,7 +48,7 @@ def assert_compiles(proposal: Proposal, kernel: str, *, launcher: bool = False) 
     assert spills == (0, 0), (proposal.params, resources)
 
 
-def ptx(proposal: Proposal, tmp_path) -> str:
+def ptx(proposal: Rewrite, tmp_path) -> str:
     cu = tmp_path / "candidate.cu"
     cu.write_text(proposal.variant.source("candidate.cu").translation_unit())
     out = tmp_path / "candidate.ptx"
@@ -65,7 +65,7 @@ def atomics(code: str) -> list[str]:
     return [ln.strip() for ln in code.splitlines() if re.match(r"\s*(@%p\d+\s+)?(atom|red)\.", ln)]
 
 
-def assert_well_formed(proposals: list[Proposal], kernel: str) -> None:
+def assert_well_formed(proposals: list[Rewrite], kernel: str) -> None:
     assert 0 < len(proposals) <= 8
     weights = [p.weight for p in proposals]
     assert weights == sorted(weights, reverse=True)

@@ -28,7 +28,7 @@ from optiml.search.llm_policy import (
     make_llm_review,
     merge_flags,
 )
-from optiml.search.policy import Request
+from optiml.search.policy import NodeView
 from optiml.search.trajectory import Measurement, ProfileSummary
 from optiml.search.variant import Variant
 from tests.llm import conftest as llm
@@ -147,8 +147,8 @@ def reply(server, provider: str, payload: dict):
     return server.openai_chat(json.dumps(payload))
 
 
-def request_for(text: str = TEXT, **kw) -> Request:
-    return Request(variant=Variant(text), path=str(SAXPY), kernel="saxpy", **kw)
+def request_for(text: str = TEXT, **kw) -> NodeView:
+    return NodeView(variant=Variant(text), path=str(SAXPY), kernel="saxpy", **kw)
 
 
 PROVIDERS = pytest.mark.parametrize("provider", ["openai", "anthropic"])
@@ -561,10 +561,8 @@ def test_the_schemas_are_what_the_prompts_describe():
 class Answering(llm.FakeServer):
     """Answers every edit request with the three edits, and every review with an accept."""
 
-    def _next(self):
-        with self._lock:
-            body = json.dumps(self.received[-1].body)
-        if "JudgeReview" in body:
+    def _next(self, received: llm.Received) -> llm.Reply:
+        if "JudgeReview" in json.dumps(received.body):
             return reply(self, "openai", {"verdict": "accept", "reasons": ["ok"], "risks": []})
         return reply(self, "openai", THREE)
 

@@ -11,13 +11,13 @@ import pytest
 from optiml.cuda.kernel_ast import KernelAST
 from optiml.cuda.source import SourceFile
 from optiml.search.catalog import CATALOG
-from optiml.search.policy import OfflinePolicy, Request
+from optiml.search.policy import NodeView, OfflinePolicy
 from optiml.search.variant import Variant
 from tests.support import FIXTURES
 
 
 def _transforms(text: str, file: str, kernel: str) -> set[str]:
-    request = Request(variant=Variant(text), path=str(FIXTURES / file), kernel=kernel)
+    request = NodeView(variant=Variant(text), path=str(FIXTURES / file), kernel=kernel)
     return {c.edit.transform for c in OfflinePolicy().candidates(request)}
 
 

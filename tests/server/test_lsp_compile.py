@@ -4,7 +4,6 @@ written, and a stale compile killed when a newer snapshot arrives."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
@@ -13,8 +12,6 @@ from lsprotocol import types
 from pytest_lsp import LanguageClient
 
 from optiml.api import check_file
-from server.checks import Checks
-from server.documents import Snapshot
 from tests.server.helpers import (
     EditorClient,
     diagnostics,
@@ -143,12 +140,29 @@ def _processes_mentioning(needle: str) -> list[int]:
     return found
 
 
-async def test_a_newer_snapshot_kills_the_stale_compile(tmp_path):
-    checks = Checks(slots=2)
-    uri = (tmp_path / "stale_compile_target.cu").as_uri()
-    stale = asyncio.create_task(checks.run(Snapshot(uri, 1, _big(200)), None))
+def compile_ends(client: LanguageClient) -> list[str]:
+    """The messages of the compiles' ended progress, in the order the compiles started."""
+    return [
+        reports[-1].message or ""
+        for token, reports in client.progress_reports.items()
+        if token.startswith("optiml/job/") and isinstance(reports[-1], types.WorkDoneProgressEnd)
+    ]
+
+
+async def test_a_newer_snapshot_kills_the_stale_compile(client: LanguageClient, tmp_path):
+    path = tmp_path / "stale_compile_target.cu"
+    big = _big(200)
+    uri = open_document(client, path, big)
     await eventually(lambda: _processes_mentioning("stale_compile_target"), what="nvcc running")
-    newer = await checks.run(Snapshot(uri, 2, FIXED), None)
-    assert await stale is None
-    assert newer is not None and newer.ok and newer.snapshot.version == 2
+    lines = big.split("\n")
+    everything = types.Range(types.Position(0, 0), types.Position(len(lines) - 1, len(lines[-1])))
+    replace(client, uri, 2, everything, BROKEN)
+    save(client, uri)
+    ends = await eventually(
+        lambda: found if len(found := compile_ends(client)) == 2 else None,
+        what="both compiles' ends",
+    )
+    assert ends == [f"{path.name}: cancelled", f"{path.name}: 1 compile error"]
     assert _processes_mentioning("stale_compile_target") == []
+    (error,) = nvcc_errors(client, uri)  # the newer snapshot's outcome, published
+    assert error.message == 'identifier "idx" is undefined'

@@ -87,7 +87,7 @@ async def test_text_that_is_not_cuda_still_gets_an_answer(client: LanguageClient
 
 def test_spec_cache_moves_errors_with_their_comment_and_reparses_changed_ones():
     from optiml.cuda.source import SourceFile
-    from server.documents import SpecCache
+    from optiml.outline import SpecCache
 
     spec = "/* @optiml\n *   args: x: in float[n], y: out flaot[n]\n *   launch: grid = cdiv(n, 256), block = 256\n *   sizes: n = 1000\n */\n"
     body = "__global__ void k(int n, const float* x, float* y) { }\n"
@@ -97,8 +97,10 @@ def test_spec_cache_moves_errors_with_their_comment_and_reparses_changed_ones():
     _, issues = cache.parse(first, first.kernel("k"), sig)
     moved = SourceFile("\n\n\n" + spec + body, "k.cu")
     _, moved_issues = cache.parse(moved, moved.kernel("k"), sig)
-    assert [p.line for _, p in moved_issues] == [p.line + 3 for _, p in issues]
-    assert [m for m, _ in moved_issues] == [m for m, _ in issues]
+    assert issues and [i.position.line for i in moved_issues] == [
+        i.position.line + 3 for i in issues
+    ]
+    assert [i.message for i in moved_issues] == [i.message for i in issues]
     fixed = SourceFile(spec.replace("flaot", "float") + body, "k.cu")
     parsed, fixed_issues = cache.parse(fixed, fixed.kernel("k"), sig)
     assert fixed_issues == [] and parsed is not None and parsed.buffers[1].dtype == "f32"

@@ -426,14 +426,15 @@ def test_an_unexpected_exception_is_one_line_to_the_client_and_a_traceback_in_th
 def test_a_spec_parser_crash_is_one_line_in_the_diagnostics(monkeypatch):
     from pygls.workspace.position_codec import PositionCodec
 
+    from optiml import outline
     from server import documents
 
     def crash(*args):
         raise ValueError("first line\nsecond line")
 
-    monkeypatch.setattr(documents._SPECS, "parse", crash)
+    monkeypatch.setattr(outline._SPECS, "parse", crash)
     model = documents.parse(documents.Snapshot("file:///x.cu", 1, SAXPY), PositionCodec())
-    ((issue, _),) = model.spec_issues
+    (issue,) = (i.message for i in model.spec_issues)
     assert issue == ("OptiML could not read this spec (ValueError: first line); see the server log")
 
 

@@ -35,7 +35,7 @@ export const ServerCommand = {
   compareProposal: 'optiml.compareProposal',
   /** `[{proposal}]` → `{report}`. */
   openReport: 'optiml.openReport',
-  /** No arguments: cancel every job of this client. */
+  /** No arguments: cancel every optimize and profile job of this client. */
   cancelJob: 'optiml.cancelJob',
 } as const;
 

@@ -361,7 +361,7 @@ export class Controller implements vscode.Disposable {
   }
 
   /** "OptiML: Cancel Job": `optiml.cancelJob` with no arguments cancels all of this client's
-   * jobs. */
+   * optimize and profile jobs. */
   private async cancelJobs(): Promise<void> {
     const client = this.client;
     if (client === undefined || !client.isRunning()) {

@@ -12,7 +12,7 @@ from typing import Any
 import anthropic
 
 from optiml.llm.accounting import estimated_usage
-from optiml.llm.messages import ChatResult, Request, Usage, split_system
+from optiml.llm.messages import ChatRequest, ChatResult, Usage, split_system
 from optiml.llm.providers.base import Backend
 from optiml.llm.settings import DEFAULT_BASE_URLS, ApiKey, LLMSettings
 
@@ -46,7 +46,7 @@ class AnthropicBackend(Backend):
     async def aclose(self) -> None:
         await self._client.close()
 
-    async def complete(self, request: Request) -> ChatResult:
+    async def complete(self, request: ChatRequest) -> ChatResult:
         try:
             response = await self._client.messages.create(**self._arguments(request))
         except anthropic.APITimeoutError:
@@ -65,7 +65,7 @@ class AnthropicBackend(Backend):
         except (AttributeError, TypeError, ValueError) as error:
             raise self.malformed(f"unexpected message shape: {error}") from None
 
-    def _arguments(self, request: Request) -> dict[str, Any]:
+    def _arguments(self, request: ChatRequest) -> dict[str, Any]:
         system, messages = split_system(request.messages)
         spec = request.structured
         if spec is not None and not self._use_tool:
@@ -93,7 +93,7 @@ class AnthropicBackend(Backend):
             kwargs["tool_choice"] = {"type": "tool", "name": spec.name}
         return kwargs
 
-    def _result(self, request: Request, response: Any) -> ChatResult:
+    def _result(self, request: ChatRequest, response: Any) -> ChatResult:
         texts: list[str] = []
         tool_input: str | None = None
         tool = request.structured.name if request.structured else None

@@ -1,4 +1,4 @@
-"""What every backend does: send one `Request` once, and turn any failure into a typed `LLMError`.
+"""What every backend does: send one `ChatRequest` once, and turn any failure into a typed `LLMError`.
 
 Retries, caching, budgets and concurrency live above, in `optiml.llm.client`; a backend makes one
 attempt.
@@ -22,7 +22,7 @@ from optiml.llm.errors import (
     RequestTimeout,
     one_line,
 )
-from optiml.llm.messages import ChatResult, Request
+from optiml.llm.messages import ChatRequest, ChatResult
 from optiml.llm.retry import parse_retry_after
 from optiml.llm.settings import ApiKey, LLMSettings
 
@@ -67,7 +67,7 @@ class Backend(ABC):
         return f"{self.provider} at {display_url(self.base_url)}"
 
     @abstractmethod
-    async def complete(self, request: Request) -> ChatResult:
+    async def complete(self, request: ChatRequest) -> ChatResult:
         """The answer to `request`, or a typed `LLMError`; never retries."""
 
     @abstractmethod

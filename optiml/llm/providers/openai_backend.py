@@ -17,7 +17,7 @@ from openai.lib._pydantic import to_strict_json_schema
 
 from optiml.llm.accounting import estimated_usage
 from optiml.llm.errors import RequestRejected
-from optiml.llm.messages import ChatResult, Message, Request, StructuredSpec, Usage
+from optiml.llm.messages import ChatRequest, ChatResult, Message, StructuredSpec, Usage
 from optiml.llm.providers.base import Backend
 from optiml.llm.settings import DEFAULT_BASE_URLS, ApiKey, LLMSettings
 
@@ -53,7 +53,7 @@ class OpenAIBackend(Backend):
     async def aclose(self) -> None:
         await self._client.close()
 
-    async def complete(self, request: Request) -> ChatResult:
+    async def complete(self, request: ChatRequest) -> ChatResult:
         if request.structured is None:
             return await self._send(request, None)
         while True:
@@ -73,7 +73,7 @@ class OpenAIBackend(Backend):
                     self._modes[0],
                 )
 
-    async def _send(self, request: Request, mode: str | None) -> ChatResult:
+    async def _send(self, request: ChatRequest, mode: str | None) -> ChatResult:
         kwargs = self._arguments(request, mode)
         try:
             response = await self._client.chat.completions.create(**kwargs)
@@ -104,7 +104,7 @@ class OpenAIBackend(Backend):
         except (AttributeError, IndexError, TypeError, ValueError) as error:
             raise self.malformed(f"unexpected chat completion shape: {error}") from None
 
-    def _arguments(self, request: Request, mode: str | None) -> dict[str, Any]:
+    def _arguments(self, request: ChatRequest, mode: str | None) -> dict[str, Any]:
         messages = list(request.messages)
         spec = request.structured
         if spec is not None and mode in ("json_object", "prompt"):
@@ -142,7 +142,7 @@ class OpenAIBackend(Backend):
             kwargs["response_format"] = {"type": "json_object"}
         return kwargs
 
-    def _result(self, request: Request, response: Any, mode: str | None) -> ChatResult:
+    def _result(self, request: ChatRequest, response: Any, mode: str | None) -> ChatResult:
         choice = response.choices[0]
         message = choice.message
         text = message.content or ""

@@ -6,9 +6,9 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from optiml.search.catalog.base import Context, Proposal, Transformation
+from optiml.search.catalog.base import Context, Rewrite, Transformation
 
-__all__ = ["CATALOG", "Context", "Proposal", "Transformation", "by_name"]
+__all__ = ["CATALOG", "Context", "Rewrite", "Transformation", "by_name"]
 
 
 def _discover() -> dict[str, Transformation]:

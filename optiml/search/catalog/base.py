@@ -1,6 +1,6 @@
 """What every transformation of the offline catalog is: a class with a name, the bottlenecks it
 addresses, and `propose`, which reads a `Context` (the variant's parsed source, its kernel and spec,
-the kernel's tree, its latest profile) and returns the variants it makes, one `Proposal` per choice of
+the kernel's tree, its latest profile) and returns the variants it makes, one `Rewrite` per choice of
 its parameters. A transformation whose preconditions do not hold proposes nothing; one that proposes
 wrong code is caught by the evaluation's checks, recorded, and never becomes a state of the search.
 
@@ -102,7 +102,7 @@ class Context:
 
 
 @dataclass(frozen=True)
-class Proposal:
+class Rewrite:
     """One variant a transformation makes, for one choice of its parameters."""
 
     params: dict[str, Any]
@@ -136,5 +136,5 @@ class Transformation(ABC):
         return self.keeps_accesses or not ctx.ast.volatile_memory
 
     @abstractmethod
-    def propose(self, ctx: Context) -> list[Proposal]:
+    def propose(self, ctx: Context) -> list[Rewrite]:
         """The variants this transformation makes of `ctx`'s kernel; [] if its preconditions fail."""

@@ -27,7 +27,7 @@ from optiml.search.catalog._reduce import (
     uniform_lines,
     vector_reads,
 )
-from optiml.search.catalog.base import Context, Proposal, Transformation
+from optiml.search.catalog.base import Context, Rewrite, Transformation
 
 # atomic function -> (operator class, how one element's value joins a register accumulator)
 OPERATORS = {
@@ -108,13 +108,13 @@ class BlockReduce(Transformation):
         "shared memory, one atomic per block"
     )
 
-    def propose(self, ctx: Context) -> list[Proposal]:
+    def propose(self, ctx: Context) -> list[Rewrite]:
         try:
             return self._propose(ctx)
         except (ValueError, KeyError, IndexError, AttributeError, TypeError, ExprError):
             return []  # code of a shape the analysis did not foresee: no proposal
 
-    def _propose(self, ctx: Context) -> list[Proposal]:
+    def _propose(self, ctx: Context) -> list[Rewrite]:
         ek = analyse(ctx)
         if ek is None or not ek.atomics:
             return []
@@ -135,7 +135,7 @@ class BlockReduce(Transformation):
             loads = f"{unroll * max(1, len(vectors))}x {'16-byte' if vectors else 'scalar'} loads"
             ops = ", ".join(sorted({FINAL[a.op] for a in accs}))
             out.append(
-                Proposal(
+                Rewrite(
                     params={
                         "block": block,
                         "unroll": unroll,

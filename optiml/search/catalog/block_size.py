@@ -9,7 +9,7 @@ import re
 
 from optiml.cuda.kernel_ast import BARRIERS
 from optiml.expr import Expr
-from optiml.search.catalog.base import LATENCY, Context, Proposal, Transformation
+from optiml.search.catalog.base import LATENCY, Context, Rewrite, Transformation
 
 SIZES_1D = (128, 256, 512, 1024)
 SHAPES_2D = ((32, 4), (32, 8), (32, 16), (64, 4), (128, 2), (16, 16), (32, 32), (256, 1))
@@ -23,7 +23,7 @@ class BlockSize(Transformation):
     description = "block size and shape (the grid follows)"
     once = False
 
-    def propose(self, ctx: Context) -> list[Proposal]:
+    def propose(self, ctx: Context) -> list[Rewrite]:
         ast = ctx.ast
         if ast.shared_declarations() or any(n in BARRIERS for n, _ in ast.calls(ast.body)):
             return []
@@ -63,7 +63,7 @@ class BlockSize(Transformation):
                 threads *= s
             label = " x ".join(str(s) for s in shape)
             proposals.append(
-                Proposal(
+                Rewrite(
                     params={"block": list(shape)},
                     summary=f"block {label} ({threads} threads)",
                     variant=ctx.rewrite(launch=(new_grid, [str(s) for s in shape], smem)),
@@ -72,7 +72,7 @@ class BlockSize(Transformation):
             )
         return proposals
 
-    def _template(self, ctx: Context, param: str) -> list[Proposal]:
+    def _template(self, ctx: Context, param: str) -> list[Rewrite]:
         current = ctx.spec.template_values.get(param)
         out = []
         for b in SIZES_1D:
@@ -81,7 +81,7 @@ class BlockSize(Transformation):
             values = {**ctx.spec.template, param: str(b)}
             template = ", ".join(f"{k} = {v}" for k, v in values.items())
             out.append(
-                Proposal(
+                Rewrite(
                     params={"block": [b]},
                     summary=f"block {b} threads ({param} = {b})",
                     variant=ctx.rewrite(template=template),

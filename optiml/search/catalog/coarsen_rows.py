@@ -19,7 +19,7 @@ from optiml.search.catalog._two_d import (
     thread_independent,
     with_body,
 )
-from optiml.search.catalog.base import MEMORY, Context, Proposal, Transformation
+from optiml.search.catalog.base import MEMORY, Context, Rewrite, Transformation
 
 # (R, block, weight). A warp spans one row segment of 32 x 4 B = one 128 B line in every shape;
 # R = 4 keeps 4 loads per thread in flight, which a DRAM-bound kernel of one load per element needs
@@ -40,7 +40,7 @@ class CoarsenRows(Transformation):
     addresses = MEMORY | frozenset({"latency"})
     description = "each thread computes R consecutive rows, unrolled, loads of all rows in flight"
 
-    def propose(self, ctx: Context) -> list[Proposal]:
+    def propose(self, ctx: Context) -> list[Rewrite]:
         g = grid_2d(ctx)
         if g is None or not thread_independent(g.ast) or not _rows_independent(g):
             return []
@@ -53,7 +53,7 @@ class CoarsenRows(Transformation):
             if variant is None:
                 continue
             out.append(
-                Proposal(
+                Rewrite(
                     params={"rows": rows, "block": (bx, by)},
                     summary=(
                         f"{rows} rows per thread, unrolled with __restrict__ so their loads overlap, "

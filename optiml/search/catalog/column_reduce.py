@@ -45,7 +45,7 @@ from optiml.lift.model import (
     loops_of,
     walk_expr,
 )
-from optiml.search.catalog.base import Context, Proposal, Transformation
+from optiml.search.catalog.base import Context, Rewrite, Transformation
 from optiml.search.catalog.warp_rows import _IDENTITY, _check_launch, _combine, _NoPlan
 
 # Bytes of an element, for the tensors whose loads may be widened.
@@ -89,7 +89,7 @@ class ColumnReduce(Transformation):
         "reduced axis split over the block and a cluster, combined in distributed shared memory"
     )
 
-    def propose(self, ctx: Context) -> list[Proposal]:
+    def propose(self, ctx: Context) -> list[Rewrite]:
         try:
             lifted = lift(ctx.source, ctx.kernel, ctx.spec)
             if not isinstance(lifted, Lifted):
@@ -136,7 +136,7 @@ class ColumnReduce(Transformation):
                 f"{ty} threads and {where}"
             )
             out.append(
-                Proposal(
+                Rewrite(
                     {"tx": tx, "ty": ty, "vector": width, "cluster": cluster},
                     summary,
                     variant,

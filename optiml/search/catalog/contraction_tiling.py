@@ -22,7 +22,7 @@ from optiml.lift.families import Affine, affine, global_indices
 from optiml.lift.model import BF16, FLOAT, HALF, INT, LONG, Const, Expr, Param
 from optiml.search.catalog import _hmma, gemm_tiling
 from optiml.search.catalog._gemm import HELPERS, match, render
-from optiml.search.catalog.base import Context, Proposal, Transformation
+from optiml.search.catalog.base import Context, Rewrite, Transformation
 
 # The names the schedule gives the model's indices inside the epilogue.
 NAMES = {"m": "optiml_m", "n": "optiml_n", "batch": "optiml_batch"}
@@ -40,7 +40,7 @@ class ContractionTiling(Transformation):
         "the epilogue emitted from the model"
     )
 
-    def propose(self, ctx: Context) -> list[Proposal]:
+    def propose(self, ctx: Context) -> list[Rewrite]:
         try:
             c = read(ctx)
             if c is None or match(ctx.ast) is not None:
@@ -172,7 +172,7 @@ def head(ctx: Context, threads: int, min_blocks: int) -> str:
 
 def _fp32(
     ctx: Context, c: Contraction, extents: list[tuple[int, int]], batch: str | None
-) -> list[Proposal]:
+) -> list[Rewrite]:
     lda, ldb = c.a.leading("m"), c.b.leading("n")
     if lda is None or ldb is None:
         return []
@@ -222,7 +222,7 @@ def _fp32(
             f"{config.tm}x{config.tn} FFMA per thread ({config.threads} threads), "
             f"{config.stages} stages; {layout}" + (", batched on blockIdx.z" if batch else "")
         )
-        out.append(Proposal(config.params, summary, variant, weight))
+        out.append(Rewrite(config.params, summary, variant, weight))
     return sorted(out, key=lambda p: -p.weight)
 
 
@@ -250,7 +250,7 @@ def _admits_mma(ctx: Context, c: Contraction, extents: list[tuple[int, int]]) ->
 
 def _mma(
     ctx: Context, c: Contraction, extents: list[tuple[int, int]], batch: str | None
-) -> list[Proposal]:
+) -> list[Rewrite]:
     lda, ldb = c.a.leading("m"), c.b.leading("n")
     if lda is None or ldb is None:
         return []
@@ -306,5 +306,5 @@ def _mma(
             f"ldmatrix, {config.stages}-stage cp.async ring ({smem // 1024} KiB)"
             + (", batched on blockIdx.z" if batch else "")
         )
-        out.append(Proposal(config.params, summary, variant, weight))
+        out.append(Rewrite(config.params, summary, variant, weight))
     return sorted(out, key=lambda p: -p.weight)

@@ -6,7 +6,7 @@ tolerance is at least 1e-5, and `-use_fast_math` (hardware `__expf`, `__sinf`, .
 from __future__ import annotations
 
 from optiml.cuda.kernel_ast import operator_of, walk
-from optiml.search.catalog.base import Context, Proposal, Transformation
+from optiml.search.catalog.base import Context, Rewrite, Transformation
 
 MATH_CALLS = frozenset(
     {
@@ -37,7 +37,7 @@ class FastMath(Transformation):
     keeps_accesses = True
     description = "approximate division/sqrt, or -use_fast_math, within the spec's tolerance"
 
-    def propose(self, ctx: Context) -> list[Proposal]:
+    def propose(self, ctx: Context) -> list[Rewrite]:
         floats = [b for b in ctx.spec.buffers if b.dtype in ("f32", "f64") and b.role != "in"]
         if not floats:
             return []
@@ -51,7 +51,7 @@ class FastMath(Transformation):
         out = []
         if rtol >= 1e-5 and divides:
             out.append(
-                Proposal(
+                Rewrite(
                     params={"flags": "approx-div-sqrt"},
                     summary="approximate division and sqrt, flush denormals to zero",
                     variant=ctx.rewrite(flags=(*flags, *_APPROX)),
@@ -60,7 +60,7 @@ class FastMath(Transformation):
             )
         if rtol >= 1e-4 and calls:
             out.append(
-                Proposal(
+                Rewrite(
                     params={"flags": "use_fast_math"},
                     summary=f"-use_fast_math (hardware {', '.join(sorted(calls))})",
                     variant=ctx.rewrite(flags=(*flags, "-use_fast_math")),

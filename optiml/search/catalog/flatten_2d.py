@@ -25,7 +25,7 @@ from optiml.search.catalog._two_d import (
     thread_independent,
     with_body,
 )
-from optiml.search.catalog.base import Context, Proposal, Transformation
+from optiml.search.catalog.base import Context, Rewrite, Transformation
 
 BLOCK = 256
 NARROW = frozenset({"int", "unsigned", "unsigned int"})
@@ -36,7 +36,7 @@ class Flatten2D(Transformation):
     addresses = frozenset({"dram", "uncoalesced", "latency"})
     description = "2-D elementwise kernel as a 1-D kernel over rows * cols elements"
 
-    def propose(self, ctx: Context) -> list[Proposal]:
+    def propose(self, ctx: Context) -> list[Rewrite]:
         g = grid_2d(ctx)
         if g is None or not thread_independent(g.ast) or not launch_bounds_fit(g.ast, BLOCK):
             return []
@@ -56,7 +56,7 @@ class Flatten2D(Transformation):
             return []
         turned = "" if major is g.y else " (the 2-D grid ran x down the columns)"
         return [
-            Proposal(
+            Rewrite(
                 params={"block": BLOCK},
                 summary=(
                     f"1-D grid over {major.bound} * {minor.bound} elements, block {BLOCK}: "

@@ -29,7 +29,7 @@ from optiml.lift.model import (
     children,
     walk_expr,
 )
-from optiml.search.catalog.base import Context, Proposal, Transformation
+from optiml.search.catalog.base import Context, Rewrite, Transformation
 from optiml.search.catalog.column_reduce import _SIZES, _VECTOR
 from optiml.search.catalog.warp_rows import _check_launch, _NoPlan
 
@@ -41,7 +41,7 @@ class GatherRows(Transformation):
     addresses = frozenset({"dram", "uncoalesced", "latency", "l2", "l1_shared"})
     description = "a gather by rows from the lifted model: a warp per row, the row number loaded once, 16-byte copies"
 
-    def propose(self, ctx: Context) -> list[Proposal]:
+    def propose(self, ctx: Context) -> list[Rewrite]:
         try:
             lifted = lift(ctx.source, ctx.kernel, ctx.spec)
             if not isinstance(lifted, Lifted) or describe(lifted, ctx.spec).family != "gather":
@@ -64,7 +64,7 @@ class GatherRows(Transformation):
                 + (f", {writer.width}-element vector copies" if writer.width > 1 else "")
             )
             out.append(
-                Proposal(
+                Rewrite(
                     {"threads": threads, "vector": writer.width},
                     summary,
                     variant,

@@ -14,7 +14,7 @@ from optiml.search.catalog._gemm import (
     render,
     stream_k_grid,
 )
-from optiml.search.catalog.base import Context, Proposal, Transformation
+from optiml.search.catalog.base import Context, Rewrite, Transformation
 from optiml.search.variant import Variant
 
 # For large problems, ranked by their times on the naive SGEMM fixture at 4096^3 on an H200
@@ -62,7 +62,7 @@ class GemmTiling(Transformation):
         "cp.async; stream-K for a last wave that is not whole"
     )
 
-    def propose(self, ctx: Context) -> list[Proposal]:
+    def propose(self, ctx: Context) -> list[Rewrite]:
         g = match(ctx.ast)
         if g is None:
             return []
@@ -81,7 +81,7 @@ class GemmTiling(Transformation):
                 f"ring ({_copies(config, g)}), float4 fragment loads"
             )
             variant = tiled(ctx, g, config, helpers=helpers)
-            out.append(Proposal(config.params, summary, variant, weight))
+            out.append(Rewrite(config.params, summary, variant, weight))
             blocks = ctx.sm_count * config.min_blocks
             if config.stream_k and _tail(extents[0], config, blocks) >= MIN_TAIL:
                 variant = tiled(ctx, g, config, stream_k=blocks, helpers=helpers)
@@ -90,7 +90,7 @@ class GemmTiling(Transformation):
                     f"; the last wave stream-K over {blocks} blocks (a static workspace: "
                     "launches must not overlap)"
                 )
-                out.append(Proposal(params, summary, variant, weight + STREAM_K_GAIN))
+                out.append(Rewrite(params, summary, variant, weight + STREAM_K_GAIN))
         return sorted(out, key=lambda p: -p.weight)
 
 

@@ -5,7 +5,7 @@ element, and a launch that no longer depends on the problem size for its correct
 from __future__ import annotations
 
 from optiml.search.catalog._map import block_threads, map_kernel, statement_text
-from optiml.search.catalog.base import LATENCY, MEMORY, Context, Proposal, Transformation
+from optiml.search.catalog.base import LATENCY, MEMORY, Context, Rewrite, Transformation
 
 
 class GridStride(Transformation):
@@ -15,7 +15,7 @@ class GridStride(Transformation):
     keeps_accesses = True
     description = "grid-stride loop, each thread several elements (thread coarsening)"
 
-    def propose(self, ctx: Context) -> list[Proposal]:
+    def propose(self, ctx: Context) -> list[Rewrite]:
         m = map_kernel(ctx)
         if m is None:
             return []
@@ -36,7 +36,7 @@ class GridStride(Transformation):
         proposals = []
         for per_thread in (4, 8, 16):
             proposals.append(
-                Proposal(
+                Rewrite(
                     params={"per_thread": per_thread},
                     summary=f"grid-stride loop, ~{per_thread} elements per thread",
                     variant=ctx.rewrite(
@@ -47,7 +47,7 @@ class GridStride(Transformation):
             )
         cap = ctx.sm_count * waves
         proposals.append(
-            Proposal(
+            Rewrite(
                 params={"grid": "one_wave"},
                 summary=f"grid-stride loop, one full wave of {cap} blocks",
                 variant=ctx.rewrite(definition, launch=([f"min({grid[0]}, {cap})"], block, smem)),

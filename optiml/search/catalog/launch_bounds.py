@@ -4,7 +4,7 @@ Only where the launch's block size is the same constant at every problem size.""
 
 from __future__ import annotations
 
-from optiml.search.catalog.base import Context, Proposal, Transformation
+from optiml.search.catalog.base import Context, Rewrite, Transformation
 
 
 class LaunchBounds(Transformation):
@@ -14,7 +14,7 @@ class LaunchBounds(Transformation):
     keeps_accesses = True
     description = "__launch_bounds__ with the launch's block size"
 
-    def propose(self, ctx: Context) -> list[Proposal]:
+    def propose(self, ctx: Context) -> list[Rewrite]:
         ast = ctx.ast
         if "__launch_bounds__" in ast.text(ast.fn)[: ast.body.start_byte - ast.fn.start_byte]:
             return []
@@ -41,7 +41,7 @@ class LaunchBounds(Transformation):
                 f", at least {min_blocks} blocks per SM" if min_blocks else ""
             )
             out.append(
-                Proposal(
+                Rewrite(
                     params={"threads": threads, "min_blocks": min_blocks},
                     summary=f"__launch_bounds__({what})",
                     variant=ctx.rewrite(definition),

@@ -28,7 +28,7 @@ from optiml.search.catalog._reduce import (
     uniform_lines,
     vector_reads,
 )
-from optiml.search.catalog.base import STATIC_SMEM, Context, Proposal, Transformation
+from optiml.search.catalog.base import STATIC_SMEM, Context, Rewrite, Transformation
 
 MAX_BINS = 12 * 1024
 BIN_TYPES = frozenset({"f32", "i32", "u32"})  # 4-byte counters: shared atomics, one bank each
@@ -59,13 +59,13 @@ class PrivatizeHistogram(Transformation):
         "loop, one global atomic per bin and block"
     )
 
-    def propose(self, ctx: Context) -> list[Proposal]:
+    def propose(self, ctx: Context) -> list[Rewrite]:
         try:
             return self._propose(ctx)
         except (ValueError, KeyError, IndexError, AttributeError, TypeError, ExprError):
             return []  # code of a shape the analysis did not foresee: no proposal
 
-    def _propose(self, ctx: Context) -> list[Proposal]:
+    def _propose(self, ctx: Context) -> list[Rewrite]:
         ek = analyse(ctx)
         if ek is None or not ek.atomics:
             return []
@@ -109,7 +109,7 @@ class PrivatizeHistogram(Transformation):
                 where = f"{copies} copies per warp group" if copies > 1 else "1 copy per block"
             loads = f"{unroll * max(1, len(vectors))}x {'16-byte' if vectors else 'scalar'} loads"
             out.append(
-                Proposal(
+                Rewrite(
                     params={
                         "layout": layout,
                         "copies": copies,

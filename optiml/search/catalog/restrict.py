@@ -6,7 +6,7 @@ parameters alias."""
 
 from __future__ import annotations
 
-from optiml.search.catalog.base import MEMORY, Context, Proposal, Transformation
+from optiml.search.catalog.base import MEMORY, Context, Rewrite, Transformation
 
 
 class RestrictConst(Transformation):
@@ -15,7 +15,7 @@ class RestrictConst(Transformation):
     gain = 0.5
     description = "__restrict__ on pointer parameters, const on read-only ones"
 
-    def propose(self, ctx: Context) -> list[Proposal]:
+    def propose(self, ctx: Context) -> list[Rewrite]:
         ast = ctx.ast
         written = {a.pointer for a in ast.accesses() if a.write}
         escaped = {ast.pointer_of(ast.text(n))[0] for n in ast.pointer_escapes()}
@@ -39,7 +39,7 @@ class RestrictConst(Transformation):
         if not changed:
             return []
         return [
-            Proposal(
+            Rewrite(
                 params={},
                 summary=f"__restrict__ (and const where read-only) on {', '.join(changed)}",
                 variant=ctx.rewrite(ast.definition(replace)),

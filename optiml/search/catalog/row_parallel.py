@@ -28,7 +28,7 @@ from optiml.search.catalog._rows import (
     Stream,
     Welford,
 )
-from optiml.search.catalog.base import Context, Proposal, Transformation
+from optiml.search.catalog.base import Context, Rewrite, Transformation
 
 # float registers per lane (or thread) the row cache may take: 32 keeps a layernorm under ~64
 # registers, so 1024 threads per SM stay resident.
@@ -76,7 +76,7 @@ class RowParallel(Transformation):
     addresses = frozenset({"uncoalesced", "l1_shared", "l2", "small_grid", "latency"})
     description = "a warp or block per row instead of a thread per row, with all-reduces"
 
-    def propose(self, ctx: Context) -> list[Proposal]:
+    def propose(self, ctx: Context) -> list[Rewrite]:
         try:
             rk = _rows.analyse(ctx.ast)
             if rk is None or not _launch_ok(ctx, rk.rows):
@@ -96,7 +96,7 @@ class RowParallel(Transformation):
                 variant = ctx.rewrite(
                     definition, launch=(grid, [str(cfg.threads)], "0"), helpers=writer.helpers()
                 )
-                out.append(Proposal(cfg.params, cfg.summary(rk), variant, weight))
+                out.append(Rewrite(cfg.params, cfg.summary(rk), variant, weight))
             return out
         except (ValueError, KeyError, ExprError, AttributeError, TypeError):
             return []  # code shaped in a way the analysis did not foresee: no proposal

@@ -18,7 +18,7 @@ from optiml.search.catalog._two_d import (
     element_bytes,
     paren,
 )
-from optiml.search.catalog.base import STATIC_SMEM, Context, Proposal, Transformation
+from optiml.search.catalog.base import STATIC_SMEM, Context, Rewrite, Transformation
 
 WARP = 32
 BANKS = 32
@@ -41,7 +41,7 @@ class SmemPadding(Transformation):
     addresses = frozenset({"bank_conflicts", "l1_shared"})
     description = "pad shared-memory rows so that column accesses spread over the 32 banks"
 
-    def propose(self, ctx: Context) -> list[Proposal]:
+    def propose(self, ctx: Context) -> list[Rewrite]:
         try:
             blocks = {c.block for c in ctx.spec.cases()}
             arrays = _arrays(ctx, blocks)
@@ -76,7 +76,7 @@ class SmemPadding(Transformation):
         if not replace:
             return []
         return [
-            Proposal(
+            Rewrite(
                 params={},
                 summary=f"pad shared rows against bank conflicts: {', '.join(changes)}",
                 variant=ctx.rewrite(ctx.ast.definition(replace)),

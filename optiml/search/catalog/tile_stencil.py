@@ -27,7 +27,7 @@ from optiml.search.catalog._two_d import (
     thread_independent,
     with_body,
 )
-from optiml.search.catalog.base import STATIC_SMEM, Context, Proposal, Transformation
+from optiml.search.catalog.base import STATIC_SMEM, Context, Rewrite, Transformation
 
 # (block.x, block.y, weight): 32 x 8 keeps a warp on one tile row; 32 x 16 halves the halo per
 # element; 64 x 4 moves 256 B per tile row.
@@ -55,7 +55,7 @@ class TileStencil(Transformation):
     addresses = frozenset({"l1_shared", "l2", "latency"})
     description = "stencil through a shared-memory tile with its halo, loaded once per block"
 
-    def propose(self, ctx: Context) -> list[Proposal]:
+    def propose(self, ctx: Context) -> list[Rewrite]:
         g = grid_2d(ctx)
         if g is None or not g.body or not thread_independent(g.ast):
             return []
@@ -76,7 +76,7 @@ class TileStencil(Transformation):
             names = ", ".join(i.pointer for i in inputs)
             halo = max(max(-lo, hi) for i in inputs for lo, hi in (i.span(0), i.span(1)))
             out.append(
-                Proposal(
+                Rewrite(
                     params={"block": (bx, by)},
                     summary=(
                         f"{names} through a shared-memory tile of block ({bx}, {by}) with a "

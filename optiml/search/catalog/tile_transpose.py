@@ -24,7 +24,7 @@ from optiml.search.catalog._two_d import (
     thread_independent,
     with_body,
 )
-from optiml.search.catalog.base import STATIC_SMEM, Context, Proposal, Transformation
+from optiml.search.catalog.base import STATIC_SMEM, Context, Rewrite, Transformation
 
 # (TILE, block.y, weight): 64 x 8 moves 256 B per row per block (8 elements per thread, 16 KB of
 # tile) and was the faster on the H200 (naive transpose fixture, 8192^2 floats: 0.139 ms against
@@ -54,7 +54,7 @@ class TileTranspose(Transformation):
     addresses = frozenset({"uncoalesced", "dram", "l2"})
     description = "transpose through a padded shared-memory tile: coalesced reads and writes"
 
-    def propose(self, ctx: Context) -> list[Proposal]:
+    def propose(self, ctx: Context) -> list[Rewrite]:
         plan = _plan(ctx)
         if plan is None:
             return []
@@ -71,7 +71,7 @@ class TileTranspose(Transformation):
                 continue
             side = "write" if plan.turn_write else "read"
             out.append(
-                Proposal(
+                Rewrite(
                     params={"tile": tile, "block": (tile, rows)},
                     summary=(
                         f"{tile}x{tile + 1} smem tile turns the strided {side}, block "

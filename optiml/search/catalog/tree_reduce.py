@@ -18,7 +18,7 @@ from tree_sitter import Node
 
 from optiml.cuda.kernel_ast import KernelAST, for_header, unparen, walk
 from optiml.search.catalog._reduce import PREFIX, squash
-from optiml.search.catalog.base import Context, Proposal, Transformation
+from optiml.search.catalog.base import Context, Rewrite, Transformation
 
 SHUFFLED = {"float": "f32", "double": "f64", "int": "i32", "unsigned": "u32", "unsigned int": "u32"}
 IDENTITY = {
@@ -60,7 +60,7 @@ class TreeReduce(Transformation):
         "a shared-memory tree reduction in a block -> warp shuffles, one barrier per level of warps"
     )
 
-    def propose(self, ctx: Context) -> list[Proposal]:
+    def propose(self, ctx: Context) -> list[Rewrite]:
         try:
             tree = _match(ctx)
         except (ValueError, KeyError, IndexError, AttributeError, TypeError):
@@ -73,7 +73,7 @@ class TreeReduce(Transformation):
         text = "\n".join(_replacement(tree, block, indent))
         definition = ast.definition({(tree.loop.start_byte, tree.loop.end_byte): text.lstrip()})
         return [
-            Proposal(
+            Rewrite(
                 params={"warps": block // 32},
                 summary=(
                     f"the tree reduction of `{tree.array}` as warp shuffles: {block // 32} warps "

@@ -4,7 +4,7 @@ nvcc unrolls by itself): more independent loads and arithmetic in flight per thr
 from __future__ import annotations
 
 from optiml.cuda.kernel_ast import walk
-from optiml.search.catalog.base import Context, Proposal, Transformation
+from optiml.search.catalog.base import Context, Rewrite, Transformation
 
 
 class Unroll(Transformation):
@@ -14,7 +14,7 @@ class Unroll(Transformation):
     keeps_accesses = True
     description = "#pragma unroll on innermost loops"
 
-    def propose(self, ctx: Context) -> list[Proposal]:
+    def propose(self, ctx: Context) -> list[Rewrite]:
         ast = ctx.ast
         loops = []
         for n in walk(ast.body):
@@ -42,7 +42,7 @@ class Unroll(Transformation):
                 indent = ast.indent_of(loop)
                 edits[(loop.start_byte, loop.start_byte)] = f"#pragma unroll {factor}\n{indent}"
             out.append(
-                Proposal(
+                Rewrite(
                     params={"factor": factor},
                     summary=f"#pragma unroll {factor} on {len(loops)} innermost loop(s)",
                     variant=ctx.rewrite(ast.definition(edits)),

@@ -8,7 +8,7 @@ from __future__ import annotations
 from optiml.cuda.kernel_ast import unparen
 from optiml.cuda.types import lookup
 from optiml.search.catalog._map import map_kernel, statement_text
-from optiml.search.catalog.base import Context, Proposal, Transformation
+from optiml.search.catalog.base import Context, Rewrite, Transformation
 
 PACK_HELPER = """// A vector of N elements of E, aligned so that one load or store moves all of it.
 template <typename E, int N>
@@ -27,7 +27,7 @@ class Vectorize(Transformation):
     addresses = frozenset({"dram", "l2", "l1_shared", "latency"})
     description = "16-byte vector loads/stores with an alignment check and a scalar tail"
 
-    def propose(self, ctx: Context) -> list[Proposal]:
+    def propose(self, ctx: Context) -> list[Rewrite]:
         m = map_kernel(ctx)
         if m is None:
             return []
@@ -135,7 +135,7 @@ class Vectorize(Transformation):
         for per_thread, weight in ((1, 1.0), (2, 0.7), (4, 0.5)):
             vectors = lanes * per_thread
             proposals.append(
-                Proposal(
+                Rewrite(
                     params={"lanes": lanes, "vectors_per_thread": per_thread},
                     summary=f"{pack_bytes}-byte accesses to {names} ({lanes} elements per access), "
                     f"{per_thread} vector(s) per thread, scalar tail",

@@ -41,7 +41,7 @@ from optiml.search.catalog._two_d import (
     thread_independent,
     with_body,
 )
-from optiml.search.catalog.base import MEMORY, Context, Proposal, Transformation
+from optiml.search.catalog.base import MEMORY, Context, Rewrite, Transformation
 
 LANES = 4
 # (R, block, weight), ranked by the Jacobi fixture's times on an H200 (8192^2, hand-written
@@ -86,7 +86,7 @@ class Vectorize2D(Transformation):
         "4 columns x R rows per thread: 16-byte row loads shared across them, 16-byte stores"
     )
 
-    def propose(self, ctx: Context) -> list[Proposal]:
+    def propose(self, ctx: Context) -> list[Rewrite]:
         g = grid_2d(ctx)
         if g is None or not g.body or not thread_independent(g.ast):
             return []
@@ -102,7 +102,7 @@ class Vectorize2D(Transformation):
             if variant is None:
                 continue
             out.append(
-                Proposal(
+                Rewrite(
                     params={"rows": rows, "block": (bx, by)},
                     summary=(
                         f"{LANES} columns x {rows} row(s) per thread: 16-byte loads of each row "

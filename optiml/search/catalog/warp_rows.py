@@ -33,7 +33,7 @@ from optiml.lift.model import (
     loops_of,
     walk_expr,
 )
-from optiml.search.catalog.base import Context, Proposal, Transformation
+from optiml.search.catalog.base import Context, Rewrite, Transformation
 
 THREADS = (256, 128)
 FULL_MASK = "0xffffffffu"
@@ -62,7 +62,7 @@ class WarpRows(Transformation):
     addresses = frozenset({"uncoalesced", "l1_shared", "l2", "small_grid", "latency"})
     description = "a warp per row, emitted from the lifted model, with shuffle all-reduces"
 
-    def propose(self, ctx: Context) -> list[Proposal]:
+    def propose(self, ctx: Context) -> list[Rewrite]:
         try:
             lifted = lift(ctx.source, ctx.kernel, ctx.spec)
             if not isinstance(lifted, Lifted):
@@ -82,7 +82,7 @@ class WarpRows(Transformation):
                 "model: lanes stride over the row, shuffle all-reduce"
             )
             out.append(
-                Proposal({"threads": threads}, summary, variant, 1.0 if threads == 256 else 0.8)
+                Rewrite({"threads": threads}, summary, variant, 1.0 if threads == 256 else 0.8)
             )
         return out
 

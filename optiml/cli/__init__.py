@@ -15,19 +15,19 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from optiml import __version__
-from optiml.arch import resolve_arch
-from optiml.errors import (
+from optiml.api import (
     ExitCode,
+    ExprError,
     OptimlError,
     SourceWarning,
     SpecValueError,
     UsageError,
+    __version__,
     one_line,
+    resolve_arch,
 )
-from optiml.expr import ExprError
-from optiml.generate.options import mot_options
-from optiml.llm.cli import llm_group
+from optiml.cli.llm import llm_group
+from optiml.cli.mot import collect, mot_options
 
 # Tables keep their columns when piped (rich would otherwise fold them to 80 columns). No emoji
 # codes: `:x:` in a user's spec is printed as written.
@@ -207,9 +207,7 @@ def check(
     theoretical occupancy, with notes where a kernel's own rounding can fail a correct rewrite.
     Needs nvcc, not a GPU. The table lists every spec error and compiler message on stderr; with
     --json they are in the JSON, and stderr has one line for the first."""
-    from optiml.cuda.source import read_text
-    from optiml.executors.protocol import Request
-    from optiml.executors.registry import open_executor
+    from optiml.api import Request, open_executor, read_text
 
     executor = open_executor(executor_url)
     if executor.in_process:  # elsewhere `--arch` is resolved where nvcc and the GPU are
@@ -252,7 +250,7 @@ def _run_job(executor, request) -> dict:
 
 
 def _first_compile_error(data: dict) -> str:
-    from optiml.harness.nvcc import CompilerMessage
+    from optiml.api import CompilerMessage
 
     messages = [CompilerMessage.model_validate(m) for k in data["kernels"] for m in k["messages"]]
     first = next((m for m in messages if m.severity == "error"), None)
@@ -263,8 +261,7 @@ def _first_compile_error(data: dict) -> str:
 
 def _print_check(data: dict) -> None:
     """`optiml check`'s table from its JSON, so that a remote check prints what a local one does."""
-    from optiml.harness.nvcc import CompilerMessage
-    from optiml.profile.static import StaticReport
+    from optiml.api import CompilerMessage, StaticReport
 
     kernels = data["kernels"]
     for c in kernels:
@@ -362,10 +359,7 @@ def eval_(
 ) -> None:
     """Run KERNEL (or CANDIDATE's version of it) on a GPU at every size and seed of its spec,
     check every output element against the reference, and time both with CUDA events."""
-    from optiml.api import Verdict
-    from optiml.cuda.source import read_text
-    from optiml.executors.protocol import Request
-    from optiml.executors.registry import open_executor
+    from optiml.api import Request, Verdict, open_executor, read_text
 
     executor = open_executor(executor_url)
     if executor.in_process:
@@ -494,8 +488,7 @@ def profile(
     occupancy, stalls and per-line hotspots, and the bottleneck in one sentence. On another
     executor, at that GPU's architecture and own clocks (--arch and --clock-control are this
     machine's)."""
-    from optiml.api import profile_file
-    from optiml.executors.registry import split_urls
+    from optiml.api import profile_file, split_urls
 
     remote = split_urls(executor_url) != ["local"]
     if remote and (arch is not None or clock_control != "none"):
@@ -559,17 +552,13 @@ def profile(
 def spec(file: Path, kernel: str, as_json: bool) -> None:
     """Draft an @optiml spec for KERNEL from its signature, how its body uses each pointer, and a
     <<<...>>> launch site in FILE where there is one. Prints it; FILE is not changed."""
-    from optiml.cuda.draft import draft_spec
-    from optiml.cuda.source import SourceFile
+    from optiml.api import draft_file_spec
 
-    source = SourceFile.read(file)
-    k = source.kernel(kernel)
-    text = draft_spec(source, k)
+    drafted = draft_file_spec(file, kernel)
     if as_json:
-        line = k.span.start_point[0] + 1
-        click.echo(json.dumps({"kernel": k.name, "insert_before_line": line, "spec": text}))
+        click.echo(json.dumps(drafted.model_dump()))
     else:
-        click.echo(text, nl=False)
+        click.echo(drafted.spec, nl=False)
 
 
 # ---- lift -----------------------------------------------------------------------------------
@@ -723,9 +712,7 @@ def optimize(
     per run, work scaling, the speedup at unseen sizes, state across launches, no hard-coded sizes,
     four compute-sanitizer tools). Writes the trajectory, an HTML report and the optimized file to
     --out; FILE itself changes only with --write."""
-    from optiml.api import OptimizeRequest, optimize_file
-    from optiml.executors import parse_gpus
-    from optiml.executors.registry import split_urls
+    from optiml.api import OptimizeRequest, optimize_file, parse_gpus, split_urls
 
     arch = resolve_arch(arch)
     parse_gpus(gpus)  # a bad --gpus is a usage error before any work
@@ -917,8 +904,7 @@ def generate(
     draft and revise kernels, every draft kernel is checked against every draft reference, and
     the final kernel must pass against the reference most agree with (docs/generate.md, the
     Mixture-of-Thoughts path); --out names the folder of its files and trajectory."""
-    from optiml.generate.cli import run_generate
-    from optiml.generate.options import collect
+    from optiml.api import run_generate
 
     if from_torch is not None and formula is not None:
         raise click.UsageError("give FORMULA or --from-torch TASK.py, not both")
@@ -955,7 +941,7 @@ def generate(
     elif result.printed is not None:
         skip = "optimization skipped: nothing was written (--out -)"
     else:
-        from optiml.harness.gpu import local_gpus
+        from optiml.api import local_gpus
 
         skip = None
         if not local_gpus():
@@ -1019,7 +1005,3 @@ def serve(stdio: bool, tcp: int | None) -> None:
 
 
 main.add_command(llm_group)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,3 @@
+from optiml.cli import main
+
+main()
