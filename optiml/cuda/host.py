@@ -260,6 +260,15 @@ class HostReader:
             if n.type == "declaration":
                 dim3 = self.text(n.child_by_field_name("type")) == "dim3"
                 for d in n.children_by_field_name("declarator"):
+                    if dim3 and d.type == "function_declarator":  # `dim3 b(TILE, TILE);`
+                        target = d.child_by_field_name("declarator")
+                        plist = d.child_by_field_name("parameters")
+                        if target is not None and self.text(target) == name and plist:
+                            parts = [
+                                c.child_by_field_name("type") or c for c in plist.named_children
+                            ]
+                            found.append((n.start_byte, plist, parts))
+                        continue
                     if d.type != "init_declarator":
                         continue
                     target, value = (
@@ -498,7 +507,10 @@ class HostReader:
                 except Unread as e:
                     self.guessed.append(f"{e}: the allocation of `{var}` not read")
                     return None
-            length = self._container_length(var, Scope(fn, 1 << 62, inner.params))
+            try:
+                length = self._container_length(var, Scope(fn, 1 << 62, inner.params))
+            except Unread:
+                length = None
             if length is not None:
                 return length
         for fn in fns:
