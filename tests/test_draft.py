@@ -84,7 +84,7 @@ def test_draft_uses_the_launch_site_and_allocations():
     assert text == (
         "/* @optiml\n"
         " *   args:   factor = 0.5, out: out float[count], in: in float[count]\n"
-        " *   launch: grid = (count + 128 - 1) / 128, block = 128\n"
+        " *   launch: grid = (count + THREADS - 1) / THREADS, block = THREADS\n"
         " *   sizes:  count = 1 << 22, 2097153\n"
         " */\n"
     )

@@ -1,23 +1,31 @@
-"""Drafting a spec for a kernel that has none: roles from how the kernel body uses each pointer,
-lengths from the host's `cudaMalloc` calls, launch configuration, sizes and scalar values from a
-`<<<...>>>` launch site in the same file, and safe defaults where the file says nothing.
+"""Drafting a spec for a kernel that has none.
+
+Roles come from the lifted model where the kernel lifts (which buffers it loads, stores, updates
+atomically), else from the body's reads and writes. Lengths come from the host's allocation of the
+buffer passed at the kernel's launch (`optiml.cuda.host`), else from the largest element the
+model's accesses reach (`optiml.cuda.extent`). The launch comes from the host's `<<<...>>>`, else
+from the thread indices the guards bound. Sizes are the kernel's integer parameters and the host's
+variables the lengths and the launch use, with the host's values where they are constant. What
+was guessed is said in `# guessed:` lines of the draft (and as warnings); `validate` parses the
+draft and checks it.
 """
 
 from __future__ import annotations
 
 import re
+import warnings
+from dataclasses import dataclass, field
 
 from tree_sitter import Node
 
-from optiml.cuda.source import Kernel, LaunchSite, SourceFile
+from optiml.cuda.extent import Poly, extents, poly_text, poly_value
+from optiml.cuda.host import HostReader
+from optiml.cuda.source import Kernel, SourceFile
 from optiml.cuda.types import lookup
+from optiml.errors import SourceWarning
 from optiml.expr import Expr, ExprError
 
 _ATOMICS = re.compile(r"^atomic\w+$")
-_MALLOC = re.compile(
-    r"cudaMalloc(?:Managed)?\s*\(\s*(?:\(\s*void\s*\*\s*\*\s*\)\s*)?&\s*(\w+)\s*,\s*([^;]+?)\)\s*[;)]"
-)
-_SIZEOF = re.compile(r"\s*\*?\s*sizeof\s*\(\s*[\w\s:<>*]+\)\s*\*?\s*")
 DEFAULT_SIZE = "1 << 24"
 DEFAULT_BLOCK = 256
 
@@ -132,20 +140,332 @@ def _base_identifier(source: SourceFile, node: Node | None) -> str | None:
     return None
 
 
-def _substitute(text: str, mapping: dict[str, str], rounds: int = 6) -> str:
-    for _ in range(rounds):
-        new = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: mapping.get(m.group(0), m.group(0)), text)
-        if new == text:
-            break
-        text = new
-    return text
+@dataclass
+class Draft:
+    """A drafted spec: its text (with a `# guessed:` line for each guess) and the guesses, each
+    `file:line: what was guessed`."""
+
+    text: str
+    guesses: list[str] = field(default_factory=list)
+    launch_line: int | None = None  # the host launch it was read from
 
 
-def _clean(text: str) -> str:
-    text = re.sub(r"\b(?:static_cast|reinterpret_cast)\s*<[^>]*>", "", text)
-    text = re.sub(r"\(\s*(?:unsigned\s+)?(?:int|long|size_t|float|unsigned)\s*\)", "", text)
-    text = re.sub(r"\bdim3\b", "", text)
-    return " ".join(text.split())
+def draft_spec(source: SourceFile, kernel: Kernel) -> str:
+    """The text of an `@optiml` comment for `kernel`, to be placed right above it; each guess is
+    also a `SourceWarning`."""
+    d = draft(source, kernel)
+    for g in d.guesses:
+        warnings.warn(f"guessed: {g}", SourceWarning, stacklevel=2)
+    return d.text
+
+
+def draft(source: SourceFile, kernel: Kernel) -> Draft:
+    kline = kernel.span.start_point[0] + 1
+    noted: list[tuple[int, str]] = []
+
+    def guess(line: int, what: str) -> None:
+        if (line, what) not in noted:
+            noted.append((line, what))
+
+    reader = HostReader(source, kernel)
+    launch = reader.launch()
+    if launch is not None:
+        for g in launch.guessed:
+            guess(launch.line, g)
+        if launch.sites > 1:
+            guess(
+                launch.line,
+                f"the kernel is launched {launch.sites} times; the first launch is read",
+            )
+    sites = source.launch_sites(kernel.name)
+    template = _template(source, kernel, sites[0].template_args if sites else ())
+    template_ints = {k for k, v in template.items() if re.fullmatch(r"\d+", v)}
+    int_params = [
+        p.name
+        for p in kernel.params
+        if not p.is_pointer
+        and (d := lookup(source.resolve_type(template.get(p.type_text, p.type_text)))) is not None
+        and not d.is_float
+    ]
+    file_names = set(source.macros) | set(source.constants) | template_ints
+    host_args = launch.args if launch else {}
+    free = {
+        n
+        for n in (launch.free if launch else {})
+        if n not in host_args.values() and n not in template
+    }
+    allowed = set(int_params) | free | file_names
+
+    lifted = _lift(source, kernel, template)
+    sample = _sample_env(source, int_params, free)
+    ext = extents(lifted, sample) if lifted is not None else None
+
+    # roles
+    if ext is not None:
+        roles = {}
+        for p in kernel.params:
+            if p.is_pointer:
+                w, r = p.name in ext.writes, p.name in ext.reads | ext.rmw
+                roles[p.name] = "inout" if (w and r) else "out" if w else "in"
+    else:
+        roles = pointer_roles(source, kernel)
+
+    # lengths
+    lengths: dict[str, str] = {}
+    for p in kernel.params:
+        if not p.is_pointer:
+            continue
+        host = launch.lengths.get(p.name) if launch else None
+        if host is not None and _valid(host, allowed):
+            lengths[p.name] = _tidy(host)
+            continue
+        polys = [
+            q for q in (ext.lengths.get(p.name, []) if ext else []) if _poly_names(q) <= allowed
+        ]
+        if polys:
+            best = max(polys, key=lambda q: poly_value(q, sample) or 0)
+            lengths[p.name] = poly_text(best)
+            if ext.unbounded.get(p.name):
+                guess(
+                    kline,
+                    f"`{p.name}`'s length from its bounded accesses only (an index is indirect or unbounded)",
+                )
+            continue
+        lengths[p.name] = _fallback_length(source, kernel, int_params)
+        guess(
+            kline, f"`{p.name}`'s length ({lengths[p.name]}): no allocation and no bounded access"
+        )
+
+    # launch: a host constant only the launch uses (`threadsPerBlock = 256`) is its value there
+    length_names = set().union(*(Expr.parse(t).names() for t in lengths.values()))
+    length_names |= set().union(*(_names(v) for v in host_args.values()))
+    inline = {
+        n: v
+        for n, v in (launch.free.items() if launch else [])
+        if v is not None and n not in length_names and n not in int_params
+    }
+    grid = block = smem = None
+    if launch is not None and launch.grid and launch.block:
+        g = [_tidy(_substitute(x, inline)) for x in launch.grid]
+        b = [_tidy(_substitute(x, inline)) for x in launch.block]
+        launch_names = allowed | {"sm_count", "max_threads_per_sm"}
+        if all(_valid(x, launch_names) for x in g + b):
+            grid, block = g, b
+            sm = _tidy(_substitute(launch.smem, inline)) if launch.smem is not None else None
+            if sm is not None and sm != "0":
+                if _valid(sm, allowed):
+                    smem = sm
+                else:
+                    guess(launch.line, "dynamic shared memory not read: left out")
+        else:
+            guess(
+                launch.line, "the launch's configuration not read: drafted from the kernel's guards"
+            )
+    if grid is None:
+        grid, block = _model_launch(source, kernel, ext, lengths, lifted, allowed)
+        if launch is None:
+            guess(kline, "no launch of the kernel in the file: the launch drafted from its guards")
+
+    # sizes and scalars
+    used: set[str] = set()
+    for text in [*lengths.values(), *grid, *block, smem or "0"]:
+        used |= Expr.parse(text).names()
+    scalar_values: dict[str, str] = {}
+    structs: list[str] = []
+    for p in kernel.params:
+        if p.is_pointer or (p.name in int_params and p.name in used):
+            continue
+        fields = source.structs.get(source.resolve_type(template.get(p.type_text, p.type_text)))
+        if fields is not None:
+            values = ", ".join(
+                f".{f.name} = {'1.5' if (d := lookup(source.resolve_type(f.type_text))) and d.is_float else '1'}"
+                for f in fields
+            )
+            structs.append(f"{p.name} = {{{values}}}")
+            continue
+        dtype = lookup(source.resolve_type(template.get(p.type_text, p.type_text)))
+        value = host_args.get(p.name)
+        if value is not None and _valid(value, allowed - {p.name}):
+            value = _tidy(value)
+            used |= Expr.parse(value).names()
+        else:
+            value = "1.5" if dtype is not None and dtype.is_float else "1"
+            guess(kline, f"`{p.name} = {value}`: a value the file does not give")
+        scalar_values[p.name] = value
+    size_vars = [n for n in int_params if n in used and n not in scalar_values]
+    size_vars += sorted(n for n in free if n in used and n not in size_vars)
+    values = {}
+    for n in size_vars:
+        text = host_args.get(n) if n in int_params else (launch.free.get(n) if launch else None)
+        for _ in range(4):  # `count` passed `N`, `const int N = 1 << 22;`: 1 << 22
+            if text is not None and _const(text, source) is None and launch is not None:
+                text = _substitute(text, {k: v for k, v in launch.free.items() if v})
+        if text is not None and (_const(text, source) or 0) > 0:
+            values[n] = _tidy(text)
+        else:
+            values[n] = "4096" if len(size_vars) > 1 else DEFAULT_SIZE
+            guess(kline, f"the size `{n} = {values[n]}`: the file gives no constant value")
+    sizes = _sizes(size_vars, values, source)
+
+    args = [f"{k} = {v}" for k, v in scalar_values.items()] + structs
+    for p in kernel.params:
+        if p.is_pointer:
+            args.append(f"{p.name}: {roles[p.name]} {p.type_text}[{lengths[p.name]}]")
+    lines = [f"args:   {', '.join(args)}"] if args else []
+    tup = lambda xs: xs[0] if len(xs) == 1 else f"({', '.join(xs)})"  # noqa: E731
+    lines.append(
+        f"launch: grid = {tup(grid)}, block = {tup(block)}" + (f", smem = {smem}" if smem else "")
+    )
+    lines.append(f"sizes:  {sizes}")
+    if template:
+        lines.append("template: " + ", ".join(f"{k} = {v}" for k, v in template.items()))
+    for line, what in noted:
+        lines.append(f"# guessed (line {line}): {what}")
+    text = "/* @optiml\n" + "".join(f" *   {line}\n" for line in lines) + " */\n"
+    guesses = [f"{source.path}:{line}: {what}" for line, what in noted]
+    return Draft(text, guesses, launch.line if launch else None)
+
+
+def _template(source: SourceFile, kernel: Kernel, given_args: tuple[str, ...]) -> dict[str, str]:
+    """The instantiation: the launch's concrete template arguments, else defaults."""
+    template: dict[str, str] = {}
+    for i, tp in enumerate(kernel.template_params):
+        given = given_args[i] if i < len(given_args) else None
+        if given is not None and tp.kind == "type" and lookup(source.resolve_type(given)):
+            template[tp.name] = given
+        elif given is not None and tp.kind == "value" and (v := _const(given, source)) is not None:
+            template[tp.name] = str(v)
+        else:
+            template[tp.name] = tp.default or ("float" if tp.kind == "type" else str(DEFAULT_BLOCK))
+    return template
+
+
+def _lift(source: SourceFile, kernel: Kernel, template: dict[str, str]):
+    """The kernel's lifted model, with the signature's element types (None where it does not lift)."""
+    from optiml.cuda import types as ctypes
+    from optiml.lift import Lifted, lift
+    from optiml.spec import BufferArg, Launch, Spec
+
+    buffers = []
+    for p in kernel.params:
+        if p.is_pointer:
+            t = source.resolve_type(template.get(p.type_text, p.type_text))
+            d = lookup(t) or (v[0] if (v := ctypes.vector_type(t)) else None)
+            if d is None:
+                return None
+            buffers.append(BufferArg(name=p.name, role="inout", dtype=d.code, length="1"))
+    values = {k: int(v) for k, v in template.items() if re.fullmatch(r"\d+", v)}
+    spec = Spec(
+        kernel=kernel.name,
+        params=[p.name for p in kernel.params],
+        buffers=buffers,
+        scalars=[],
+        launch=Launch(grid=["1"], block=["1"]),
+        size_vars=[],
+        sizes=[],
+        template={k: v for k, v in template.items() if k not in values},
+        template_values=values,
+    )
+    try:
+        lifted = lift(source, kernel, spec)
+    except Exception:  # noqa: BLE001 - a model that cannot be built is drafted without it
+        return None
+    return lifted if isinstance(lifted, Lifted) else None
+
+
+def _model_launch(source, kernel, ext, lengths, lifted, allowed) -> tuple[list[str], list[str]]:
+    """grid and block from the thread indices the guards bound: `g.x < n` is cdiv(n, block.x)
+    blocks, `blockIdx.x < rows` is rows blocks; the block the kernel spells
+    (`blockIdx.x * 16 + threadIdx.x`) or sizes a shared array by, else 256 (16 × 16 in 2-D)."""
+    from optiml.cuda.extent import raw_spelled_block
+
+    domain = ext.domain if ext is not None else {}
+    spelled = raw_spelled_block(lifted) if lifted is not None else {}
+    dims = [d for d in "xyz" if f"g.{d}" in domain or f"blockIdx.{d}" in domain]
+    shared = _shared_size(source, kernel, allowed)
+    if not dims:
+        n = next(iter(lengths.values()), "1024")
+        b = shared or str(DEFAULT_BLOCK)
+        return [f"cdiv({n}, {b})"], [b]
+    two_d = len(dims) > 1 or dims != ["x"]
+    grid, block = [], []
+    for d in "xyz"[: max("xyz".index(x) for x in dims) + 1]:
+        b = str(
+            spelled.get(d)
+            or (
+                16
+                if two_d
+                else int(shared)
+                if shared and shared.isdigit()
+                else shared or DEFAULT_BLOCK
+            )
+        )
+        if f"g.{d}" in domain:
+            grid.append(f"cdiv({poly_text(domain[f'g.{d}'])}, {b})")
+            block.append(b)
+        elif f"blockIdx.{d}" in domain:
+            grid.append(poly_text(domain[f"blockIdx.{d}"]))
+            block.append(b if d == "x" else "1")
+        else:
+            grid.append("1")
+            block.append("1")
+    return grid, block
+
+
+def _shared_size(source: SourceFile, kernel: Kernel, allowed: set[str]) -> str | None:
+    """The size of a one-dimensional `__shared__` array the body declares with a constant size
+    (a block-wide reduction's scratch is one element per thread)."""
+    body = source.text[kernel.body_span.start : kernel.body_span.end]
+    m = re.search(r"__shared__\s+[\w:<> ]+?\s+\w+\s*\[\s*([^\]\[]+?)\s*\]\s*;", body)
+    if m and _valid(m.group(1), allowed) and _const(m.group(1), source):
+        return m.group(1).strip()
+    return None
+
+
+def _fallback_length(source: SourceFile, kernel: Kernel, int_params: list[str]) -> str:
+    """With no allocation and no bounded access: the scalars the body compares indices against
+    (`i < n`, `row < rows && col < cols`), multiplied; else the first integer parameter."""
+    body = source.text[kernel.body_span.start : kernel.body_span.end]
+    bounds = [p for p in int_params if re.search(rf"(?:<|>=)\s*{re.escape(p)}\b", body)]
+    if bounds:
+        return " * ".join(bounds[:2])
+    return int_params[0] if int_params else "1024"
+
+
+def _file_env(source: SourceFile) -> dict[str, int | float]:
+    env: dict[str, int | float] = {}
+    texts = {**{k: v[1] for k, v in source.macros.items() if v[0] is None}, **source.constants}
+    for _ in range(4):
+        for k, t in texts.items():
+            if k in env:
+                continue
+            try:
+                v = Expr.parse(t.strip()).evaluate(env)
+            except ExprError:
+                continue
+            if isinstance(v, int | float):
+                env[k] = v
+    return env
+
+
+def _const(text: str, source: SourceFile):
+    try:
+        v = Expr.parse(text).evaluate(_file_env(source))
+    except ExprError:
+        return None
+    return v if isinstance(v, int) else None
+
+
+def _sample_env(source: SourceFile, int_params: list[str], free: set[str]) -> dict[str, int]:
+    """Distinct, large values for every size name: where two lengths differ, they differ here."""
+    env = {k: v for k, v in _file_env(source).items() if isinstance(v, int)}
+    for i, n in enumerate(sorted(set(int_params) | free)):
+        env[n] = 1009 + 97 * i
+    return env
+
+
+def _poly_names(p: Poly) -> set[str]:
+    return {a for m in p for a in m}
 
 
 def _valid(text: str, allowed: set[str]) -> bool:
@@ -156,162 +476,40 @@ def _valid(text: str, allowed: set[str]) -> bool:
     return e.names() <= allowed
 
 
-def draft_spec(source: SourceFile, kernel: Kernel) -> str:
-    """The text of an `@optiml` comment for `kernel`, to be placed right above it."""
-    site: LaunchSite | None = next(iter(source.launch_sites(kernel.name)), None)
-    roles = pointer_roles(source, kernel)
-    int_scalars = [
-        p
-        for p in kernel.params
-        if not p.is_pointer
-        and (d := lookup(source.resolve_type(p.type_text))) is not None
-        and not d.is_float
-    ]
-    # Host expression -> kernel parameter, from the launch site's actual arguments.
-    to_param: dict[str, str] = {}
-    host_value: dict[str, str] = {}
-    if site is not None:
-        for p, actual in zip(kernel.params, site.args, strict=False):
-            a = actual.strip()
-            if re.fullmatch(r"[A-Za-z_]\w*", a):
-                to_param[a] = p.name
-            host_value[p.name] = a
-    bindings = dict(site.bindings) if site else {}
-
-    def host_to_spec(text: str) -> str:
-        resolved = _substitute(
-            _clean(text), {k: v for k, v in bindings.items() if k not in to_param}
-        )
-        return _clean(_substitute(resolved, to_param, rounds=1))
-
-    template: dict[str, str] = {}
-    for i, tp in enumerate(kernel.template_params):
-        given = site.template_args[i] if site and i < len(site.template_args) else None
-        # A launch inside a host template passes its own parameters on: only concrete ones count.
-        concrete = given is not None and (
-            lookup(given) is not None
-            if tp.kind == "type"
-            else _literal(given, bindings) is not None
-        )
-        if concrete:
-            template[tp.name] = given if tp.kind == "type" else _literal(given, bindings)
-        else:
-            template[tp.name] = tp.default or ("float" if tp.kind == "type" else str(DEFAULT_BLOCK))
-    template_ints = {k for k, v in template.items() if re.fullmatch(r"\d+", v)}
-
-    # Lengths: cudaMalloc(&d_x, N * sizeof(float)) with d_x passed as parameter x.
-    lengths: dict[str, str] = {}
-    for m in _MALLOC.finditer(source.text):
-        var, nbytes = m.group(1), m.group(2)
-        param = to_param.get(var)
-        if param is None:
-            continue
-        nbytes = _substitute(
-            nbytes, {k: v for k, v in bindings.items() if k not in to_param}, rounds=2
-        )
-        elems = _SIZEOF.sub(" ", nbytes).strip().strip("*").strip()
-        lengths[param] = host_to_spec(elems) if elems else "1"
-    size_names = {p.name for p in int_scalars}
-    fallback = _fallback_length(source, kernel, int_scalars)
-    for p in kernel.params:
-        if p.is_pointer and (
-            p.name not in lengths or not _valid(lengths[p.name], size_names | template_ints)
-        ):
-            lengths[p.name] = fallback
-
-    # Launch configuration.
-    grid, block, smem = None, None, None
-    if site is not None and len(site.config) >= 2:
-        grid, block = host_to_spec(site.config[0]), host_to_spec(site.config[1])
-        smem = host_to_spec(site.config[2]) if len(site.config) >= 3 else None
-        allowed = size_names | template_ints
-        if not _valid(grid, allowed) or not _valid(block, allowed):
-            grid, block = None, None
-        if smem is not None and (not _valid(smem, allowed) or smem.strip() == "0"):
-            smem = None
-    if grid is None:
-        block = str(DEFAULT_BLOCK)
-        grid = f"cdiv({fallback}, {DEFAULT_BLOCK})"
-
-    # Which integer scalars are sizes: those the lengths or the launch use.
-    used = set()
-    for text in [*lengths.values(), grid, block, smem or "0"]:
-        used |= Expr.parse(text).names()
-    size_vars = [p.name for p in int_scalars if p.name in used]
-    scalars: list[str] = []
-    for p in kernel.params:
-        if p.is_pointer or p.name in size_vars:
-            continue
-        fields = source.structs.get(source.resolve_type(template.get(p.type_text, p.type_text)))
-        if fields is not None:
-            values = ", ".join(
-                f".{f.name} = {'1.5' if (d := lookup(source.resolve_type(f.type_text))) and d.is_float else '1'}"
-                for f in fields
-            )
-            scalars.append(f"{p.name} = {{{values}}}")
-            continue
-        value = _literal(host_value.get(p.name), bindings)
-        dtype = lookup(source.resolve_type(template.get(p.type_text, p.type_text)))
-        if value is None:
-            value = "1.5" if dtype is not None and dtype.is_float else "1"
-        scalars.append(f"{p.name} = {value}")
-
-    sizes = _sizes(size_vars, host_value, bindings, block)
-    args = list(scalars)
-    for p in kernel.params:
-        if p.is_pointer:
-            t = p.type_text
-            args.append(f"{p.name}: {roles[p.name]} {t}[{lengths[p.name]}]")
-    lines = [f"args:   {', '.join(args)}"] if args else []
-    launch = f"grid = {grid}, block = {block}" + (f", smem = {smem}" if smem else "")
-    lines.append(f"launch: {launch}")
-    lines.append(f"sizes:  {sizes}")
-    if template:
-        lines.append("template: " + ", ".join(f"{k} = {v}" for k, v in template.items()))
-    return "/* @optiml\n" + "".join(f" *   {line}\n" for line in lines) + " */\n"
+def _tidy(text: str) -> str:
+    text = " ".join(text.split())
+    while text.startswith("(") and text.endswith(")") and _valid(text[1:-1], _names(text)):
+        inner = text[1:-1]
+        depth = 0
+        for c in inner:
+            depth += (c == "(") - (c == ")")
+            if depth < 0:
+                return text
+        text = inner
+    return text
 
 
-def _literal(text: str | None, bindings: dict[str, str]) -> str | None:
-    if text is None:
-        return None
-    value = _clean(_substitute(text, bindings))
-    try:
-        v = Expr.parse(value).evaluate({})
-    except ExprError:
-        return None
-    return repr(v) if isinstance(v, float) else str(v) if isinstance(v, int) else None
+def _substitute(text: str, mapping: dict[str, str]) -> str:
+    return re.sub(
+        r"\b[A-Za-z_]\w*\b",
+        lambda m: f"({mapping[m.group(0)]})" if m.group(0) in mapping else m.group(0),
+        text,
+    )
 
 
-def _fallback_length(source: SourceFile, kernel: Kernel, int_scalars) -> str:
-    """With no allocation to go by: the scalars the body compares indices against (`i < n`,
-    `row < rows && col < cols`), multiplied; else the first integer parameter."""
-    body = source.text[kernel.body_span.start : kernel.body_span.end]
-    bounds = [p.name for p in int_scalars if re.search(rf"(?:<|>=)\s*{re.escape(p.name)}\b", body)]
-    if bounds:
-        return " * ".join(bounds[:2])
-    return int_scalars[0].name if int_scalars else "1024"
+def _names(text: str) -> set[str]:
+    return set(re.findall(r"\b[A-Za-z_]\w*\b", text))
 
 
-def _sizes(
-    size_vars: list[str], host_value: dict[str, str], bindings: dict[str, str], block: str
-) -> str:
-    """The host's value for each size (else a default) and a second size that is not a multiple of
-    the block."""
+def _sizes(size_vars: list[str], values: dict[str, str], source: SourceFile) -> str:
+    """The host's value for each size (else a default) and a second size, odd, that no block
+    size divides."""
     if not size_vars:
         return "_ = 1, 3"
-    big = []
-    for name in size_vars:
-        host = host_value.get(name)
-        v = _literal(host, bindings)
-        if v is not None and v.isdigit():
-            # Keep the host's own spelling (`1 << 22`) where it is a plain expression.
-            text = _clean(_substitute(host, bindings))
-            big.append(text if _valid(text, set()) else v)
-        else:
-            big.append("4096" if len(size_vars) > 1 else DEFAULT_SIZE)
+    big = [values[n] for n in size_vars]
     odd = []
     for v in big:
-        n = Expr.parse(v).evaluate({})
+        n = _const(v, source) or 4096
         m = n // 2 + 1
         odd.append(str(m if m % 2 else m + 1))
     if len(size_vars) == 1:
