@@ -24,6 +24,7 @@ from optiml.check import (
 from optiml.cuda.source import SourceFile, read_text
 from optiml.errors import (
     ExitCode,
+    InputFileError,
     OptimlError,
     Position,
     SourceWarning,
@@ -43,6 +44,9 @@ from optiml.harness.evaluate import EvalOptions, evaluate_file, evaluate_source
 from optiml.harness.gpu import default_arch, local_gpus
 from optiml.harness.nvcc import CompilerMessage, find_toolkit
 from optiml.harness.procs import kill_all, kill_children_on_terminate
+from optiml.harness.project import BuildOptions, build_data, options_for
+from optiml.harness.project import checked as checked_build
+from optiml.harness.project import configure as set_build
 from optiml.harness.verdict import Verdict
 from optiml.llm.check import LLMCheckReport, check_llm
 from optiml.llm.settings import Provider
@@ -56,6 +60,11 @@ from optiml.search.trajectory import ProfileSummary, Trajectory
 from optiml.spec import Spec, evaluated_at_run_time, load, parse_spec
 
 __all__ = [
+    "BuildOptions",
+    "build_data",
+    "configure_build",
+    "options_for",
+    "set_build",
     # what the front ends call
     "check_file",
     "check_source",
@@ -328,3 +337,23 @@ def _policy(request: OptimizeRequest, out_dir: Path):
     from optiml.search.llm_policy import make_llm_policy
 
     return make_llm_policy(request, out_dir)
+
+
+def configure_build(
+    paths: list[str | Path],
+    include: tuple[str, ...] = (),
+    define: tuple[str, ...] = (),
+    std: str | None = None,
+    nvcc_flags: tuple[str, ...] = (),
+    compile_commands: str | None = "auto",
+) -> BuildOptions:
+    """Say how the user's project builds the files at `paths` (`-I`, `-D`, `--std`,
+    `--nvcc-flag`; `compile_commands`: a compile_commands.json, `auto` to look for one up the tree
+    from each file, None for none): every compile of those files gets them. Returns the first
+    file's options as resolved (the database's, then the ones given)."""
+    given = checked_build(include, define, std, nvcc_flags)
+    if compile_commands not in (None, "auto") and not Path(compile_commands).is_file():
+        raise InputFileError(f"--compile-commands {compile_commands}: no such file")
+    for path in paths:
+        set_build(path, given, compile_commands)
+    return options_for(paths[0])

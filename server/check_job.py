@@ -1,17 +1,20 @@
 """The compile job, run as `python -m server.check_job` so that a stale one dies with its nvcc: it
-reads {"text", "path", "arch"} as JSON on stdin, checks the text as if it were the file at `path`
-(nothing is written there) and writes the outcome (`optiml.api.CheckFeedback`) as JSON on stdout."""
+reads {"text", "path", "arch", "build"} as JSON on stdin, checks the text as if it were the file at
+`path` (nothing is written there), built with the project's options (`build`), and writes the
+outcome (`optiml.api.CheckFeedback`) as JSON on stdout."""
 
 from __future__ import annotations
 
 import json
 import sys
 
-from optiml.api import check_text
+from optiml.api import BuildOptions, check_text, set_build
 
 
 def main() -> int:
     request = json.load(sys.stdin)
+    if request.get("build"):
+        set_build(request["path"], BuildOptions.model_validate(request["build"]), database=None)
     feedback = check_text(request["text"], request["path"], request["arch"])
     sys.stdout.write(feedback.model_dump_json())
     return 0

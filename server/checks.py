@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from optiml.api import CheckFeedback, CompilerMessage, KernelFeedback
+from optiml.api import CheckFeedback, CompilerMessage, KernelFeedback, build_data
 from server.documents import Snapshot
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,10 @@ class CheckOutcome:
 
 async def compile_snapshot(snapshot: Snapshot, arch: str | None) -> CheckOutcome:
     """`snapshot` checked in a `check_job` process of its own group; cancelling this kills it."""
-    request = json.dumps({"text": snapshot.text, "path": snapshot.path, "arch": arch})
+    build = build_data(snapshot.path)  # as the settings made them (`Settings.configure_build`)
+    request = json.dumps(
+        {"text": snapshot.text, "path": snapshot.path, "arch": arch, "build": build}
+    )
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(

@@ -286,6 +286,7 @@ def optimize_work(
         arch=settings.arch,
         text=snapshot.text,
     )
+    settings.configure_build(snapshot.path)  # in the job's own process
     executor = make_executor(settings)
 
     async def run():  # one event loop for the search and the close (a connection lives in one)
@@ -389,6 +390,7 @@ async def run_job(ls: JobHost, job: Job) -> None:
 
     try:
         job.token = await _begin(ls, job)
+        job.settings.configure_build(job.snapshot.path)
         if job.kind == "check":
             arch = job.settings.arch
             _checked(ls, job, await _unless_cancelled(job, ls.checks.compile(job.snapshot, arch)))

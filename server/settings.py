@@ -10,7 +10,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from optiml.api import ARCHES, OptimlError, Provider, arch_number, parse_gpus, split_urls
+from optiml.api import (
+    ARCHES,
+    OptimlError,
+    Provider,
+    arch_number,
+    configure_build,
+    parse_gpus,
+    split_urls,
+)
 
 SECTION = "optiml"
 
@@ -30,6 +38,41 @@ class Settings(BaseModel):
     # comma-separated, pool their GPUs)
     executor: str = "local"
     gpus: str = "all"  # `all`, or indices like `0,1`
+    # how the project builds its files (as `-I`, `-D`, `--std`, `--nvcc-flag`, `--compile-commands`
+    # on the command line); include directories relative to the server's working directory
+    include: list[str] = []  # (pydantic copies a default; the schema shows it)
+    define: list[str] = []
+    std: str | None = None
+    nvcc_flags: list[str] = Field(default=[], alias="nvccFlags")
+    compile_commands: str = Field(default="auto", alias="compileCommands")
+
+    @field_validator("define")
+    @classmethod
+    def _macros(cls, value: list[str]) -> list[str]:
+        for d in value:
+            if not re.fullmatch(r"[A-Za-z_]\w*(=[^\n]*)?", d):
+                raise ValueError(f"`{d[:40]}`: each must be NAME or NAME=VALUE")
+        return value
+
+    @field_validator("std")
+    @classmethod
+    def _standard(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"(c|gnu)\+\+\d\w", value):
+            raise ValueError("must be c++17, c++20 or another c++NN")
+        return value
+
+    def configure_build(self, path: str) -> None:
+        """Every compile of the file at `path` builds as these settings say (a `UsageError`
+        naming a bad include directory or flag)."""
+        database = None if self.compile_commands == "none" else self.compile_commands
+        configure_build(
+            [path],
+            tuple(self.include),
+            tuple(self.define),
+            self.std,
+            tuple(self.nvcc_flags),
+            database,
+        )
 
     @field_validator("arch")
     @classmethod

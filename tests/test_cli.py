@@ -315,3 +315,18 @@ def test_the_command_alone_shows_its_help():
     r = invoke()
     assert r.exit_code == 2
     assert "Usage: " in r.output and "optiml: error" not in r.output
+
+
+def test_a_compile_error_in_a_file_of_several_kernels_is_told_once_at_its_line(tmp_path):
+    f = tmp_path / "two.cu"
+    saxpy = (FIXTURES / "saxpy.cu").read_text()
+    broken = saxpy.replace("y[i] = a * x[i] + y[i];", "y[i] = a * x[i] + y[i] + undefined_thing;")
+    assert broken != saxpy
+    twin = saxpy.replace("saxpy", "saxpy_twin").split("#include <cuda_runtime.h>", 1)[1]
+    f.write_text(broken + "\n" + twin)
+    r = invoke("check", str(f), "--json")
+    assert [k["kernel"] for k in json.loads(r.stdout)["kernels"]] == ["saxpy", "saxpy_twin"]
+    r = invoke("check", str(f))
+    assert r.exit_code == 8
+    errors = [x for x in r.stderr.splitlines() if "undefined_thing" in x]
+    assert len(errors) == 1 and errors[0].startswith(f"{f}:"), r.stderr

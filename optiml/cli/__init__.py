@@ -170,6 +170,60 @@ search_executor_option = click.option(
     "cluster); several, comma-separated, pool their GPUs (the final comparisons stay on the first "
     "one's first GPU). Only the file's text, the candidates and the results cross.",
 )
+
+
+def build_options(command):
+    """-I, -D, --std, --nvcc-flag and --compile-commands: how the user's project builds FILE."""
+    for decorator in reversed(
+        [
+            click.option(
+                "-I",
+                "--include",
+                "include",
+                multiple=True,
+                metavar="DIR",
+                help="An include directory of your project (repeatable).",
+            ),
+            click.option(
+                "-D",
+                "--define",
+                "define",
+                multiple=True,
+                metavar="NAME[=VALUE]",
+                help="A macro definition (repeatable).",
+            ),
+            click.option("--std", default=None, metavar="c++NN", help="The C++ standard (c++17)."),
+            click.option(
+                "--nvcc-flag",
+                "nvcc_flags",
+                multiple=True,
+                metavar="FLAG",
+                help="Another nvcc flag for every compile of FILE (repeatable; not the output or "
+                "target, which OptiML sets).",
+            ),
+            click.option(
+                "--compile-commands",
+                default="auto",
+                show_default=True,
+                metavar="PATH|auto|none",
+                help="The project's compile_commands.json (CMake, Bear): FILE's entry gives its "
+                "-I, -D and standard; `auto` looks for one up the tree from FILE (also in build/).",
+            ),
+        ]
+    ):
+        command = decorator(command)
+    return command
+
+
+def _configure_build(files, include, define, std, nvcc_flags, compile_commands) -> dict | None:
+    """Every compile of `files` builds as the project does; the options as request data."""
+    from optiml.api import build_data, configure_build
+
+    database = None if compile_commands == "none" else compile_commands
+    configure_build([str(f) for f in files], include, define, std, nvcc_flags, database)
+    return build_data(str(files[0]))
+
+
 arch_option = click.option(
     "--arch",
     default=None,
@@ -197,11 +251,21 @@ def main() -> None:
     "--kernel", "-k", default=None, help="Only this kernel (default: every kernel in FILE)."
 )
 @arch_option
+@build_options
 @executor_option
 @json_option
 @handles_errors
 def check(
-    file: Path, kernel: str | None, arch: str | None, executor_url: str, as_json: bool
+    file: Path,
+    kernel: str | None,
+    arch: str | None,
+    include: tuple[str, ...],
+    define: tuple[str, ...],
+    std: str | None,
+    nvcc_flags: tuple[str, ...],
+    compile_commands: str,
+    executor_url: str,
+    as_json: bool,
 ) -> None:
     """Parse FILE, check its specs, compile its kernels and report registers, spills and
     theoretical occupancy, with notes where a kernel's own rounding can fail a correct rewrite.
@@ -212,8 +276,10 @@ def check(
     executor = open_executor(executor_url)
     if executor.in_process:  # elsewhere `--arch` is resolved where nvcc and the GPU are
         arch = resolve_arch(arch)
+    text = read_text(file)
+    build = _configure_build([file], include, define, std, nvcc_flags, compile_commands)
     request = Request(
-        command="check", path=str(file), text=read_text(file), kernel=kernel, arch=arch
+        command="check", path=str(file), text=text, kernel=kernel, arch=arch, build=build
     )
     data = _run_job(executor, request)
     if as_json:
@@ -264,13 +330,15 @@ def _print_check(data: dict) -> None:
     from optiml.api import CompilerMessage, StaticReport
 
     kernels = data["kernels"]
+    told: set[str] = set()  # one compile of the file: its messages come once, not per kernel
     for c in kernels:
         for e in c["spec_errors"]:
             err.print(
                 f"{e['path']}:{e['line']}:{e['column']}: spec error: {e['message']}", markup=False
             )
         for m in map(CompilerMessage.model_validate, c["messages"]):
-            if m.severity in ("error", "warning"):
+            if m.severity in ("error", "warning") and str(m) not in told:
+                told.add(str(m))
                 err.print(str(m), markup=False)
     reports = [StaticReport.model_validate(c["report"]) if c["report"] else None for c in kernels]
     table = Table(title=f"{data['file']} ({data['arch']})", title_justify="left")
@@ -344,6 +412,7 @@ def _dims(dims) -> str:
     help="Wall-clock limit of the run, seconds.",
 )
 @click.option("--no-time", is_flag=True, help="Check correctness only.")
+@build_options
 @executor_option
 @json_option
 @handles_errors
@@ -354,6 +423,11 @@ def eval_(
     arch: str | None,
     timeout_s: float,
     no_time: bool,
+    include: tuple[str, ...],
+    define: tuple[str, ...],
+    std: str | None,
+    nvcc_flags: tuple[str, ...],
+    compile_commands: str,
     executor_url: str,
     as_json: bool,
 ) -> None:
@@ -364,16 +438,21 @@ def eval_(
     executor = open_executor(executor_url)
     if executor.in_process:
         arch = resolve_arch(arch)
+    text = read_text(file)
+    candidate_text = read_text(candidate) if candidate else None
+    files = [file, candidate] if candidate else [file]
+    build = _configure_build(files, include, define, std, nvcc_flags, compile_commands)
     request = Request(
         command="eval",
         path=str(file),
-        text=read_text(file),
+        text=text,
         kernel=kernel,
         arch=arch,
         candidate_path=str(candidate) if candidate else None,
-        candidate_text=read_text(candidate) if candidate else None,
+        candidate_text=candidate_text,
         timeout_s=timeout_s,
         time=not no_time,
+        build=build,
     )
     verdict = Verdict.model_validate(_run_job(executor, request))
     if as_json:
@@ -472,6 +551,7 @@ def _print_verdict(v) -> None:
     help="none keeps the GPU's own clocks (as timing sees them); base locks them to base clocks.",
 )
 @arch_option
+@build_options
 @search_executor_option
 @json_option
 @handles_errors
@@ -481,6 +561,11 @@ def profile(
     section_set: str,
     clock_control: str,
     arch: str | None,
+    include: tuple[str, ...],
+    define: tuple[str, ...],
+    std: str | None,
+    nvcc_flags: tuple[str, ...],
+    compile_commands: str,
     executor_url: str,
     as_json: bool,
 ) -> None:
@@ -491,6 +576,7 @@ def profile(
     from optiml.api import profile_file, split_urls
 
     remote = split_urls(executor_url) != ["local"]
+    _configure_build([file], include, define, std, nvcc_flags, compile_commands)
     if remote and (arch is not None or clock_control != "none"):
         raise UsageError(
             "--arch and --clock-control apply to `--executor local`; elsewhere the profile is "
@@ -681,6 +767,7 @@ def lift(file: Path, kernel: str, as_json: bool) -> None:
 @click.option("--no-sanitize", is_flag=True, help="Skip compute-sanitizer in the judge.")
 @click.option("--write", is_flag=True, help="Replace the kernel in FILE with the confirmed winner.")
 @arch_option
+@build_options
 @search_executor_option
 @json_option
 @handles_errors
@@ -703,6 +790,11 @@ def optimize(
     no_sanitize: bool,
     write: bool,
     arch: str | None,
+    include: tuple[str, ...],
+    define: tuple[str, ...],
+    std: str | None,
+    nvcc_flags: tuple[str, ...],
+    compile_commands: str,
     executor_url: str,
     as_json: bool,
 ) -> None:
@@ -715,6 +807,8 @@ def optimize(
     from optiml.api import OptimizeRequest, optimize_file, parse_gpus, split_urls
 
     arch = resolve_arch(arch)
+    if file.is_file():  # a missing FILE is the search's own one-line error
+        _configure_build([file], include, define, std, nvcc_flags, compile_commands)
     parse_gpus(gpus)  # a bad --gpus is a usage error before any work
     executor = None if split_urls(executor_url) == ["local"] else executor_url
     request = OptimizeRequest(

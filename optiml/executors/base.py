@@ -10,6 +10,7 @@ from optiml.cuda.source import Kernel, SourceFile
 from optiml.executors.protocol import Request
 from optiml.harness.build import DEFAULT_FLAGS
 from optiml.harness.evaluate import EvalOptions, candidate_spec
+from optiml.harness.project import build_data
 from optiml.harness.sanitize import SanitizerReport
 from optiml.harness.verdict import Verdict
 from optiml.profile.model import Profile
@@ -50,6 +51,7 @@ class Job:
             candidate_path=None if self.candidate is None else self.candidate.path,
             candidate_text=None if self.candidate is None else self.candidate.text,
             flags=list(self.flags),
+            build=build_data(self.source.path),
             **fields,
         )
 

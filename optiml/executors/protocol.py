@@ -48,6 +48,9 @@ class Request(BaseModel):
     # the search's jobs: a candidate (`candidate_text`, None: the kernel itself) built with `flags`
     spec: dict[str, Any] | None = None  # the contract (`Spec`) the caller holds for the kernel
     flags: list[str] | None = None
+    # the file's build options (`project.BuildOptions` as data: -I, -D, --std, nvcc flags), as the
+    # caller resolved them; a remote machine gets the macros and the standard, not the headers
+    build: dict[str, Any] | None = None
     options: dict[str, Any] | None = None  # evaluate: `EvalOptions` as data (`options_data`)
     pinned: bool = False  # evaluate: on the executor's first GPU
     full: bool = False  # profile: the full set

@@ -66,6 +66,16 @@ def hooked() -> bool:
     return bool(os.environ.get(EXECUTOR_HOOK))
 
 
+def configure_request(request: Request) -> None:
+    """The build options the caller resolved for the file (and a candidate file) hold here."""
+    from optiml.harness.project import BuildOptions, configure
+
+    if request.build is not None:
+        given = BuildOptions.model_validate(request.build)
+        for path in {request.path, request.candidate_path or request.path}:
+            configure(path, given, database=None)
+
+
 async def run_search(request: Request, executor) -> Any:
     """A search job's result as JSON values (a `Verdict`, a `Profile`, a `SanitizerReport`)."""
     from optiml.executors.base import Job
@@ -75,6 +85,7 @@ async def run_search(request: Request, executor) -> Any:
             f"the worker runs OptiML {__version__} and the request comes from OptiML "
             f"{request.optiml}: install the same version on both machines"
         )
+    configure_request(request)
     job = Job.of_request(request)
     if request.command == "evaluate":
         result = await executor.evaluate(job, options_of(request.options), pinned=request.pinned)
@@ -107,6 +118,7 @@ def execute(request: Request) -> dict:
             f"{request.optiml}: install the same version on both machines"
         )
     arch = resolve_arch(request.arch)
+    configure_request(request)
     source = SourceFile(request.text, request.path)
     if request.command == "check":
         return api.check_source(source, request.kernel, arch).to_json()

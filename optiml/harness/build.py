@@ -28,6 +28,7 @@ from optiml.harness.nvcc import (
     parse_messages,
     parse_resources,
 )
+from optiml.harness.project import options_for
 
 LAUNCHER_FILE = "optiml-launcher"
 DEFAULT_FLAGS = ("-O3",)
@@ -242,6 +243,7 @@ def _compile_cached(
 ) -> tuple[Path, str, bool, float, bool]:
     tk = find_toolkit()
     directory = Path(source.path).resolve().parent if source.path != "<memory>" else Path.cwd()
+    flags = [*flags, *options_for(source.path).flags()]  # the project's (-I, -D, --std, ...)
     key = hashlib.sha256(
         "\0".join(
             [text, arch, " ".join(flags), mode, tk.version, _local_includes_digest(text, directory)]

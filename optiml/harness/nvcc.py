@@ -114,7 +114,8 @@ def compile_cuda(
     timeout_s: float = 300,
 ) -> CompileResult:
     tk = find_toolkit()
-    cmd = [str(tk.nvcc), f"-arch={arch}", "-std=c++17", "-Xptxas", "-v", "-lineinfo"]
+    std = [] if any(f.startswith(("-std=", "--std=")) for f in flags) else ["-std=c++17"]
+    cmd = [str(tk.nvcc), f"-arch={arch}", *std, "-Xptxas", "-v", "-lineinfo"]
     cmd += [f"-I{d}" for d in include_dirs]
     if mode == "shared":
         cmd += [

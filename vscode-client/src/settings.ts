@@ -15,6 +15,11 @@ export const SERVER_SETTING_KEYS = [
   'policy',
   'executor',
   'gpus',
+  'include',
+  'define',
+  'std',
+  'nvccFlags',
+  'compileCommands',
 ] as const;
 
 export type ServerSettingKey = (typeof SERVER_SETTING_KEYS)[number];
@@ -32,6 +37,11 @@ export const SERVER_SETTING_DEFAULTS: ServerSettings = {
   policy: 'offline',
   executor: 'local',
   gpus: 'all',
+  include: [],
+  define: [],
+  std: null,
+  nvccFlags: [],
+  compileCommands: 'auto',
 };
 
 /** The settings that change how the server process is started: a change restarts it. */

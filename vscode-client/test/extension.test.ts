@@ -162,6 +162,11 @@ describe('starting the server', () => {
       policy: 'offline',
       executor: 'local',
       gpus: 'all',
+      include: [],
+      define: [],
+      std: null,
+      nvccFlags: [],
+      compileCommands: 'auto',
     });
     expect(c.clientOptions.synchronize).toEqual({ configurationSection: 'optiml' });
     expect(c.clientOptions.documentSelector).toContainEqual({

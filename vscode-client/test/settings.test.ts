@@ -76,6 +76,11 @@ describe('serverSettings', () => {
       policy: 'offline',
       executor: 'local',
       gpus: 'all',
+      include: [],
+      define: [],
+      std: null,
+      nvccFlags: [],
+      compileCommands: 'auto',
     });
   });
 });
