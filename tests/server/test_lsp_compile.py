@@ -145,7 +145,9 @@ def compile_ends(client: LanguageClient) -> list[str]:
     return [
         reports[-1].message or ""
         for token, reports in client.progress_reports.items()
-        if token.startswith("optiml/job/") and isinstance(reports[-1], types.WorkDoneProgressEnd)
+        if token.startswith("optiml/job/")
+        and reports  # a token created whose first report has not come yet
+        and isinstance(reports[-1], types.WorkDoneProgressEnd)
     ]
 
 
