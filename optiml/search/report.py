@@ -216,13 +216,17 @@ def _roofline(ax, positions: list[_Position], ceilings: Ceilings | None, caption
         ax.set_ylim(1e-3 * ceilings.fp32_tflops, 2 * ceilings.fp32_tflops)
     for pos in positions:
         if pos.intensity is not None and pos.tflops is not None:
-            ax.plot([pos.intensity], [pos.tflops], "o", ms=8, color=pos.colour,
-                    label=f"{pos.label}: {pos.intensity:.3g} FLOP/B, {pos.tflops:.3g} TFLOP/s")  # fmt: skip
+            (mark,) = ax.plot([pos.intensity], [pos.tflops], "o", ms=8, color=pos.colour,
+                              label=f"{pos.label}: {pos.intensity:.3g} FLOP/B, "
+                              f"{pos.tflops:.3g} TFLOP/s")  # fmt: skip
+            mark.set_gid(f"roofline-point-{pos.label}")
         elif pos.dram_tbps:
             # Without a FLOP count the kernel lies somewhere on FLOP/s = intensity x its DRAM
             # throughput: the line is drawn, the point is not.
-            ax.plot(x, x * pos.dram_tbps, ls="--", lw=1.2, color=pos.colour,
-                    label=f"{pos.label}: somewhere on this line ({pos.dram_tbps:.3g} TB/s DRAM)")  # fmt: skip
+            (mark,) = ax.plot(x, x * pos.dram_tbps, ls="--", lw=1.2, color=pos.colour,
+                              label=f"{pos.label}: somewhere on this line "
+                              f"({pos.dram_tbps:.3g} TB/s DRAM)")  # fmt: skip
+            mark.set_gid(f"roofline-line-{pos.label}")
             caption.append(
                 f"The trajectory records no FLOP count for the {pos.label}, so its arithmetic "
                 "intensity is unknown: the dashed line is every position its measured DRAM "
@@ -325,9 +329,10 @@ def tree_plot(t: Trajectory) -> Plot:
                     lw=2.2 if on_path else 0.9, zorder=1)  # fmt: skip
     size = 90 if len(at) <= 60 else 30 if len(at) <= 300 else 10
     shown = [n for n in t.nodes if n.id in at]
-    ax.scatter([at[n.id][0] for n in shown], [at[n.id][1] for n in shown], s=size,
-               c=[_COLOURS[_kind(n)] for n in shown], zorder=2, edgecolors="white",
-               linewidths=0.5)  # fmt: skip
+    dots = ax.scatter([at[n.id][0] for n in shown], [at[n.id][1] for n in shown], s=size,
+                      c=[_COLOURS[_kind(n)] for n in shown], zorder=2, edgecolors="white",
+                      linewidths=0.5)  # fmt: skip
+    dots.set_gid("tree-nodes")
     if t.winner in at:
         ax.scatter(*at[t.winner], s=size * 3.5, facecolors="none", edgecolors="#111",
                    linewidths=1.6, zorder=3)  # fmt: skip
@@ -365,40 +370,42 @@ def _ancestry(t: Trajectory) -> list[int]:
     parents = {x.id: x.parent for x in t.nodes}
     out: list[int] = []
     n = t.winner if t.winner in parents else None
-    while n is not None and n not in out:
+    while n in parents and n not in out:
         out.append(n)
         n = parents.get(n)
     return out
 
 
 def _tree_items(root: TrajectoryNode, t: Trajectory) -> list[dict[str, Any]]:
-    """The tree as nested items for the template's recursive list (depth-first, iterative)."""
+    """The tree as a nested list, flattened for the template: items in depth-first order, each
+    saying whether a sub-list opens after it (`opens`) or how many close (`closes`). No recursion,
+    in Python or in the template, however deep the tree."""
     children = _children(t)
-
-    def item(n: TrajectoryNode) -> dict[str, Any]:
-        m = n.measurement
-        return {
-            "id": n.id,
-            "edit": n.edit.summary if n.edit else None,
-            "origin": n.edit.origin if n.edit else None,
-            "kind": _kind(n),
-            "status": None if m is None else m.status,
-            "message": "" if m is None else m.message[:160],
-            "speedup": None if m is None else m.speedup,
-            "bottleneck": m.profile.bottleneck if m is not None and m.profile else None,
-            "winner": n.id == t.winner,
-            "children": [],
-        }
-
-    top = item(root)
-    stack = [(root, top)]
+    order: list[tuple[TrajectoryNode, int]] = []
+    stack = [(root, 0)]
     while stack:
-        n, it = stack.pop()
-        for c in children.get(n.id, []):
-            ci = item(c)
-            it["children"].append(ci)
-            stack.append((c, ci))
-    return [top]
+        n, depth = stack.pop()
+        order.append((n, depth))
+        stack.extend((c, depth + 1) for c in reversed(children.get(n.id, [])))
+    items = []
+    for i, (n, depth) in enumerate(order):
+        m = n.measurement
+        following = order[i + 1][1] if i + 1 < len(order) else 0
+        items.append(
+            {
+                "id": n.id,
+                "edit": n.edit.summary if n.edit else None,
+                "origin": n.edit.origin if n.edit else None,
+                "status": None if m is None else m.status,
+                "message": "" if m is None else m.message[:160],
+                "speedup": None if m is None else m.speedup,
+                "bottleneck": m.profile.bottleneck if m is not None and m.profile else None,
+                "winner": n.id == t.winner,
+                "opens": following > depth,
+                "closes": max(depth - following, 0),
+            }
+        )
+    return items
 
 
 # ---------------------------------------------------------------- the rest
