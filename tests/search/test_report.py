@@ -6,6 +6,8 @@ text, no winner, a FLOP count, an unknown device, a large tree)."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 
@@ -307,3 +309,24 @@ def test_a_trajectory_with_holes_still_renders(broken):
         t.nodes[3].parent = 99  # a parent the trajectory does not hold
     html = render(t)
     assert "Search tree" in html
+
+
+def test_the_example_script_writes_the_report_and_refuses_bad_input(tmp_path):
+    script = [sys.executable, str(ROOT / "benchmarks" / "example_report.py")]
+    out = tmp_path / "r.html"
+    ok = subprocess.run([*script, str(SGEMM), "--out", str(out)], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert out.read_text(encoding="utf-8").count("<svg") == 3
+    bad = tmp_path / "bad.json"
+    for text, code, said in (
+        (None, 3, f"{tmp_path / 'missing.json'}: No such file"),
+        ('{"file": ', 2, f"{bad}:1:10: not JSON"),
+        ('{"file": "k.cu"}', 2, f"{bad}: not a trajectory: kernel: Field required"),
+    ):
+        path = tmp_path / "missing.json" if text is None else bad
+        if text is not None:
+            bad.write_text(text)
+        p = subprocess.run([*script, str(path), "--out", str(out)], capture_output=True, text=True)
+        assert p.returncode == code and p.stderr.startswith(said), p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1
+        assert out.read_text(encoding="utf-8").count("<svg") == 3  # the report is kept
