@@ -437,7 +437,7 @@ _PROFILE_ROWS = [
     ("bottleneck", lambda p: "?" if p is None else f"{p.bottleneck}: {p.explanation}"),
     ("duration", lambda p: _fmt(p and p.duration_ms, " ms", ".4g")),
     ("DRAM bandwidth", lambda p: _fmt(p and p.dram_tbps, " TB/s", ".2f")),
-    ("DRAM bytes", lambda p: _fmt(p and p.dram_bytes and p.dram_bytes / 1e6, " MB", ".4g")),
+    ("DRAM bytes", lambda p: _fmt(p and p.dram_bytes and p.dram_bytes / 1e9, " GB", ".3g")),
     (
         "SOL compute / memory",
         lambda p: (
