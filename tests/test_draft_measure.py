@@ -7,8 +7,7 @@ import pytest
 
 from tests.draft_measure import entries, measure
 
-MEASURED_FLOOR = 0.65  # arguments, roles, types and lengths right today (54 of 79)
-TARGET = 0.90
+TARGET = 0.90  # arguments, roles, types and lengths (72 of the first 79 today)
 
 
 @pytest.fixture(scope="module")
@@ -26,21 +25,16 @@ def test_every_kernel_is_measured(results):
     assert len(results) == len(entries()) >= 21 + 47 + 10
 
 
-def test_arguments_roles_types_and_lengths(results):
-    right = sum(m.args for m in results) / len(results)
-    assert right >= MEASURED_FLOOR, f"{right:.0%} of drafts have the arguments right"
-
-
 def test_the_launch_where_the_file_launches_the_kernel(results):
     launched = [m for m in results if m.launch is not None]
     assert len(launched) >= 15
     right = sum(bool(m.launch) for m in launched) / len(launched)
-    assert right >= TARGET, f"{right:.0%} of launches read right"
+    assert right >= 0.95, f"{right:.0%} of launches read right"
 
 
-@pytest.mark.xfail(strict=True, reason="indirect indices, unguarded block indices: 68 % today")
 def test_arguments_reach_the_target(results):
-    assert sum(m.args for m in results) / len(results) >= TARGET
+    right = sum(m.args for m in results) / len(results)
+    assert right >= TARGET, f"{right:.0%} of drafts have the arguments right"
 
 
 def test_own_first_drafts_are_right(results):
