@@ -64,7 +64,7 @@ def measure(path: Path, kernel: str) -> Measured:
     m = Measured(f"{path.parent.name}/{path.name}::{kernel}")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SourceWarning)
-        d = draft(bare, bare.kernel(kernel))
+        d = draft(bare, bare.kernel(kernel), compile=False)
     m.text = d.text
     try:
         src = with_text(bare, kernel, d.text)

@@ -160,7 +160,9 @@ def draft_spec(source: SourceFile, kernel: Kernel) -> str:
     return d.text
 
 
-def draft(source: SourceFile, kernel: Kernel) -> Draft:
+def draft(source: SourceFile, kernel: Kernel, check: bool = True, compile: bool = True) -> Draft:
+    """The drafted spec of `kernel`, checked (`optiml.cuda.validate`) unless `check` is off:
+    what fails is said in a guess line; `compile`: the check's nvcc run (cached by content)."""
     kline = kernel.span.start_point[0] + 1
     noted: list[tuple[int, str]] = []
 
@@ -377,11 +379,21 @@ def draft(source: SourceFile, kernel: Kernel) -> Draft:
     lines.append(f"sizes:  {sizes}")
     if template:
         lines.append("template: " + ", ".join(f"{k} = {v}" for k, v in template.items()))
-    for line, what in noted:
-        lines.append(f"# guessed (line {line}): {what}")
-    text = "/* @optiml\n" + "".join(f" *   {line}\n" for line in lines) + " */\n"
+
+    def comment() -> str:
+        said = lines + [f"# guessed (line {line}): {what}" for line, what in noted]
+        return "/* @optiml\n" + "".join(f" *   {line}\n" for line in said) + " */\n"
+
+    if check:
+        from optiml.cuda.validate import validate
+
+        result = validate(source, kernel, comment(), lifted, compile=compile)
+        for problem in result.problems:
+            guess(kline, f"check failed: {problem}")
+        for what in result.unchecked:
+            guess(kline, f"not checked: {what}")
     guesses = [f"{source.path}:{line}: {what}" for line, what in noted]
-    return Draft(text, guesses, launch.line if launch else None)
+    return Draft(comment(), guesses, launch.line if launch else None)
 
 
 def _instantiated(source: SourceFile, kernel: Kernel) -> tuple[str, ...]:
