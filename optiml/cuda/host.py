@@ -231,6 +231,9 @@ class HostReader:
                 v, vscope, dim3 = value
                 if dim3 is not None:
                     return [self.expr(c, vscope) for c in dim3] or ["1"]
+                if _unparen(v).type not in ("identifier", "call_expression", "initializer_list"):
+                    # `int blocks = 2048;`: a number, kept by the host's name like any size
+                    return [self.expr(node, scope)]
                 return self.dims(v, vscope)
         if node.type == "call_expression" and self._callee(node) == "dim3":
             args = node.child_by_field_name("arguments")
