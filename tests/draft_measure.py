@@ -43,6 +43,16 @@ def entries() -> list[tuple[Path, str]]:
     return out
 
 
+def unseen() -> set[str]:
+    """The labels of the programs written after the drafting rules were settled."""
+    own = ROOT / "tests" / "data" / "draft"
+    return {
+        f"draft/{e['file']}::{e['kernel']}"
+        for e in tomllib.loads((own / "manifest.toml").read_text()).get("kernel", [])
+        if e.get("unseen")
+    }
+
+
 def without_spec(source: SourceFile, kernel_name: str) -> SourceFile:
     """The file with the kernel's spec comment blanked (line for line), everything else kept."""
     k = source.kernel(kernel_name)
@@ -64,7 +74,7 @@ def measure(path: Path, kernel: str) -> Measured:
     m = Measured(f"{path.parent.name}/{path.name}::{kernel}")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SourceWarning)
-        d = draft(bare, bare.kernel(kernel))
+        d = draft(bare, bare.kernel(kernel), compile=False)
     m.text = d.text
     try:
         src = with_text(bare, kernel, d.text)

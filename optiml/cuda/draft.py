@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 
 from tree_sitter import Node
 
-from optiml.cuda.extent import Poly, extents, poly_text, poly_value
+from optiml.cuda.extent import Poly, extents, poly_add, poly_text
 from optiml.cuda.host import HostReader
 from optiml.cuda.source import Kernel, SourceFile
 from optiml.cuda.types import lookup
+from optiml.cuda.unknowns import Resolved, resolve, substitute, unknowns_in
 from optiml.errors import SourceWarning
 from optiml.expr import Expr, ExprError
 
@@ -159,7 +160,9 @@ def draft_spec(source: SourceFile, kernel: Kernel) -> str:
     return d.text
 
 
-def draft(source: SourceFile, kernel: Kernel) -> Draft:
+def draft(source: SourceFile, kernel: Kernel, check: bool = True, compile: bool = True) -> Draft:
+    """The drafted spec of `kernel`, checked (`optiml.cuda.validate`) unless `check` is off:
+    what fails is said in a guess line; `compile`: the check's nvcc run (cached by content)."""
     kline = kernel.span.start_point[0] + 1
     noted: list[tuple[int, str]] = []
 
@@ -178,7 +181,9 @@ def draft(source: SourceFile, kernel: Kernel) -> Draft:
                 f"the kernel is launched {launch.sites} times; the first launch is read",
             )
     sites = source.launch_sites(kernel.name)
-    template = _template(source, kernel, sites[0].template_args if sites else ())
+    template = _template(
+        source, kernel, sites[0].template_args if sites else _instantiated(source, kernel)
+    )
     template_ints = {k for k, v in template.items() if re.fullmatch(r"\d+", v)}
     int_params = [
         p.name
@@ -211,30 +216,55 @@ def draft(source: SourceFile, kernel: Kernel) -> Draft:
         roles = pointer_roles(source, kernel)
 
     # lengths
-    lengths: dict[str, str] = {}
-    for p in kernel.params:
-        if not p.is_pointer:
-            continue
-        host = launch.lengths.get(p.name) if launch else None
-        if host is not None and _valid(host, allowed):
-            lengths[p.name] = _tidy(host)
-            continue
-        polys = [
-            q for q in (ext.lengths.get(p.name, []) if ext else []) if _poly_names(q) <= allowed
-        ]
-        if polys:
-            best = max(polys, key=lambda q: poly_value(q, sample) or 0)
-            lengths[p.name] = poly_text(best)
-            if ext.unbounded.get(p.name):
-                guess(
-                    kline,
-                    f"`{p.name}`'s length from its bounded accesses only (an index is indirect or unbounded)",
-                )
-            continue
-        lengths[p.name] = _fallback_length(source, kernel, int_params)
-        guess(
-            kline, f"`{p.name}`'s length ({lengths[p.name]}): no allocation and no bounded access"
+    resolved = (
+        resolve(
+            ext,
+            lifted,
+            int_params,
+            launch.grid if launch else None,
+            launch.block if launch else None,
+            _dtype_codes(source, kernel, template),
         )
+        if ext is not None
+        else Resolved()
+    )
+    for atom, top in resolved.tops.items():  # a block index paired with a parameter: its count
+        if atom.startswith(("?blockIdx.", "?g.")) and ext is not None:
+            ext.domain.setdefault(atom[1:], poly_add(top, {(): 1}))
+
+    def buffer_lengths() -> tuple[dict[str, str], list[tuple[int, str]]]:
+        lengths: dict[str, str] = {}
+        said: list[tuple[int, str]] = []
+        for p in kernel.params:
+            if not p.is_pointer:
+                continue
+            host = launch.lengths.get(p.name) if launch else None
+            if host is not None and _valid(host, allowed):
+                lengths[p.name] = _tidy(host)
+                continue
+            texts = [substitute(q, resolved) for q in (ext.lengths.get(p.name, []) if ext else [])]
+            texts = [t for t in texts if t is not None and _valid(t, allowed)]
+            if texts:
+                lengths[p.name] = max(texts, key=lambda t: _value(t, sample))
+                if ext.unbounded.get(p.name):
+                    said.append(
+                        (
+                            kline,
+                            f"`{p.name}`'s length from its bounded accesses only"
+                            " (an index is indirect or unbounded)",
+                        )
+                    )
+                continue
+            lengths[p.name] = _fallback_length(source, kernel, int_params)
+            said.append(
+                (
+                    kline,
+                    f"`{p.name}`'s length ({lengths[p.name]}): no allocation and no bounded access",
+                )
+            )
+        return lengths, said
+
+    lengths, said = buffer_lengths()
 
     # launch: a host constant only the launch uses (`threadsPerBlock = 256`) is its value there
     length_names = set().union(*(Expr.parse(t).names() for t in lengths.values()))
@@ -261,10 +291,34 @@ def draft(source: SourceFile, kernel: Kernel) -> Draft:
             guess(
                 launch.line, "the launch's configuration not read: drafted from the kernel's guards"
             )
+    if launch is not None and not (launch.grid and launch.block):
+        guess(launch.line, "the launch's configuration not read: drafted from the kernel's guards")
     if grid is None:
         grid, block = _model_launch(source, kernel, ext, lengths, lifted, allowed)
         if launch is None:
             guess(kline, "no launch of the kernel in the file: the launch drafted from its guards")
+
+    # a block index no guard bounds and nothing else resolves: the drafted grid's
+    late = {
+        a: grid["xyz".index(a[-1])]
+        for a, _ in (unknowns_in(ext) if ext is not None else [])
+        if a.startswith("?blockIdx.") and a not in resolved.tops and a not in resolved.texts
+        if "xyz".index(a[-1]) < len(grid)
+    }
+    if late:
+        resolved.texts.update(late)
+        for a in late:
+            resolved.how[a] = "the drafted grid"
+        lengths, said = buffer_lengths()
+    for line, what in said:
+        guess(line, what)
+    for atom, how in resolved.how.items():
+        what = (
+            f"`{atom[1:]}` has no guard: its count from {how}"
+            if atom.startswith(("?blockIdx.", "?g."))
+            else f"the values of `{atom[1:]}` index other buffers: their range from {how}"
+        )
+        guess(kline, what)
 
     # sizes and scalars
     used: set[str] = set()
@@ -294,7 +348,8 @@ def draft(source: SourceFile, kernel: Kernel) -> Draft:
         scalar_values[p.name] = value
     size_vars = [n for n in int_params if n in used and n not in scalar_values]
     size_vars += sorted(n for n in free if n in used and n not in size_vars)
-    values = {}
+    values: dict[str, str] = {}
+    defaulted: list[str] = []
     for n in size_vars:
         text = host_args.get(n) if n in int_params else (launch.free.get(n) if launch else None)
         for _ in range(4):  # `count` passed `N`, `const int N = 1 << 22;`: 1 << 22
@@ -304,13 +359,18 @@ def draft(source: SourceFile, kernel: Kernel) -> Draft:
             values[n] = _tidy(text)
         else:
             values[n] = "4096" if len(size_vars) > 1 else DEFAULT_SIZE
-            guess(kline, f"the size `{n} = {values[n]}`: the file gives no constant value")
+            defaulted.append(n)
+    _shrink(values, defaulted, lengths, grid, source)
+    for n in defaulted:
+        guess(kline, f"the size `{n} = {values[n]}`: the file gives no constant value")
     sizes = _sizes(size_vars, values, source)
 
     args = [f"{k} = {v}" for k, v in scalar_values.items()] + structs
     for p in kernel.params:
         if p.is_pointer:
-            args.append(f"{p.name}: {roles[p.name]} {p.type_text}[{lengths[p.name]}]")
+            bound = resolved.ranges.get(p.name)
+            value_range = f" in [0, {bound})" if bound in used | set(scalar_values) else ""
+            args.append(f"{p.name}: {roles[p.name]} {p.type_text}[{lengths[p.name]}]{value_range}")
     lines = [f"args:   {', '.join(args)}"] if args else []
     tup = lambda xs: xs[0] if len(xs) == 1 else f"({', '.join(xs)})"  # noqa: E731
     lines.append(
@@ -319,11 +379,34 @@ def draft(source: SourceFile, kernel: Kernel) -> Draft:
     lines.append(f"sizes:  {sizes}")
     if template:
         lines.append("template: " + ", ".join(f"{k} = {v}" for k, v in template.items()))
-    for line, what in noted:
-        lines.append(f"# guessed (line {line}): {what}")
-    text = "/* @optiml\n" + "".join(f" *   {line}\n" for line in lines) + " */\n"
+
+    def comment() -> str:
+        said = lines + [f"# guessed (line {line}): {what}" for line, what in noted]
+        return "/* @optiml\n" + "".join(f" *   {line}\n" for line in said) + " */\n"
+
+    if check:
+        from optiml.cuda.validate import validate
+
+        result = validate(source, kernel, comment(), lifted, compile=compile)
+        for problem in result.problems:
+            guess(kline, f"check failed: {problem}")
+        for what in result.unchecked:
+            guess(kline, f"not checked: {what}")
     guesses = [f"{source.path}:{line}: {what}" for line, what in noted]
-    return Draft(text, guesses, launch.line if launch else None)
+    return Draft(comment(), guesses, launch.line if launch else None)
+
+
+def _instantiated(source: SourceFile, kernel: Kernel) -> tuple[str, ...]:
+    """The template arguments of the file's first explicit instantiation of the kernel
+    (`template __global__ void k<4>(...);`), where nothing launches it."""
+    if not kernel.template_params:
+        return ()
+    m = re.search(
+        rf"\btemplate\s+(?:__global__\s+)?void\s+(?:__global__\s+)?{re.escape(kernel.name)}"
+        r"\s*<([^<>]*)>\s*\(",
+        source.text,
+    )
+    return tuple(a.strip() for a in m.group(1).split(",")) if m else ()
 
 
 def _template(source: SourceFile, kernel: Kernel, given_args: tuple[str, ...]) -> dict[str, str]:
@@ -387,7 +470,9 @@ def _model_launch(source, kernel, ext, lengths, lifted, allowed) -> tuple[list[s
         n = next(iter(lengths.values()), "1024")
         b = shared or str(DEFAULT_BLOCK)
         return [f"cdiv({n}, {b})"], [b]
-    two_d = len(dims) > 1 or dims != ["x"]
+    two_d = sum(f"g.{d}" in domain for d in "xyz") > 1 or (
+        dims and f"g.{dims[0]}" in domain and dims[0] != "x"
+    )
     grid, block = [], []
     for d in "xyz"[: max("xyz".index(x) for x in dims) + 1]:
         b = str(
@@ -430,6 +515,25 @@ def _fallback_length(source: SourceFile, kernel: Kernel, int_params: list[str]) 
     if bounds:
         return " * ".join(bounds[:2])
     return int_params[0] if int_params else "1024"
+
+
+def _dtype_codes(source: SourceFile, kernel: Kernel, template: dict[str, str]) -> dict[str, str]:
+    """Each pointer parameter's element type code (`u8`, `f32`)."""
+    out = {}
+    for p in kernel.params:
+        if p.is_pointer and (
+            d := lookup(source.resolve_type(template.get(p.type_text, p.type_text)))
+        ):
+            out[p.name] = d.code
+    return out
+
+
+def _value(text: str, env: dict[str, int]) -> float:
+    try:
+        v = Expr.parse(text).evaluate(env)
+    except ExprError:
+        return 0
+    return v if isinstance(v, int | float) else 0
 
 
 def _file_env(source: SourceFile) -> dict[str, int | float]:
@@ -499,6 +603,30 @@ def _substitute(text: str, mapping: dict[str, str]) -> str:
 
 def _names(text: str) -> set[str]:
     return set(re.findall(r"\b[A-Za-z_]\w*\b", text))
+
+
+MAX_DEFAULT_ELEMENTS = 1 << 26
+
+
+def _shrink(
+    values: dict[str, str], guessed: list[str], lengths: dict[str, str], grid: list[str], source
+) -> None:
+    """Halve the sizes the file does not give until every buffer holds at most 2^26 elements and
+    the grid is within the device's limits (three sizes of 4096 make a 2^36-element product)."""
+    env = {k: v for k, v in _file_env(source).items() if isinstance(v, int)}
+    for _ in range(40):
+        for n, v in values.items():
+            env[n] = _const(v, source) or 4096
+        biggest = max((_value(t, env) for t in lengths.values()), default=0)
+        dims = [_value(g, env) for g in grid]
+        over = biggest > MAX_DEFAULT_ELEMENTS or any(
+            d > (2**31 - 1 if i == 0 else 65535) for i, d in enumerate(dims)
+        )
+        small = [n for n in guessed if env[n] > 16]
+        if not over or not small:
+            return
+        for n in small:
+            values[n] = str(env[n] // 2)
 
 
 def _sizes(size_vars: list[str], values: dict[str, str], source: SourceFile) -> str:

@@ -231,6 +231,9 @@ class HostReader:
                 v, vscope, dim3 = value
                 if dim3 is not None:
                     return [self.expr(c, vscope) for c in dim3] or ["1"]
+                if _unparen(v).type not in ("identifier", "call_expression", "initializer_list"):
+                    # `int blocks = 2048;`: a number, kept by the host's name like any size
+                    return [self.expr(node, scope)]
                 return self.dims(v, vscope)
         if node.type == "call_expression" and self._callee(node) == "dim3":
             args = node.child_by_field_name("arguments")
@@ -354,9 +357,24 @@ class HostReader:
             "multiProcessorCount",
         ):
             return "sm_count"
+        if t == "field_expression" and (dim := self._dim3_component(node, scope, depth)):
+            return dim
         if t == "conditional_expression":
             raise Unread(f"line {_line(node)}: a conditional value")
         raise Unread(f"line {_line(node)}: `{self.text(node)}`")
+
+    def _dim3_component(self, node: Node, scope: Scope, depth: int) -> str | None:
+        """`threads.x` of `dim3 threads(32, 8)`: 32 (a component not given is 1)."""
+        field_name = self.text(node.child_by_field_name("field"))
+        owner = node.child_by_field_name("argument")
+        if field_name not in ("x", "y", "z") or owner is None or owner.type != "identifier":
+            return None
+        value = self._value(self.text(owner), scope)
+        if value is None or value[2] is None:
+            return None
+        _, vscope, parts = value
+        i = "xyz".index(field_name)
+        return f"({self.expr(parts[i], vscope, depth + 1)})" if i < len(parts) else "1"
 
     def _name(self, name: str, scope: Scope, depth: int) -> str:
         if name in scope.params:
