@@ -16,6 +16,7 @@ from optiml.harness.host import (
     EXTERN_SHARED,
     GUARD,
     HOST_CUDA,
+    HOST_TYPES,
     device_part,
     per_block_shared,
 )
@@ -113,6 +114,7 @@ def run_against(
     program = "\n".join(
         [
             HOST_CUDA,
+            HOST_TYPES,  # half as _Float16, bf16 by its bits
             "namespace original {",
             host_text(original.source.text),
             "}",
