@@ -1,5 +1,5 @@
 """On a GPU: the schedules emitted from the lifted model (column_reduce, gather_rows,
-permute_tiles) are correct on the kernels they apply to, each proposal evaluated by the harness
+permute_tiles, scatter_rows) are correct on the kernels they apply to, each proposal evaluated by the harness
 against its original at every size with two seeds, and timed against it; the speedups are printed
 (`-s`) for the record."""
 
@@ -45,6 +45,11 @@ KERNELS = {
         ("tests/data/schedules/permute_021_src.cu", "transpose_last_two"),
         ("tests/data/schedules/nhwc_to_nchw_half.cu", "nhwc_to_nchw"),
         ("tests/data/schedules/split_heads_2d.cu", "split_heads"),
+    ],
+    "scatter_rows": [
+        ("fixtures/corpus/index_add.cu", "indexAddRows"),
+        ("fixtures/corpus/embedding_backward.cu", "encoder_backward_kernel"),
+        ("tests/data/schedules/embedding_grad_flat.cu", "embedding_grad"),
     ],
 }
 

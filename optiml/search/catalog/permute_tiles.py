@@ -90,26 +90,33 @@ class PermuteTiles(Transformation):
                 _evaluates(ctx, grid)
         except (_NoPlan, NotEmittable, ExprError, KeyError, ValueError, ZeroDivisionError):
             return []
-        head = ctx.source.text[ctx.kernel.span.start : ctx.kernel.body_span.start]
-        out = []
-        for params, weight, body, grid in bodies:
-            threads = params.get("threads", 32 * ROWS)
-            variant = ctx.rewrite(head + body, launch=([grid], [str(threads)], "0"))
-            if plan.tiled:
-                axes = f"axes {plan.names[plan.a]} (out) and {plan.names[plan.b]} (in)"
-                summary = (
-                    f"permutation from the lifted model: {params['tile']}x{params['tile']} tiles "
-                    f"of the {axes} through padded shared memory, {len(plan.axes) - 2} other axes "
-                    "over the grid"
-                )
-            else:
-                summary = (
-                    f"permutation from the lifted model: the fastest axis {plan.names[plan.a]} "
-                    f"is kept; {params['vector']} elements per thread with 16-byte copies, "
-                    f"{threads} threads per block"
-                )
-            out.append(Proposal(params, summary, variant, weight))
-        return out
+        return _proposals(ctx, plan, bodies, _summary)
+
+
+def _proposals(ctx: Context, plan: Plan, bodies, summary) -> list[Proposal]:
+    """One proposal per (params, prior, kernel body, grid)."""
+    head = ctx.source.text[ctx.kernel.span.start : ctx.kernel.body_span.start]
+    out = []
+    for params, weight, body, grid in bodies:
+        threads = params.get("threads", 32 * ROWS)
+        variant = ctx.rewrite(head + body, launch=([grid], [str(threads)], "0"))
+        out.append(Proposal(params, summary(plan, params), variant, weight))
+    return out
+
+
+def _summary(plan: Plan, params: dict) -> str:
+    if plan.tiled:
+        axes = f"axes {plan.names[plan.a]} (out) and {plan.names[plan.b]} (in)"
+        return (
+            f"permutation from the lifted model: {params['tile']}x{params['tile']} tiles "
+            f"of the {axes} through padded shared memory, {len(plan.axes) - 2} other axes "
+            "over the grid"
+        )
+    return (
+        f"permutation from the lifted model: the fastest axis {plan.names[plan.a]} "
+        f"is kept; {params['vector']} elements per thread with 16-byte copies, "
+        f"{params['threads']} threads per block"
+    )
 
 
 def _evaluates(ctx: Context, grid: str) -> None:
@@ -201,7 +208,9 @@ class Plan:
 class Axes:
     """The model's thread index as coordinates along axes."""
 
-    def __init__(self, lifted: Lifted, ctx: Context):
+    def __init__(self, lifted: Lifted, ctx: Context, scatter: bool = False):
+        """`scatter`: the stores are atomic adds, at indices that may be loaded from memory."""
+        self.scatter = scatter
         self.m = lifted
         self.ctx = ctx
         self.atoms: dict[str, Expr] = {}
@@ -236,6 +245,7 @@ class Axes:
                 raise _NoPlan(f"`{e.name}` where the thread's index is taken apart")
         if (
             isinstance(e, Load)
+            and not self.scatter
             and not _thread_free(e.index)
             and any(isinstance(x, Load) for x in walk_expr(e.index, False))
         ):
@@ -280,8 +290,12 @@ class Axes:
 
     def plan(self) -> Plan:
         body = list(self.m.body)
-        if not body or not all(isinstance(s, Store) and not s.atomic for s in body):
-            raise _NoPlan("a loop or an atomic")
+        if not body or not all(
+            isinstance(s, Store) and (s.atomic and s.op == "add") == self.scatter for s in body
+        ):
+            raise _NoPlan(
+                "a loop, or stores other than " + ("atomic adds" if self.scatter else "plain")
+            )
         stores = [
             replace(s, index=self.sub(s.index), value=self.sub(s.value), guard=self.sub(s.guard))
             for s in body
@@ -352,12 +366,8 @@ class Axes:
         moving = [x for x in loads if _mentions(x.index, axes)]
         if not moving:
             raise _NoPlan("no load that moves with the thread")
-        units = [_unit_axis(x.index, axes) for x in moving]
-        b = (
-            a
-            if all(u == a for u in units)
-            else next((u for u in units if u not in (None, a)), None)
-        )
+        units = [u for u in (_unit_axis(x.index, axes) for x in moving) if u is not None]
+        b = a if units and all(u == a for u in units) else next((u for u in units if u != a), None)
         if b is None:
             raise _NoPlan("no input axis of stride one")
         staged = [x for x in dict.fromkeys(moving) if _mentions(x.index, [axes[a], axes[b]])]
@@ -474,10 +484,25 @@ def _sized(e):
     return replace(e, **changes) if changes else e
 
 
+def _moving_terms(index: Expr) -> Expr:
+    """The terms of a sum that read no memory: a row number loaded from memory (times the row's
+    length) is where a row starts, not how the index moves along it."""
+    if isinstance(index, Cast) and index.type in ("int", "long"):
+        return _moving_terms(index.a)
+    if isinstance(index, Binary) and index.op == "+":
+        loads = [any(isinstance(x, Load) for x in walk_expr(t, False)) for t in (index.a, index.b)]
+        if loads == [True, False]:
+            return _moving_terms(index.b)
+        if loads == [False, True]:
+            return _moving_terms(index.a)
+        return Binary("+", _moving_terms(index.a), _moving_terms(index.b), index.type)
+    return index
+
+
 def _unit_axis(index: Expr, axes: list[Var]) -> int | None:
     """The axis whose coordinate moves the index by exactly one element (and appears in no other
     term), if the index is affine in the coordinates."""
-    f = affine(_sized(index))
+    f = affine(_sized(_moving_terms(index)))
     if f is None:
         return None
     for i, v in enumerate(axes):
@@ -509,8 +534,13 @@ def _choices(plan: Plan) -> list[tuple[dict, float, str]]:
                 )
             )
         return out
-    vector = _vector_width(plan)
-    for threads, weight in VECTOR_THREADS:
+    return _kept_choices(plan, _vector_width(plan), VECTOR_THREADS)
+
+
+def _kept_choices(plan: Plan, vector: int, threads_weights) -> list[tuple[dict, float, str]]:
+    others = " * ".join(f"({plan.spec_extents[i]})" for i in range(len(plan.axes)) if i != plan.a)
+    out = []
+    for threads, weight in threads_weights:
         per = f"cdiv({plan.spec_extents[plan.a]}, {vector})" + (f" * {others}" if others else "")
         out.append(({"vector": vector, "threads": threads}, weight, f"cdiv({per}, {threads})"))
     return out
@@ -556,6 +586,9 @@ def _write(lifted: Lifted, plan: Plan, params: dict) -> str:
 
 def _store_line(lifted: Lifted, c: CEmitter, s: Store) -> str:
     t = lifted.tensors[s.tensor]
+    if s.atomic:
+        value = c.cast(c.expr(s.value), s.value.type, t.dtype)
+        return f"atomicAdd(&{s.tensor}[{c.expr(s.index)}], {value});"
     return f"{s.tensor}[{c.expr(s.index)}] = {c.cast(c.expr(s.value), s.value.type, t.dtype)};"
 
 
@@ -707,10 +740,19 @@ def _kept(lifted: Lifted, plan: Plan, v: int) -> str:
                 f"        for (int optiml_j = 0; optiml_j < {v}; ++optiml_j) "
                 f"optiml_o{n}[optiml_j] = {per.cast(per.expr(s.value), s.value.type, t.dtype)};"
             )
-            lines.append(
-                f"        *reinterpret_cast<{vt}*>({s.tensor} + {c.expr(s.index)}) = "
-                f"*reinterpret_cast<const {vt}*>(optiml_o{n});"
-            )
+            if s.atomic:
+                # one atomic per vector (sm_90's float2/float4 atomicAdd, atomic per element)
+                kind = f"float{v}"
+                parts = ", ".join(f"optiml_o{n}[{j}]" for j in range(v))
+                lines.append(
+                    f"        atomicAdd(reinterpret_cast<{kind}*>({s.tensor} + {c.expr(s.index)}), "
+                    f"make_{kind}({parts}));"
+                )
+            else:
+                lines.append(
+                    f"        *reinterpret_cast<{vt}*>({s.tensor} + {c.expr(s.index)}) = "
+                    f"*reinterpret_cast<const {vt}*>(optiml_o{n});"
+                )
         lines += ["        return;", "    }"]
     lines.append(f"    for (int optiml_j = 0; optiml_j < {v}; ++optiml_j, ++{ca}) {{")
     lines.append(f"        if ({ca} >= {ea}) break;")
