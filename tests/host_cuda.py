@@ -16,6 +16,7 @@ from optiml.harness.host import (
     EXTERN_SHARED,
     GUARD,
     HOST_CUDA,
+    HOST_TYPES,
     device_part,
     per_block_shared,
 )
@@ -113,6 +114,7 @@ def run_against(
     program = "\n".join(
         [
             HOST_CUDA,
+            HOST_TYPES,  # half as _Float16, bf16 by its bits
             "namespace original {",
             host_text(original.source.text),
             "}",
@@ -148,3 +150,22 @@ def mismatches(
 ) -> int:
     """Elements of the outputs where the candidate differs from the original, at each size."""
     return run_against(original, [candidate], sizes, tmp, prepare)[0]
+
+
+def proposals_check(
+    transformation,
+    original: Context,
+    sizes: list[tuple[int, ...]],
+    tmp: Path,
+    breaking: Callable[[str], str],
+) -> None:
+    """Every proposal of `transformation` equals the original at `sizes` (tuples of the spec's
+    size variables), and the check can fail: the first proposal edited by `breaking` differs."""
+    path = original.source.path
+    candidates = [
+        Context.of(p.variant, path, original.kernel.name) for p in transformation.propose(original)
+    ]
+    assert candidates, "no proposal"
+    cases = [dict(zip(original.spec.size_vars, s, strict=True)) for s in sizes]
+    assert run_against(original, candidates, cases, tmp) == [0] * len(candidates)
+    assert run_against(original, candidates[:1], cases, tmp, prepare=breaking)[0] > 0

@@ -106,6 +106,11 @@ struct alignas(16) float4 { float x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 struct alignas(8) float2 { float x, y; };
 inline float2 make_float2(float a, float b) { return {a, b}; }
+// sm_90's vector atomics: atomic per element, as on the device
+inline float4 atomicAdd(float4* p, float4 v) {
+    return {atomicAdd(&p->x, v.x), atomicAdd(&p->y, v.y), atomicAdd(&p->z, v.z), atomicAdd(&p->w, v.w)};
+}
+inline float2 atomicAdd(float2* p, float2 v) { return {atomicAdd(&p->x, v.x), atomicAdd(&p->y, v.y)}; }
 struct alignas(16) int4 { int x, y, z, w; };
 inline int4 make_int4(int a, int b, int c, int d) { return {a, b, c, d}; }
 struct alignas(16) uint4 { unsigned x, y, z, w; };

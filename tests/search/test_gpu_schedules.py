@@ -1,6 +1,7 @@
-"""On a GPU: the schedules emitted from the lifted model (column_reduce, gather_rows) are correct
-on the kernels they apply to, each proposal evaluated by the harness against its original at every
-size with two seeds, and timed against it; the speedups are printed (`-s`) for the record."""
+"""On a GPU: the schedules emitted from the lifted model (column_reduce, gather_rows,
+permute_tiles, scatter_rows) are correct on the kernels they apply to, each proposal evaluated by the harness
+against its original at every size with two seeds, and timed against it; the speedups are printed
+(`-s`) for the record."""
 
 from __future__ import annotations
 
@@ -34,6 +35,21 @@ KERNELS = {
         ("fixtures/corpus/embedding_pos.cu", "encoder_forward_kernel"),
         ("fixtures/corpus/gather_dim1.cu", "gather_cols"),
         ("tests/data/schedules/embed_scaled.cu", "embed_scaled"),
+    ],
+    "permute_tiles": [
+        ("fixtures/corpus/permute_heads.cu", "unpermute_heads"),
+        ("fixtures/corpus/nchw_to_nhwc.cu", "nchw2nhwc"),
+        ("fixtures/corpus/transpose_half.cu", "transposeNaiveHalf"),
+        ("fixtures/corpus/split_qkv.cu", "permute_qkv"),
+        ("fixtures/contract/permute4d.cu", "permute4d"),
+        ("tests/data/schedules/permute_021_src.cu", "transpose_last_two"),
+        ("tests/data/schedules/nhwc_to_nchw_half.cu", "nhwc_to_nchw"),
+        ("tests/data/schedules/split_heads_2d.cu", "split_heads"),
+    ],
+    "scatter_rows": [
+        ("fixtures/corpus/index_add.cu", "indexAddRows"),
+        ("fixtures/corpus/embedding_backward.cu", "encoder_backward_kernel"),
+        ("tests/data/schedules/embedding_grad_flat.cu", "embedding_grad"),
     ],
 }
 
