@@ -50,7 +50,7 @@ from optiml.lift.model import (
     Var,
     walk_expr,
 )
-from optiml.search.catalog.base import STATIC_SMEM, Context, Proposal, Transformation
+from optiml.search.catalog.base import STATIC_SMEM, Context, Rewrite, Transformation
 from optiml.search.catalog.column_reduce import _SIZES, _VECTOR
 from optiml.search.catalog.warp_rows import _NoPlan
 
@@ -72,7 +72,7 @@ class PermuteTiles(Transformation):
         "tiled through padded shared memory, or 16-byte copies along a kept fastest axis"
     )
 
-    def propose(self, ctx: Context) -> list[Proposal]:
+    def propose(self, ctx: Context) -> list[Rewrite]:
         try:
             lifted = lift(ctx.source, ctx.kernel, ctx.spec)
             if not isinstance(lifted, Lifted):
@@ -93,14 +93,14 @@ class PermuteTiles(Transformation):
         return _proposals(ctx, plan, bodies, _summary)
 
 
-def _proposals(ctx: Context, plan: Plan, bodies, summary) -> list[Proposal]:
+def _proposals(ctx: Context, plan: Plan, bodies, summary) -> list[Rewrite]:
     """One proposal per (params, prior, kernel body, grid)."""
     head = ctx.source.text[ctx.kernel.span.start : ctx.kernel.body_span.start]
     out = []
     for params, weight, body, grid in bodies:
         threads = params.get("threads", 32 * ROWS)
         variant = ctx.rewrite(head + body, launch=([grid], [str(threads)], "0"))
-        out.append(Proposal(params, summary(plan, params), variant, weight))
+        out.append(Rewrite(params, summary(plan, params), variant, weight))
     return out
 
 

@@ -19,7 +19,7 @@ from optiml.expr import ExprError
 from optiml.lift import Lifted, lift
 from optiml.lift.emit import NotEmittable
 from optiml.lift.families import describe
-from optiml.search.catalog.base import Context, Proposal, Transformation
+from optiml.search.catalog.base import Context, Rewrite, Transformation
 from optiml.search.catalog.permute_tiles import (
     Axes,
     Plan,
@@ -42,7 +42,7 @@ class ScatterRows(Transformation):
         "threads, vector atomics (float4/float2 on sm_90)"
     )
 
-    def propose(self, ctx: Context) -> list[Proposal]:
+    def propose(self, ctx: Context) -> list[Rewrite]:
         try:
             lifted = lift(ctx.source, ctx.kernel, ctx.spec)
             if not isinstance(lifted, Lifted) or describe(lifted, ctx.spec).family != "scatter":
