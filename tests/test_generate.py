@@ -197,13 +197,13 @@ def _inputs(spec, case, tmp: Path, name: str) -> tuple[dict, dict]:
     return files, arrays
 
 
-@needs_gxx
-def test_each_kernel_agrees_with_its_numpy_reference_on_the_host(generated, tmp_path):
-    """All kernels in one host program (one g++ run): each at its small sizes, every output
-    element within the spec's tolerance of the reference's (NaN only where it has NaN)."""
+def run_on_host(kernels: list[tuple[Path, str, dict]], tmp_path: Path) -> list[str]:
+    """Generated kernels (file, name, sizes) in one host program (one g++ run): each at its
+    sizes against its NumPy reference; the outputs that differ beyond the spec's tolerance (NaN
+    only where the reference has NaN)."""
     parts, body, checks = [], [], []
-    for n, (name, _, sizes) in enumerate(FORMULAS):
-        source, kernel, spec = load(generated / f"{name}.cu", name)
+    for n, (path, name, sizes) in enumerate(kernels):
+        source, kernel, spec = load(path, name)
         case = spec.case(sizes)
         files, arrays = _inputs(spec, case, tmp_path, name)
         text = FP_HEADERS.sub("", source.text)
@@ -274,6 +274,13 @@ def test_each_kernel_agrees_with_its_numpy_reference_on_the_host(generated, tmp_
             if not ok.all():
                 i = int(np.argmin(ok))
                 failures.append(f"{name}.{b.name}[{i}]: got {got[i]}, want {want[i]}")
+    return failures
+
+
+@needs_gxx
+def test_each_kernel_agrees_with_its_numpy_reference_on_the_host(generated, tmp_path):
+    kernels = [(generated / f"{name}.cu", name, sizes) for name, _, sizes in FORMULAS]
+    failures = run_on_host(kernels, tmp_path)
     assert not failures, failures
 
 
