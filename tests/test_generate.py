@@ -74,6 +74,53 @@ FORMULAS = [
     ("bf16_exp", "bf16 x[N]; y[i] = exp(x[i])", {"N": 300}),
     ("transpose", "float x[M, N]; y[j, i] = x[i, j]", {"M": 13, "N": 29}),
     ("causal_mask", "float s[N, N]; y[i, j] = where(j <= i, s[i, j], -1e9)", {"N": 21}),
+    # shifted, strided and dilated subscripts: zero padding, -inf padding, an exact division
+    (
+        "conv2d",
+        "float x[B, CI, H, W], w[CO, CI, KH, KW]; int S = 2; int P = 1; int D = 2\n"
+        "y[b, co, oh, ow] = sum(ci, kh, kw) x[b, ci, oh * S + kh * D - P, ow * S + kw * D - P]"
+        " * w[co, ci, kh, kw]   for oh < OH, ow < OW\n"
+        "B = 2; CO = 4; OH = 5; OW = 4; CI = 3; H = 11; W = 9; KH = 3; KW = 2",
+        {"B": 2, "CO": 4, "OH": 5},
+    ),
+    (
+        "maxpool1d",
+        "float x[B, C, L]; y[b, c, o] = max(k) pad(x[b, c, o * 2 + k - 1], -inf)"
+        "   for o < O, k < 3\nB = 2; C = 3; O = 9; L = 17",
+        {"B": 2, "C": 3, "O": 9},
+    ),
+    (
+        "conv_transposed1d",
+        "float x[B, CI, L], w[CI, CO, K]\n"
+        "y[b, co, o] = sum(ci, k) x[b, ci, (o + 1 - k) / 2] * w[ci, co, k]   for o < O\n"
+        "B = 2; CO = 2; O = 13; CI = 3; L = 7; K = 3",
+        {"B": 2, "CO": 2, "O": 13},
+    ),
+    # scans along an axis
+    (
+        "cumsum_exclusive",
+        "float x[R, C]; y[r, c] = cumsum(c) x[r, c - 1]   for c < C",
+        {"R": 7, "C": 33},
+    ),
+    ("cumprod", "float x[R, C]; y[r, c] = cumprod(c) (1 + x[r, c] / 8)", {"R": 7, "C": 33}),
+    ("cummax", "float x[R, C]; y[r, c] = cummax(c) x[r, c]", {"R": 7, "C": 33}),
+    # results of one number
+    (
+        "mse",
+        "float p[N, M], t[N, M]; loss = mean(i, j) (p[i, j] - t[i, j]) ** 2",
+        {"N": 37, "M": 61},
+    ),
+    (
+        "huber",
+        "float p[N], t[N]; loss = mean(i) where(abs(p[i] - t[i]) < 0.5, (p[i] - t[i]) ** 2,"
+        " abs(p[i] - t[i]) - 0.25)",
+        {"N": 999},
+    ),
+    (
+        "value_range",
+        "float x[N, M]; r = max(i, j) x[i, j] - min(i2, j2) x[i2, j2]",
+        {"N": 13, "M": 300},
+    ),
 ]
 IDS = [f[0] for f in FORMULAS]
 
@@ -150,13 +197,13 @@ def _inputs(spec, case, tmp: Path, name: str) -> tuple[dict, dict]:
     return files, arrays
 
 
-@needs_gxx
-def test_each_kernel_agrees_with_its_numpy_reference_on_the_host(generated, tmp_path):
-    """All kernels in one host program (one g++ run): each at its small sizes, every output
-    element within the spec's tolerance of the reference's (NaN only where it has NaN)."""
+def run_on_host(kernels: list[tuple[Path, str, dict]], tmp_path: Path) -> list[str]:
+    """Generated kernels (file, name, sizes) in one host program (one g++ run): each at its
+    sizes against its NumPy reference; the outputs that differ beyond the spec's tolerance (NaN
+    only where the reference has NaN)."""
     parts, body, checks = [], [], []
-    for n, (name, _, sizes) in enumerate(FORMULAS):
-        source, kernel, spec = load(generated / f"{name}.cu", name)
+    for n, (path, name, sizes) in enumerate(kernels):
+        source, kernel, spec = load(path, name)
         case = spec.case(sizes)
         files, arrays = _inputs(spec, case, tmp_path, name)
         text = FP_HEADERS.sub("", source.text)
@@ -227,6 +274,13 @@ def test_each_kernel_agrees_with_its_numpy_reference_on_the_host(generated, tmp_
             if not ok.all():
                 i = int(np.argmin(ok))
                 failures.append(f"{name}.{b.name}[{i}]: got {got[i]}, want {want[i]}")
+    return failures
+
+
+@needs_gxx
+def test_each_kernel_agrees_with_its_numpy_reference_on_the_host(generated, tmp_path):
+    kernels = [(generated / f"{name}.cu", name, sizes) for name, _, sizes in FORMULAS]
+    failures = run_on_host(kernels, tmp_path)
     assert not failures, failures
 
 
@@ -286,6 +340,18 @@ BAD = [
         "1:65",
         "both results, of different shapes",
     ),
+    ("for i < N: y[i] = x[i + 1]", "1:21", "so its shape cannot come from its indices"),
+    ("float x[N]; y[i] = sum(k) x[i * k]   for k < 3", "1:29", "at most one index per term"),
+    ("float x[N]; a = 0.5; y[i] = x[i * a]", "1:31", "is a float scalar"),
+    ("float x[N]; y[i] = x[i + 1.5]", "1:22", "subscripts are whole numbers"),
+    ("float x[N]; y[i] = x[(i + 1) / 0]", "1:22", "divides by 0"),
+    ("float x[N]; t[i] = x[i]; y[i] = t[i + 1]", "1:35", "a result is read at index names"),
+    ("float x[N]; y[i] = pad(x[i], 0)", "1:20", "`pad(ACCESS, VALUE)`"),
+    ("float x[N]; y[i] = pad(x[i - 1], x[i])", "1:34", "the padding value is a number"),
+    ("float x[R, C]; y[r] = cumsum(c) x[r, c]", "1:23", "scans along one index of the left"),
+    ("float x[R, C]; y[r, c] = 2 * cumsum(c) x[r, c]", "1:30", "is the whole right-hand side"),
+    ("float x[N]; m = argmax(i) x[i]", "1:17", "of everything is not a result"),
+    ("float x[N]; y[i] = cumsun(i) x[i]", "1:20", "did you mean `cumsum`?"),
 ]
 
 
@@ -388,3 +454,95 @@ def test_line_must_point_at_a_comment(tmp_path):
 def test_help_lists_the_bad_formula_exit_code():
     p = subprocess.run([*OPTIML, "generate", "--help"], capture_output=True, text=True)
     assert p.returncode == 0 and "24 bad formula" in p.stdout and "--no-optimize" in p.stdout
+
+
+# ---- the new forms' references against NumPy written from their definitions -------------------
+
+
+def _reference(generated: Path, name: str):
+    module_spec = importlib.util.spec_from_file_location(name, generated / f"{name}_ref.py")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+def test_shifted_subscripts_read_padding_outside_the_tensor(generated):
+    """conv2d (stride 2, padding 1, dilation 2) through sliding windows; max pooling with -inf
+    padding; a transposed convolution as the scatter of each input element."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-1, 1, (2, 3, 11, 9))
+    w = rng.uniform(-1, 1, (4, 3, 3, 2))
+    (got,) = _reference(generated, "conv2d")(
+        x=x.ravel(),
+        w=w.ravel(),
+        y=None,
+        B=2,
+        CO=4,
+        OH=5,
+        OW=4,
+        CI=3,
+        H=11,
+        W=9,
+        KH=3,
+        KW=2,
+        S=2,
+        P=1,
+        D=2,
+    )
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    # windows of the dilated kernel's extent, then every D-th element, every S-th window
+    win = sliding_window_view(padded, (5, 3), axis=(2, 3))[:, :, ::2, ::2, ::2, ::2]
+    want = np.einsum("bchwij,ocij->bohw", win[:, :, :5, :4], w)
+    assert np.allclose(got.reshape(2, 4, 5, 4), want)
+
+    x = rng.uniform(-1, 1, (2, 3, 17))
+    (got,) = _reference(generated, "maxpool1d")(x=x.ravel(), y=None, B=2, C=3, O=9, L=17)
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1)), constant_values=-np.inf)
+    want = sliding_window_view(padded, 3, axis=2)[:, :, ::2].max(axis=-1)[:, :, :9]
+    assert np.array_equal(got.reshape(2, 3, 9), want)
+
+    x = rng.uniform(-1, 1, (2, 3, 7))
+    w = rng.uniform(-1, 1, (3, 2, 3))
+    (got,) = _reference(generated, "conv_transposed1d")(
+        x=x.ravel(), w=w.ravel(), y=None, B=2, CO=2, O=13, CI=3, L=7, K=3
+    )
+    want = np.zeros((2, 2, 2 * 7 + 3))  # y[o] += x[i] w[k] at o = 2 i + k - 1
+    for i in range(7):
+        for k in range(3):
+            want[:, :, 2 * i + k] += np.einsum("bc,cd->bd", x[:, :, i], w[:, :, k])
+    assert np.allclose(got.reshape(2, 2, 13), want[:, :, 1:14])
+
+
+def test_scans_and_results_of_one_number_match_numpy(generated):
+    rng = np.random.default_rng(4)
+    x = rng.uniform(-1, 1, (7, 33))
+    (got,) = _reference(generated, "cumsum_exclusive")(x.ravel(), None, 7, 33)
+    want = np.concatenate([np.zeros((7, 1)), np.cumsum(x[:, :-1], axis=1)], axis=1)
+    assert np.allclose(got.reshape(7, 33), want)
+    (got,) = _reference(generated, "cummax")(x.ravel(), None, 7, 33)
+    assert np.array_equal(got.reshape(7, 33), np.maximum.accumulate(x, axis=1))
+    (got,) = _reference(generated, "cumprod")(x.ravel(), None, 7, 33)
+    assert np.allclose(got.reshape(7, 33), np.cumprod(1 + x / 8, axis=1))
+
+    p, t = rng.uniform(-1, 1, (2, 37, 61))
+    (got,) = _reference(generated, "mse")(p.ravel(), t.ravel(), None, 37, 61)
+    assert got.shape == (1,) and np.isclose(got[0], np.mean((p - t) ** 2))
+    p, t = rng.uniform(-1, 1, (2, 999))
+    (got,) = _reference(generated, "huber")(p, t, None, 999)
+    d = np.abs(p - t)
+    assert np.isclose(got[0], np.mean(np.where(d < 0.5, d**2, d - 0.25)))
+    x = rng.uniform(-1, 1, (13, 300))
+    (got,) = _reference(generated, "value_range")(x.ravel(), None, 13, 300)
+    assert np.isclose(got[0], x.max() - x.min())
+
+
+def test_a_result_of_one_number_is_one_block_and_a_scan_one_thread_per_row(generated):
+    mse = (generated / "mse.cu").read_text()
+    assert "grid = 1, block = 256" in mse and "loss: out float[1]" in mse
+    assert "__syncthreads()" in mse and "double acc" in mse  # a tree over the block, in double
+    scan = (generated / "cummax.cu").read_text()
+    assert "grid = cdiv(R, 256)" in scan  # a thread per row runs along the row
+    conv = (generated / "conv2d.cu").read_text()
+    assert "(oh * S + kh_4 * D - P) >= 0 && (oh * S + kh_4 * D - P) < H &&" in conv  # guarded

@@ -15,6 +15,7 @@ from optiml.generate.model import (
     Call,
     Checked,
     Formula,
+    Index,
     Name,
     Node,
     Num,
@@ -63,8 +64,10 @@ FUNCTIONS: dict[str, tuple[int, int | None]] = {
     "min": (2, None),
     "max": (2, None),
     "where": (3, 3),
+    "pad": (2, 2),
 }
 REDUCERS = ("sum", "prod", "max", "min", "mean", "argmax", "argmin")
+SCANS = ("cumsum", "cumprod", "cummax", "cummin")
 FUNCTION_LIST = ", ".join(
     f"{f}(a, b, ...)" if most is None else f"{f}({', '.join('abc'[:least])})"
     for f, (least, most) in FUNCTIONS.items()
@@ -97,6 +100,7 @@ class _Checker:
         self.inout: set[str] = set()
         self.reductions: list[Reduction] = []
         self.implicit: dict[str, Access] = {}  # inputs nobody declared: their first access
+        self.scans: list[tuple[int, Reduce]] = []  # (statement, scan)
         self.notes: list[str] = []
 
     def fail(self, message: str, pos: Pos | None):
@@ -375,6 +379,8 @@ class _Checker:
             return
         if isinstance(node, Call):
             self.call(node)
+            if node.func == "pad":
+                self.pad(node, bound)
             for a in node.args:
                 self.walk(a, bound, k, st, later)
             return
@@ -406,7 +412,49 @@ class _Checker:
             )
             self.fail(f"`{f}` takes {want} argument(s), not {n}{extra}", node.pos)
 
+    def pad(self, node: Call, bound: set[str]) -> None:
+        inner, value = node.args
+        if not isinstance(inner, Access) or not any(ix.affine for ix in inner.indices):
+            self.fail(
+                "`pad(ACCESS, VALUE)` gives the value read outside a tensor: its first argument "
+                "is an access with a shifted subscript, like `pad(x[i + k - 1], -inf)`",
+                node.pos,
+            )
+        if any(n.kind == "index" or n.name in bound for n in _names(value)) or any(
+            True for _ in _accesses(value)
+        ):
+            self.fail(
+                "the padding value is a number or a scalar (`0`, `-inf`, `eps`), the same for "
+                "every element",
+                _node_pos(value),
+            )
+
+    def scan(self, node: Reduce, bound: set[str], k: int, st: Statement, later) -> None:
+        """`cumsum(c) BODY` at the top of a statement writing `y[..., c, ...]`: each element is
+        the scan of BODY over positions 0..c of the index `c` of the left-hand side."""
+        lhs = [i.name for i in st.target.indices]
+        if len(node.indices) != 1 or node.indices[0].name not in lhs:
+            self.fail(
+                f"`{node.op}` scans along one index of the left-hand side, like "
+                f"`y[r, c] = {node.op}(c) x[r, c]`",
+                node.pos,
+            )
+        if st.rhs is not node:
+            self.fail(
+                f"`{node.op}` is the whole right-hand side of its statement "
+                f"(`y[r, c] = {node.op}(c) x[r, c]`); compute the rest in another statement",
+                node.pos,
+            )
+        self.walk(node.body, bound, k, st, later)
+        self.scans.append((k, node))
+        op = {"cumsum": "sum", "cumprod": "prod"}.get(node.op, "max")
+        dims = [self.range_of(node.indices[0].name, node.pos)]
+        self.reductions.append(Reduction(op, dims, _nonnegative(node.body, self.definition)))
+
     def reduce(self, node: Reduce, bound: set[str], k: int, st, later) -> None:
+        if node.op in SCANS:
+            self.scan(node, bound, k, st, later)
+            return
         if node.op not in REDUCERS:
             if node.op in FUNCTIONS:
                 self.fail(
@@ -415,8 +463,8 @@ class _Checker:
                     node.pos,
                 )
             self.fail(
-                f"unknown reduction `{node.op}`; {_near(node.op, REDUCERS)}reductions: "
-                f"{', '.join(REDUCERS)}",
+                f"unknown reduction `{node.op}`; {_near(node.op, REDUCERS + SCANS)}reductions: "
+                f"{', '.join(REDUCERS)}; scans: {', '.join(SCANS)}",
                 node.pos,
             )
         if node.op in ("argmax", "argmin") and len(node.indices) != 1:
@@ -481,6 +529,9 @@ class _Checker:
                 a.pos,
             )
         self.read.add(name)
+        shifted = [ix for ix in a.indices if ix.affine]
+        if shifted:
+            self.subscripts(a, tensor, shifted, bound, st)
         if name in self.implicit and not tensor.dims:
             first = self.implicit[name]
             if len(a.indices) != len(first.indices):
@@ -497,6 +548,8 @@ class _Checker:
         self.check_arity(a, self.tensors[name])
         dims = self.tensors[name].dims
         for d, (ix, dim) in enumerate(zip(a.indices, dims, strict=True)):
+            if ix.affine:
+                continue
             if ix.name not in bound:
                 if ix.name in self.scalars or ix.name in self.size_names:
                     self.fail(
@@ -508,6 +561,64 @@ class _Checker:
             self.constrain(
                 ix.name, dim, ix.pos, f"dimension {d + 1} of `{_fmt_access(name, dims)}`"
             )
+
+    def subscripts(self, a: Access, tensor: Tensor, shifted, bound: set[str], st) -> None:
+        """Affine subscripts: each factor a whole number, a size, an int scalar or a bound index
+        (at most one index per term); the tensor declared (its shape cannot come from them) and
+        not a temporary (a temporary is computed at the elements its thread needs)."""
+        name = a.tensor
+        if name in self.implicit:
+            self.fail(
+                f"`{name}` has a shifted subscript (`{shifted[0].name}`), so its shape cannot come "
+                f"from its indices; declare it (`float {name}[N, M]`)",
+                shifted[0].pos,
+            )
+        if tensor.statement is not None:
+            self.fail(
+                f"`{name}` is a result of the formula; a result is read at index names, not at "
+                f"`{shifted[0].name}` (read the inputs it is computed from there)",
+                shifted[0].pos,
+            )
+        for ix in shifted:
+            factors = [f for _, fs in ix.terms for f in fs] + ([ix.div] if ix.div else [])
+            for _, fs in ix.terms:
+                if sum(1 for f in fs if f in bound) > 1:
+                    self.fail(
+                        f"`{ix.name}`: a subscript is affine, at most one index per term "
+                        "(`h * 2 + kh`, not `h * kh`)",
+                        ix.pos,
+                    )
+            if ix.div is not None and ix.div in bound:
+                self.fail(f"`{ix.name}`: the divisor is a number or a size, not an index", ix.pos)
+            for f in factors:
+                if f[0].isdigit():
+                    if not f.isdigit():
+                        self.fail(
+                            f"`{f}` in subscript `{ix.name}`: subscripts are whole numbers, "
+                            "sizes, int scalars and indices",
+                            ix.pos,
+                        )
+                    if f == ix.div and int(f) == 0:
+                        self.fail(f"`{ix.name}` divides by 0", ix.pos)
+                elif f in bound or f in self.size_names or self._int_scalar(f):
+                    continue
+                elif f in self.scalars:
+                    self.fail(
+                        f"`{f}` in subscript `{ix.name}` is a {self.scalars[f].dtype} scalar; a "
+                        f"subscript's scalars are int (`int {f} = ...`)",
+                        ix.pos,
+                    )
+                elif f in self.ranges:
+                    self.unbound(Index(f, ix.pos), st)
+                else:
+                    self.fail(
+                        f"unknown name `{f}` in subscript `{ix.name}`: {_near(f, list(bound))}a "
+                        "subscript is made of indices, sizes, int scalars and whole numbers",
+                        ix.pos,
+                    )
+
+    def _int_scalar(self, name: str) -> bool:
+        return name in self.scalars and self.scalars[name].dtype == "int"
 
     def definition(self, tensor: str) -> Node | None:
         """The right-hand side of the statement that defines `tensor`, if one did."""
@@ -558,6 +669,7 @@ class _Checker:
             if not t.declared and t.role == "temp" and name not in self.read:
                 t.role = "out"
         used = {n.name for st in self.f.statements for n in _names(st.rhs) if n.kind == "scalar"}
+        used |= {f for st in self.f.statements for f in _subscript_names(st.rhs)}
         for s in self.f.settings:
             if s.name in self.scalars and s.name not in used:
                 self.fail(
@@ -577,6 +689,23 @@ class _Checker:
                     "both results, of different shapes; one kernel writes one shape: read "
                     f"`{o}` in a later statement (a temporary) or generate it on its own",
                     st.target.pos,
+                )
+        if not first.dims:
+            for o in outputs:
+                for node in top_reductions(self.f.statements[self.tensors[o].statement].rhs):
+                    if node.op in ("argmax", "argmin"):
+                        self.fail(
+                            f"`{node.op}` of everything is not a result of the notation; give "
+                            "it an index to keep (`y[r] = argmax(c) x[r, c]`)",
+                            node.pos,
+                        )
+        for k, node in self.scans:
+            st = self.f.statements[k]
+            if self.tensors[st.target.tensor].role == "temp" or len(outputs) > 1:
+                self.fail(
+                    f"a scan (`{node.op}`) is the formula's only result: its kernel runs along "
+                    "the scanned index; generate what reads it on its own",
+                    node.pos,
                 )
         self.default_sizes()
         types = {t.dtype for t in self.tensors.values()} | {s.dtype for s in self.scalars.values()}
@@ -628,6 +757,10 @@ def _size_order(tensors: dict[str, Tensor]):
     return lambda n: (order.index(n) if n in order else len(order), n)
 
 
+def _node_pos(node: Node) -> Pos:
+    return node.pos
+
+
 def _accesses(node: Node):
     if isinstance(node, Access):
         yield node
@@ -641,6 +774,30 @@ def _accesses(node: Node):
             yield from _accesses(a)
     elif isinstance(node, Reduce):
         yield from _accesses(node.body)
+
+
+def top_reductions(node: Node):
+    """The reductions of `node` not inside another reduction, in order."""
+    if isinstance(node, Reduce):
+        yield node
+    elif isinstance(node, Unary):
+        yield from top_reductions(node.operand)
+    elif isinstance(node, Binary):
+        yield from top_reductions(node.left)
+        yield from top_reductions(node.right)
+    elif isinstance(node, Call):
+        for a in node.args:
+            yield from top_reductions(a)
+
+
+def _subscript_names(node: Node):
+    """The names in the affine subscripts of every access in `node`."""
+    for a in _accesses(node):
+        for ix in a.indices:
+            if ix.affine:
+                yield from (f for _, fs in ix.terms for f in fs)
+                if ix.div:
+                    yield ix.div
 
 
 def _names(node: Node):

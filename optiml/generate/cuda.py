@@ -10,7 +10,7 @@ once per thread, not once per column).
 
 from __future__ import annotations
 
-from optiml.generate.check import BLOCK
+from optiml.generate.check import BLOCK, SCANS, top_reductions
 from optiml.generate.model import (
     Access,
     Binary,
@@ -20,6 +20,7 @@ from optiml.generate.model import (
     Node,
     Num,
     Reduce,
+    Statement,
     Unary,
 )
 
@@ -74,6 +75,23 @@ def _offset(dims: list[str], idx: list[str]) -> str:
     return text
 
 
+def _index_names(ix, env) -> list[str]:
+    """The bound indices a subscript uses."""
+    if not ix.affine:
+        return [ix.name]
+    return [f for _, fs in ix.terms for f in fs if f in env]
+
+
+def _affine_text(ix, env) -> str:
+    """An affine subscript in C `int` arithmetic: indices by their variables, sizes and int
+    scalars by their parameters, whole numbers as they are."""
+    text = ""
+    for sign, factors in ix.terms:
+        term = " * ".join(env[f][0] if f in env else f for f in factors)
+        text += (" - " if sign < 0 else " + ") + term if text else ("-" if sign < 0 else "") + term
+    return f"({text})"
+
+
 class _Kernel:
     def __init__(self, c: Checked):
         self.c = c
@@ -91,6 +109,8 @@ class _Kernel:
                 return name
 
     def lit(self, v: float) -> str:
+        if v in (float("inf"), float("-inf")):
+            return "INFINITY" if v > 0 else "(-INFINITY)"
         text = repr(float(v))
         return text if self.T == "double" else f"{text}f"
 
@@ -102,7 +122,7 @@ class _Kernel:
         if isinstance(node, Name):
             return env[node.name][1] if node.kind == "index" else 0
         if isinstance(node, Access):
-            return max([0] + [env[i.name][1] for i in node.indices])
+            return max([0] + [env[n][1] for i in node.indices for n in _index_names(i, env)])
         if isinstance(node, Unary):
             return self.level(node.operand, env)
         if isinstance(node, Binary):
@@ -137,6 +157,10 @@ class _Kernel:
                 return f"{_MATH['pow'][self.f]}({a}, {b})"
             return f"({a} {node.op} {b})"
         if isinstance(node, Call):
+            if node.func == "pad":
+                return self.access(
+                    node.args[0], env, stack, k, self.emit(node.args[1], env, stack, k)
+                )
             args = [self.emit(a, env, stack, k) for a in node.args]
             if node.func == "where":
                 return f"({args[0]} ? {args[1]} : {args[2]})"
@@ -156,16 +180,28 @@ class _Kernel:
             return self.reduce(node, env, stack, k)
         raise AssertionError(node)
 
-    def access(self, a: Access, env, stack: list[_Block], k: int) -> str:
+    def access(self, a: Access, env, stack: list[_Block], k: int, pad: str | None = None) -> str:
         t = self.c.tensors[a.tensor]
         if t.statement is not None and t.statement < k:  # a result of an earlier statement
             return self.temporary(a, env, stack)
-        idx = [env[i.name][0] for i in a.indices]
+        idx, guards = [], []
+        for ix, dim in zip(a.indices, t.dims, strict=True):
+            if not ix.affine:
+                idx.append(env[ix.name][0])
+                continue
+            text = _affine_text(ix, env)
+            if ix.div is not None:
+                guards.append(f"{text} % {ix.div} == 0")
+                text = f"({text} / {ix.div})"
+            guards += [f"{text} >= 0", f"{text} < {dim}"]
+            idx.append(text)
         load = f"{a.tensor}[{_offset(t.dims, idx)}]"
         if t.dtype in _LOAD:
-            return _LOAD[t.dtype].format(load)
-        if t.dtype != self.T:
-            return f"({self.T}){load}"
+            load = _LOAD[t.dtype].format(load)
+        elif t.dtype != self.T:
+            load = f"({self.T}){load}"
+        if guards:  # a read outside the tensor is the padding value, never a load
+            return f"(({' && '.join(guards)}) ? {load} : {pad or self.lit(0.0)})"
         return load
 
     def temporary(self, a: Access, env, stack: list[_Block]) -> str:
@@ -263,40 +299,172 @@ def params(c: Checked) -> list[tuple[str, str]]:
     return out
 
 
+def scan_of(c: Checked) -> tuple[Statement, Reduce] | None:
+    """The statement whose right-hand side is a scan (`cumsum(c) ...`), if the formula has one."""
+    for o in c.outputs:
+        st = c.statement_of(o)
+        if isinstance(st.rhs, Reduce) and st.rhs.op in SCANS:
+            return st, st.rhs
+    return None
+
+
+def thread_dims(c: Checked) -> list[str]:
+    """The extents one thread each covers: the output's, less a scanned index (a thread runs
+    along it); none for a result of one number (one block computes it)."""
+    scan = scan_of(c)
+    if scan is None:
+        return list(c.domain)
+    st, node = scan
+    at = [i.name for i in st.target.indices].index(node.indices[0].name)
+    return [d for n, d in enumerate(c.domain) if n != at]
+
+
+def _decode(k: _Kernel, flat: str, names: list[str], dims: list[str]) -> list[str]:
+    """Lines splitting a flat index into `names` (row-major over `dims`)."""
+    if len(dims) == 1:
+        return [f"const int {names[0]} = (int){flat};"]
+    rest = k.fresh("rest")
+    lines = [f"long long {rest} = {flat};"]
+    for n in reversed(range(1, len(dims))):
+        lines.append(f"const int {names[n]} = (int)({rest} % {dims[n]});")
+        lines.append(f"{rest} /= {dims[n]};")
+    lines.append(f"const int {names[0]} = (int){rest};")
+    return lines
+
+
+def _total(dims: list[str]) -> str:
+    return " * ".join(f"(long long){d}" if n == 0 else d for n, d in enumerate(dims)) or "1"
+
+
+def _store(c: Checked, dtype: str, value: str) -> str:
+    if dtype in _STORE:
+        return _STORE[dtype].format(value)
+    if dtype != c.compute:
+        return f"({C_TYPES[dtype]})({value})"
+    return value
+
+
 def kernel_body(c: Checked) -> list[str]:
     k = _Kernel(c)
-    dims = c.domain
+    if not c.domain:
+        return _scalar_body(c, k)
     first = c.tensors[c.outputs[0]]
     names = [i.name for i in c.formula.statements[first.statement].target.indices]
-    total = " * ".join(f"(long long){d}" if n == 0 else d for n, d in enumerate(dims))
+    cvars = [k.fresh(f"{n}_") if n in RESERVED_C else n for n in names]
+    scan = scan_of(c)
+    scanned = scan[1].indices[0].name if scan else None
+    threaded = [(cv, d) for n, cv, d in zip(names, cvars, c.domain, strict=True) if n != scanned]
     idx = k.fresh("idx")
     top = _Block()
     lines = [
         f"const long long {idx} = (long long)blockIdx.x * blockDim.x + threadIdx.x;",
-        f"if ({idx} >= {total}) return;",
+        f"if ({idx} >= {_total([d for _, d in threaded])}) return;",
     ]
-    cvars = [k.fresh(f"{n}_") if n in RESERVED_C else n for n in names]
-    if len(dims) == 1:
-        lines.append(f"const int {cvars[0]} = (int){idx};")
-    else:
-        rest = k.fresh("rest")
-        lines.append(f"long long {rest} = {idx};")
-        for n in reversed(range(1, len(dims))):
-            lines.append(f"const int {cvars[n]} = (int)({rest} % {dims[n]});")
-            lines.append(f"{rest} /= {dims[n]};")
-        lines.append(f"const int {cvars[0]} = (int){rest};")
+    if threaded:
+        lines += _decode(k, idx, [cv for cv, _ in threaded], [d for _, d in threaded])
+    if scan is not None:
+        return lines + _scan_body(c, k, scan, names, cvars, top)
     stores = []
     for o in c.outputs:
         t = c.tensors[o]
         st = c.formula.statements[t.statement]
         env = {ix.name: (cv, 0) for ix, cv in zip(st.target.indices, cvars, strict=True)}
         value = k.emit(st.rhs, env, [top], t.statement)
-        if t.dtype in _STORE:
-            value = _STORE[t.dtype].format(value)
-        elif t.dtype != c.compute:
-            value = f"({C_TYPES[t.dtype]})({value})"
-        stores.append(f"{o}[{idx}] = {value};")
+        stores.append(f"{o}[{idx}] = {_store(c, t.dtype, value)};")
     return lines + top.lines + stores
+
+
+_SCAN_INIT = {"cumsum": 0.0, "cumprod": 1.0, "cummax": float("-inf"), "cummin": float("inf")}
+
+
+def _scan_body(c: Checked, k: _Kernel, scan, names, cvars, top: _Block) -> list[str]:
+    """A thread runs along the scanned index, writing each prefix's value as it goes."""
+    st, node = scan
+    t = c.tensors[st.target.tensor]
+    scanned = node.indices[0].name
+    env = {n: (cv, 1 if n == scanned else 0) for n, cv in zip(names, cvars, strict=True)}
+    inner = _Block()
+    value = k.emit(node.body, env, [top, inner], t.statement)
+    acc = k.fresh("acc")
+    var = env[scanned][0]
+    update = {
+        "cumsum": f"{acc} += {value};",
+        "cumprod": f"{acc} *= {value};",
+        "cummax": f"{acc} = {_MATH['max'][k.f]}({acc}, {value});",
+        "cummin": f"{acc} = {_MATH['min'][k.f]}({acc}, {value});",
+    }[node.op]
+    offset = _offset(t.dims, cvars)
+    return [
+        *top.lines,
+        f"{k.T} {acc} = {k.lit(_SCAN_INIT[node.op])};",
+        f"for (int {var} = 0; {var} < {c.ranges[scanned]}; ++{var}) {{",
+        *(f"    {line}" for line in inner.lines),
+        f"    {update}",
+        f"    {st.target.tensor}[{offset}] = {_store(c, t.dtype, acc)};",
+        "}",
+    ]
+
+
+def _scalar_body(c: Checked, k: _Kernel) -> list[str]:
+    """A result of one number: one block; each top-level reduction is shared by its threads
+    (each strides over the flattened indices, accumulating in double for sums, means and
+    products), combined through shared memory by a tree; thread 0 writes the result."""
+    red = k.fresh("partial")
+    top = _Block()
+    lines = [f"__shared__ double {red}[{BLOCK}];"]
+    for o in c.outputs:
+        t = c.tensors[o]
+        st = c.formula.statements[t.statement]
+        for node in top_reductions(st.rhs):
+            _cooperative(c, k, node, red, top, t.statement)
+        value = k.emit(st.rhs, {}, [top], t.statement)
+        lines += top.lines
+        top.lines = []
+        lines.append(f"if (threadIdx.x == 0) {o}[0] = {_store(c, t.dtype, value)};")
+    return lines
+
+
+def _cooperative(c: Checked, k: _Kernel, node: Reduce, red: str, top: _Block, st: int):
+    T = k.T
+    wide = node.op in ("sum", "mean", "prod")
+    A = "double" if wide else T
+    names = [k.fresh(f"{i.name}_") for i in node.indices]
+    dims = [c.ranges[i.name] for i in node.indices]
+    env = {i.name: (v, 1) for i, v in zip(node.indices, names, strict=True)}
+    inner = _Block()
+    value = k.emit(node.body, env, [top, inner], st)
+    acc, flat, res = k.fresh("acc"), k.fresh("flat"), k.fresh("total")
+    init = {"sum": "0.0", "mean": "0.0", "prod": "1.0", "max": "-INFINITY", "min": "INFINITY"}
+    if node.op not in init:
+        raise AssertionError(node.op)  # the checker refuses argmax/argmin of everything
+    fn = "fmax" if node.op == "max" else "fmin"
+    combine = {
+        "sum": "{a} + {b}",
+        "mean": "{a} + {b}",
+        "prod": "{a} * {b}",
+        "max": fn + "({a}, {b})",
+        "min": fn + "({a}, {b})",
+    }[node.op]
+    tid = "threadIdx.x"
+    lines = [
+        f"{A} {acc} = {init[node.op]};",
+        f"for (long long {flat} = {tid}; {flat} < {_total(dims)}; {flat} += blockDim.x) {{",
+        *(f"    {line}" for line in _decode(k, flat, names, dims)),
+        *(f"    {line}" for line in inner.lines),
+        f"    {acc} = {combine.format(a=acc, b=f'({A})({value})')};",
+        "}",
+        f"{red}[{tid}] = {acc};",
+        "__syncthreads();",
+        "for (int s = blockDim.x / 2; s > 0; s >>= 1) {",
+        f"    if ({tid} < s) {red}[{tid}] = {combine.format(a=f'{red}[{tid}]', b=f'{red}[{tid} + s]')};",
+        "    __syncthreads();",
+        "}",
+        f"const double {res} = {red}[0];",
+        "__syncthreads();",
+    ]
+    result = f"({T})({res} / (double)({_total(dims)}))" if node.op == "mean" else f"({T}){res}"
+    top.memo[("r", id(node), ())] = result
+    top.lines += lines
 
 
 MAX_SPEC_SIZES = 3  # a size of the spec's `sizes:` is a tuple of at most three values
@@ -322,13 +490,13 @@ def spec_comment(
     for pname, _ in params(c):
         if pname in c.tensors:
             t = c.tensors[pname]
-            length = " * ".join(t.dims)
+            length = " * ".join(t.dims) or "1"
             args.append(f"{pname}: {t.role} {SPEC_TYPES[t.dtype]}[{length}]")
         elif pname in c.scalars:
             args.append(f"{pname} = {c.scalars[pname].value!r}")
         elif pname in fixed:
             args.append(f"{pname} = {fixed[pname]}")
-    total = " * ".join(c.domain)
+    grid = f"cdiv({' * '.join(thread_dims(c)) or '1'}, {BLOCK})" if c.domain else "1"
     if len(names) == 1:
         sizes_text = f"{names[0]} = " + ", ".join(str(s[names[0]]) for s in cases)
     else:
@@ -338,7 +506,7 @@ def spec_comment(
     lines = [
         "/* @optiml",
         f" *   args:      {', '.join(args)}",
-        f" *   launch:    grid = cdiv({total}, {BLOCK}), block = {BLOCK}",
+        f" *   launch:    grid = {grid}, block = {BLOCK}",
         f" *   sizes:     {sizes_text}",
     ]
     if tol is not None:

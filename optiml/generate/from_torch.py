@@ -378,6 +378,70 @@ class Reduce(Val):
         return [self.body]
 
 
+class Scan(Val):
+    """`torch.cumsum(x, dim)` and the like: the notation's scan, the whole of a result."""
+
+    def __init__(self, op: str, body: Val, axis: int, node):
+        self.op = op
+        self.body = body
+        self.axis = axis
+        self.node = node
+        self.dims = list(body.dims)
+
+    def children(self) -> list[Val]:
+        return [self.body]
+
+
+@dataclass
+class Axis:
+    """A spatial axis of a convolution or pooling window: kernel extent, stride, padding,
+    dilation; the output's size."""
+
+    k: int
+    stride: int
+    pad: int
+    dilation: int
+    out: Dim
+    kdim: Dim
+
+
+class Window(Val):
+    """A convolution (`conv`, `conv_t`, transposed) or a pooling window (`max`, `avg`) over the
+    last len(axes) dimensions of `x` (batch, channel, spatial...): each output element reads
+    `x` at affine subscripts, a read outside `x` being its padding (0, or -inf for max)."""
+
+    def __init__(self, kind, x, axes, node, weight=None, bias=None, groups=1, cin=None, cout=None):
+        self.kind = kind
+        self.x = x
+        self.axes = axes
+        self.node = node
+        self.weight = weight
+        self.bias = bias
+        self.groups = groups
+        self.cin = cin  # channels per group, in and out (conv)
+        self.cout = cout
+        self.cout_total: Dim = None
+        self.gsym: Dim = None
+        lead = x.dims[: x.rank - len(axes)]
+        if kind in ("conv", "conv_t"):
+            lead = lead[:1] + self.channel_dims()
+        self.dims = list(lead) + [a.out for a in axes]
+
+    def channel_dims(self) -> list[Dim]:
+        """The output's channel dimensions: (out channels) or, with groups that are neither 1
+        nor depthwise, (groups, out channels per group) — the same memory."""
+        if self.groups == 1 or self.depthwise:
+            return [self.cout_total]
+        return [self.gsym, self.cout]
+
+    @property
+    def depthwise(self) -> bool:
+        return self.groups > 1 and self.cin is None and self.cout is None
+
+    def children(self) -> list[Val]:
+        return [self.x]
+
+
 class Pair(tuple):
     """What `torch.max(x, dim)` returns: (values, indices), also as `.values` and `.indices`."""
 
@@ -437,18 +501,20 @@ class Method:
 
 # ---- what is not covered ------------------------------------------------------------------------
 
-_NO_OFFSETS = "the notation has no shifted or strided subscripts (`x[b, c, h * stride + kh - pad]`)"
 _CONV = (
     "a convolution",
-    f"{_NO_OFFSETS}, and the weight it makes at random in __init__ would be another input; "
-    + _NEEDS_LLM,
+    "--from-torch translates the modules nn.Conv1d/2d/3d and nn.ConvTranspose1d/2d/3d (their "
+    "weight and bias become inputs of the kernel), not the functional form; use the module",
 )
-_POOL = ("pooling", f"a pooling window reads shifted elements and {_NO_OFFSETS}; " + _NEEDS_LLM)
+_POOL = (
+    "pooling",
+    "--from-torch translates the modules nn.MaxPool1d/2d/3d and nn.AvgPool1d/2d/3d (without "
+    "ceil_mode or indices), not this form; " + _NEEDS_LLM,
+)
 _SCAN = (
     "a scan",
-    "each element depends on a prefix of its row and the notation has no scan; a masked "
-    "reduction (`sum(k) where(k <= i, x[r, k], 0)`) would be one, with O(n²) work per row, which "
-    "--from-torch does not write; " + _NEEDS_LLM,
+    "the notation's scans are cumsum, cumprod, cummax and cummin of a value (torch.cumsum and "
+    "torch.cumprod translate; cummax/cummin return indices too); " + _NEEDS_LLM,
 )
 _SLICE = (
     "a slice, an offset or a concatenation",
@@ -1291,6 +1357,13 @@ class _Forward:
 
     def fail(self, message: str, node=None):
         self.t.fail(message, node)
+
+    def extra_input(self, name: str, dims: list[Dim]) -> Leaf:
+        """A tensor the module makes in __init__ (a convolution's weight): an input of the
+        kernel, after forward's own."""
+        leaf = Leaf(name, dims, "float", self.node)
+        self.leaves.append(leaf)
+        return leaf
 
     # -- the whole of forward --
 
@@ -3093,6 +3166,236 @@ for _r in (1, 2, 3):
     _MODULES[f"AdaptiveMaxPool{_r}d"] = _adaptive_pool("max", _r)
 
 
+# ---- windows: convolutions and pooling; scans -----------------------------------------------
+
+
+def _per_axis(fw, value, rank: int, what: str) -> list[int]:
+    values = list(value) if isinstance(value, tuple | list) else [value] * rank
+    if len(values) != rank or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in values
+    ):
+        fw.fail(f"`{what}` = {value!r}: --from-torch reads one whole number or {rank} of them")
+    return [int(v) for v in values]
+
+
+_AXIS_NAMES = {1: ("L",), 2: ("H", "W"), 3: ("D", "H", "W")}
+
+
+def _window_axes(fw, x: Val, rank: int, kernel, stride, padding, dilation, out_pad, transposed):
+    if isinstance(padding, str):
+        if padding != "valid":
+            fw.fail(f"padding={padding!r} is not covered (a number, a tuple or 'valid')")
+        padding = 0
+    if x.rank < rank + 1:
+        fw.fail(f"the input has {x.rank} dimension(s); a {rank}-d window needs at least {rank + 1}")
+    ks = _per_axis(fw, kernel, rank, "kernel_size")
+    ss = _per_axis(fw, kernel if stride is None else stride, rank, "stride")
+    ps = _per_axis(fw, padding, rank, "padding")
+    ds = _per_axis(fw, dilation, rank, "dilation")
+    os_ = _per_axis(fw, out_pad, rank, "output_padding")
+    axes = []
+    for a, (k, st, p, d, op) in enumerate(zip(ks, ss, ps, ds, os_, strict=True)):
+        dim = x.dims[x.rank - rank + a]
+        n = 1 if dim is None else dim.value
+        if min(k, st, d) < 1 or p < 0:
+            fw.fail("a window's kernel size, stride and dilation are ≥ 1 and its padding ≥ 0")
+        if transposed:
+            out = (n - 1) * st - 2 * p + d * (k - 1) + op + 1
+        else:
+            out = (n + 2 * p - d * (k - 1) - 1) // st + 1
+        if out < 1:
+            fw.fail(f"the window leaves no output along dimension {x.rank - rank + a}")
+        name = _AXIS_NAMES[rank][a]
+        axes.append(Axis(k, st, p, d, fw.t.sym(f"O{name}", out), fw.t.sym(f"K{name}", k)))
+    return axes
+
+
+def _window_subscript(kind: str, o: str | None, k: str | None, a: Axis) -> str:
+    """The input's subscript along a window axis at output index `o`, kernel index `k`:
+    o·stride + k·dilation − pad, or for a transposed convolution (o + pad − k·dilation) / stride
+    (a position the stride does not divide reads nothing)."""
+
+    def term(i: str | None, c: int) -> str:
+        return "" if i is None else i if c == 1 else f"{i} * {c}"
+
+    if kind == "conv_t":
+        parts = [term(o, 1), str(a.pad) if a.pad else "", term(k, a.dilation)]
+        text = parts[0] or "0"
+        text += f" + {parts[1]}" if parts[1] else ""
+        text += f" - {parts[2]}" if parts[2] else ""
+        return f"({text}) / {a.stride}" if a.stride != 1 else text
+    text = term(o, a.stride) or "0"
+    if k is not None:
+        text += f" + {term(k, a.dilation)}"
+    return text + (f" - {a.pad}" if a.pad else "")
+
+
+def _affine(g: str, per: Dim, i: str | None) -> str:
+    return g if per is None else f"{g} * {per.root().name} + {i}"
+
+
+def _conv(rank: int, transposed: bool):
+    def ctor(
+        fw,
+        in_channels,
+        out_channels,
+        kernel_size,
+        stride=1,
+        padding=0,
+        *rest,
+        dilation=1,
+        groups=1,
+        bias=True,
+        output_padding=0,
+        padding_mode="zeros",
+        device=None,
+        dtype=None,
+    ):
+        names = (
+            ("output_padding", "groups", "bias", "dilation")
+            if transposed
+            else (
+                "dilation",
+                "groups",
+                "bias",
+            )
+        )
+        given = dict(zip(names, rest, strict=False))
+        dilation = given.get("dilation", dilation)
+        groups = given.get("groups", groups)
+        bias = given.get("bias", bias)
+        output_padding = given.get("output_padding", output_padding)
+        if padding_mode != "zeros":
+            fw.fail(f"padding_mode={padding_mode!r} is not covered (zeros)")
+        cls = f"nn.Conv{'Transpose' if transposed else ''}{rank}d"
+
+        def apply(fw, input):
+            x = fw.val(input)
+            if x.rank != rank + 2:
+                fw.fail(f"{cls} of a {x.rank}-d input: --from-torch reads (batch, channels, ...)")
+            cin = 1 if x.dims[1] is None else x.dims[1].value
+            if cin != in_channels or in_channels % groups or out_channels % groups:
+                fw.fail(
+                    f"{cls}: the input has {cin} channels, in_channels is {in_channels}, "
+                    f"groups {groups}; channels are a multiple of groups"
+                )
+            axes = _window_axes(
+                fw, x, rank, kernel_size, stride, padding, dilation, output_padding, transposed
+            )
+            kdims = [a.kdim for a in axes]
+            g, cig, cog = groups, in_channels // groups, out_channels // groups
+            kind = "conv_t" if transposed else "conv"
+            w = Window(kind, x, axes, fw.node, groups=g)
+            if g == 1:
+                w.cin, w.cout_total = x.dims[1], fw.t.sym("out_channels", out_channels)
+                wdims = [w.cout_total, w.cin] if not transposed else [w.cin, w.cout_total]
+                bdims = [w.cout_total]
+            elif cig == 1 and cog == 1:  # depthwise: output channel c reads input channel c
+                w.cout_total = x.dims[1]
+                wdims = [x.dims[1], None]
+                bdims = [x.dims[1]]
+            else:
+                w.gsym = fw.t.sym("groups", g)
+                w.cin, w.cout = fw.t.sym("in_per_group", cig), fw.t.sym("out_per_group", cog)
+                wdims = [w.gsym, w.cout, w.cin] if not transposed else [w.gsym, w.cin, w.cout]
+                bdims = [w.gsym, w.cout]
+            w.dims = [x.dims[0], *w.channel_dims(), *(a.out for a in axes)]
+            w.weight = fw.extra_input("weight", [*wdims, *kdims])
+            if bias:
+                w.bias = fw.extra_input("bias", bdims)
+            fw.notes.append(
+                f"{cls}'s weight{' and bias' if bias else ''} (made at random in __init__) "
+                "are inputs of the kernel"
+                + (
+                    ", the output viewed as (batch, groups, channels per group, ...)"
+                    if w.cout
+                    else ""
+                )
+            )
+            return w
+
+        return apply
+
+    return ctor
+
+
+def _pool(rank: int, op: str):
+    def max_ctor(
+        fw, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False
+    ):
+        return ctor(fw, kernel_size, stride, padding, dilation, return_indices, ceil_mode)
+
+    def avg_ctor(
+        fw,
+        kernel_size,
+        stride=None,
+        padding=0,
+        ceil_mode=False,
+        count_include_pad=True,
+        divisor_override=None,
+    ):
+        return ctor(
+            fw,
+            kernel_size,
+            stride,
+            padding,
+            1,
+            False,
+            ceil_mode,
+            count_include_pad,
+            divisor_override,
+        )
+
+    def ctor(
+        fw,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        return_indices,
+        ceil_mode,
+        count_include_pad=True,
+        divisor_override=None,
+    ):
+        if return_indices or ceil_mode or not count_include_pad or divisor_override:
+            fw.fail(
+                "pooling with return_indices, ceil_mode, count_include_pad=False or "
+                "divisor_override is not covered"
+            )
+
+        def apply(fw, input):
+            x = fw.val(input)
+            axes = _window_axes(fw, x, rank, kernel_size, stride, padding, dilation, 0, False)
+            return Window(op, x, axes, fw.node)
+
+        return apply
+
+    return max_ctor if op == "max" else avg_ctor
+
+
+for _r in (1, 2, 3):
+    _MODULES[f"Conv{_r}d"] = _conv(_r, False)
+    _MODULES[f"ConvTranspose{_r}d"] = _conv(_r, True)
+    _MODULES[f"MaxPool{_r}d"] = _pool(_r, "max")
+    _MODULES[f"AvgPool{_r}d"] = _pool(_r, "avg")
+    for _n in (f"Conv{_r}d", f"ConvTranspose{_r}d", f"MaxPool{_r}d", f"AvgPool{_r}d"):
+        _UNSUPPORTED.pop(f"torch.nn.{_n}", None)
+
+
+def _scan(op: str):
+    def handler(fw, input, dim, dtype=None):
+        x = fw.num(fw.val(input))
+        return Scan(op, x, fw.axis(dim, x.rank, fw.node), fw.node)
+
+    return handler
+
+
+_fn("torch.cumsum", method="cumsum")(_scan("cumsum"))
+_fn("torch.cumprod", method="cumprod")(_scan("cumprod"))
+for _n in ("cumsum", "cumprod"):
+    _UNSUPPORTED.pop(f"torch.{_n}", None)
+
+
 @_module("Sequential")
 def _m_sequential(fw, *modules):
     for m in modules:
@@ -3226,6 +3529,18 @@ class _Emitter:
                 aidx = [idx[places[q]] if a.dims[q] is not None else None for q in range(a.rank)]
                 exprs.append(self.emit(a, aidx, used))
             return v.fn(exprs, idx)
+        if isinstance(v, Scan):
+            if v is not self.root:
+                self.fail(
+                    f"`{v.op}` is a scan, covered as the whole result of forward (the notation's "
+                    "scan is the whole right-hand side of the only result)",
+                    v.node,
+                )
+            if idx[v.axis] is None:
+                return self.emit(v.body, idx, used)
+            return ERed(v.op, [idx[v.axis]], self.emit(v.body, idx, used))
+        if isinstance(v, Window):
+            return self.window(v, idx, used)
         if isinstance(v, Reduce):
             body = v.body
             bidx: list[str | None] = []
@@ -3251,6 +3566,74 @@ class _Emitter:
                 return _num(0) if v.op in ("argmax", "argmin") else e
             return ERed(v.op, bound, e)
         raise AssertionError(v)
+
+    def window(self, v: Window, idx: list[str | None], used: set[str]):
+        """A window's element: the reduction over the kernel's indices (and, for a convolution,
+        the input channels of its group) of the input read at affine subscripts."""
+        inner = set(used)
+        bound: list[str] = []
+
+        def new(d: Dim) -> str | None:
+            if d is None:
+                return None
+            name = self.index(d, inner)
+            inner.add(name)
+            bound.append(name)
+            return name
+
+        n = len(v.axes)
+        spatial = idx[len(idx) - n :]
+        kidx = [new(a.kdim) for a in v.axes]
+        subs: list[str | None] = []
+        for o, k, a in zip(spatial, kidx, v.axes, strict=True):
+            subs.append(_window_subscript(v.kind, o, k, a))
+        lead = idx[: len(idx) - n]
+        if v.kind in ("max", "avg"):
+            xsubs = [*lead, *subs]
+            read = self.read(v.x, xsubs, used, v.kind == "max")
+            if not bound:
+                return read
+            return ERed("max" if v.kind == "max" else "mean", bound, read)
+        b = lead[0]
+        if v.groups == 1:
+            co, ci = lead[1], new(v.cin)
+            xc, wi = ci, [co, ci] if v.kind == "conv" else [ci, co]
+            bias_at = co
+        elif v.depthwise:
+            co = lead[1]
+            xc, wi, bias_at = co, [co, None] if v.kind == "conv" else [co, None], co
+        else:  # the weight viewed as (groups, out, in, ...) or (groups, in, out, ...)
+            g, co = lead[1], lead[2]
+            ci = new(v.cin)
+            xc = _affine(g, v.cin, ci)
+            wi = [g, co, ci] if v.kind == "conv" else [g, ci, co]
+            bias_at = [g, co]
+        if not isinstance(bias_at, list):
+            bias_at = [bias_at]
+        read = self.read(v.x, [b, xc, *subs], used, False)
+        w = EAcc(v.weight, [i for i, d in zip([*wi, *kidx], v.weight.dims, strict=True) if d])
+        e = ERed("sum", bound, _bin("*", read, w)) if bound else _bin("*", read, w)
+        if v.bias is not None:
+            e = _bin(
+                "+", e, EAcc(v.bias, [i for i, d in zip(bias_at, v.bias.dims, strict=True) if d])
+            )
+        return e
+
+    def read(self, x: Val, subs: list[str | None], used: set[str], neg_inf: bool):
+        """`x` at subscripts: plain ones through its own value; shifted ones only of an input of
+        forward (a leaf), with the padding of the window."""
+        plain = all(s is None or _IDENT.fullmatch(s) for s in subs)
+        if plain:
+            return self.emit(x, subs, used)
+        if not isinstance(x, Leaf):
+            self.fail(
+                "a window (convolution or pooling) over a computed value is not covered: the "
+                "notation reads shifted elements of inputs only; generate the inner operation on "
+                "its own",
+                getattr(x, "node", None),
+            )
+        access = EAcc(x, [s for s, d in zip(subs, x.dims, strict=True) if d is not None])
+        return _call("pad", access, _neg(ERef("inf"))) if neg_inf else access
 
     def statement(self, v: Val, want: str, name: str | None = None) -> Temp:
         positions = [p for p, d in enumerate(v.dims) if d is not None]
@@ -3278,15 +3661,6 @@ class _Emitter:
             self.fail(
                 "forward returns a boolean tensor; the notation's results are numbers (write "
                 "`torch.where(cond, 1.0, 0.0)`)"
-            )
-        if not any(d is not None for d in root.dims):
-            shape = "a 0-d tensor" if root.rank == 0 else f"a tensor of {root.rank} size-1 dims"
-            self.fail(
-                f"forward returns one number, {shape} (`{self.t.src(self.node, 60)}`): a "
-                "result of one number is not covered; the notation has no scalar result (every "
-                "statement writes the elements of a tensor with at least one index, `y[i] = "
-                "...`), so a loss reduced to one number would need a 0-d output in the notation "
-                "(with reduction='none' the elementwise loss translates)"
             )
         # names: sizes, inputs, scalars, then the output; indices and temporaries as they come
         sizes: list[Sym] = []
@@ -3360,9 +3734,13 @@ class _Emitter:
         lines.append("; ".join(f"{s.name} = {s.value}" for s in kept))
         if used_scalars:
             lines.append("; ".join(f"{sc.name} = {_fmt(sc.value)}" for sc in used_scalars))
-        lines.append("for " + ", ".join(f"{i} < {s.root().name}" for i, s in self.ranges.items()))
+        if self.ranges:
+            lines.append(
+                "for " + ", ".join(f"{i} < {s.root().name}" for i, s in self.ranges.items())
+            )
         for name, lhs, rhs in self.statements:
-            lines.append(f"{name}[{', '.join(lhs)}] = {p.top(rhs)}")
+            target = f"{name}[{', '.join(lhs)}]" if lhs else name  # `loss = ...`: one number
+            lines.append(f"{target} = {p.top(rhs)}")
         self.notes(root, leaves)
         return Translation(
             formula="\n".join(lines),

@@ -33,8 +33,21 @@ class Name:
 
 @dataclass
 class Index:
+    """A subscript: an index name, or (with `terms`) an affine expression of index names, sizes,
+    int scalars and whole numbers, `h * 2 + kh - 1`, optionally divided exactly, `(o + 1 - k) / 2`.
+
+    `terms` is a list of (sign, factors): each factor a name or a whole number, at most one of
+    them an index; `div` the divisor (a name or a whole number). `name` is the text (an affine
+    subscript has no index name of its own)."""
+
     name: str
     pos: Pos
+    terms: list[tuple[int, list[str]]] | None = None
+    div: str | None = None
+
+    @property
+    def affine(self) -> bool:
+        return self.terms is not None
 
 
 @dataclass

@@ -5,7 +5,9 @@ tensors, in the kernel's argument order, returning the outputs (the harness's co
 from __future__ import annotations
 
 import keyword
+import math
 
+from optiml.generate.check import SCANS
 from optiml.generate.model import Access, Binary, Call, Checked, Name, Node, Num, Reduce, Unary
 
 HELPERS = '''
@@ -71,6 +73,41 @@ def _reduce(kind, v, names, extents):
         return _V(f(a, axis=axis[0]).astype(np.float64), rest)
     f = {"sum": np.sum, "mean": np.mean, "prod": np.prod, "max": np.max, "min": np.min}[kind]
     return _V(f(a, axis=axis), rest)
+
+
+def _win(array, pad, subs, extents):
+    """`array` read at affine subscripts, gathered with NumPy's advanced indexing: `subs` has per
+    dimension ((coefficient, index or None), ...) and a divisor; a position outside the array,
+    or one the divisor does not divide, reads `pad`."""
+    names = list(dict.fromkeys(n for terms, _ in subs for _, n in terms if n is not None))
+    shape = [extents[n] for n in names]
+    ok = np.ones(shape, dtype=bool)
+    where = []
+    for dim, (terms, div) in enumerate(subs):
+        pos = np.zeros(shape, dtype=np.int64)
+        for coef, n in terms:
+            if n is None:
+                pos = pos + int(coef)
+            else:
+                axis = [-1 if m == n else 1 for m in names]
+                pos = pos + int(coef) * np.arange(extents[n], dtype=np.int64).reshape(axis)
+        if div != 1:
+            ok &= pos % div == 0
+            pos = pos // div
+        ok &= (pos >= 0) & (pos < array.shape[dim])
+        where.append(np.clip(pos, 0, array.shape[dim] - 1))
+    return _V(np.where(ok, array[tuple(where)], np.float64(pad)), names)
+
+
+def _scan(kind, v, name, extents):
+    a, ax = _full(v, [name], extents)
+    f = {
+        "cumsum": np.cumsum,
+        "cumprod": np.cumprod,
+        "cummax": np.maximum.accumulate,
+        "cummin": np.minimum.accumulate,
+    }[kind]
+    return _V(f(a, axis=ax.index(name)), ax)
 
 
 def _sum_of_product(names, extents, *factors, mean=False):
@@ -158,21 +195,27 @@ class _Ref:
 
     def expr(self, node: Node) -> str:
         if isinstance(node, Num):
+            if math.isinf(node.value):
+                return f"_c({'' if node.value > 0 else '-'}math.inf)"
             return f"_c({node.value!r})"
         if isinstance(node, Name):
             if node.kind == "index":
                 return f"_index({node.name!r}, {py_name(self.c.ranges[node.name])})"
             return f"_c({py_name(node.name)})"
         if isinstance(node, Access):
-            ax = ", ".join(repr(i.name) for i in node.indices)
-            return f"_at({py_name(node.tensor)}, {ax})"
+            return self.access(node, "0.0")
         if isinstance(node, Unary):
             return f"_op(np.negative, {self.expr(node.operand)})"
         if isinstance(node, Binary):
             return f"_op({_OPS[node.op]}, {self.expr(node.left)}, {self.expr(node.right)})"
         if isinstance(node, Call):
+            if node.func == "pad":
+                return self.access(node.args[0], f"{self.expr(node.args[1])}.a")
             args = ", ".join(self.expr(a) for a in node.args)
             return f"_op({_FUNCS[node.func]}, {args})"
+        if isinstance(node, Reduce) and node.op in SCANS:
+            name = node.indices[0].name
+            return f"_scan({node.op!r}, {self.expr(node.body)}, {name!r}, _E)"
         if isinstance(node, Reduce):
             names = tuple(i.name for i in node.indices)
             factors = _product_factors(node.body)
@@ -182,6 +225,23 @@ class _Ref:
                 return f"_sum_of_product({names!r}, _E, {fs}{mean})"
             return f"_reduce({node.op!r}, {self.expr(node.body)}, {names!r}, _E)"
         raise AssertionError(node)
+
+    def access(self, node: Access, pad: str) -> str:
+        if not any(i.affine for i in node.indices):
+            ax = ", ".join(repr(i.name) for i in node.indices)
+            return f"_at({py_name(node.tensor)}, {ax})"
+        subs = []
+        for ix in node.indices:
+            terms = [(1, [ix.name])] if not ix.affine else ix.terms
+            parts = []
+            for sign, factors in terms:
+                index = [f for f in factors if f in self.c.ranges]
+                coef = [f if f[0].isdigit() else py_name(f) for f in factors if f not in index]
+                value = " * ".join([str(sign), *coef])
+                parts.append(f"({value}, {index[0]!r})" if index else f"({value}, None)")
+            div = "1" if ix.div is None else ix.div if ix.div.isdigit() else py_name(ix.div)
+            subs.append(f"(({', '.join(parts)},), {div})")
+        return f"_win({py_name(node.tensor)}, {pad}, ({', '.join(subs)},), _E)"
 
 
 def _product_factors(node: Node) -> list[Node] | None:
@@ -217,8 +277,8 @@ def reference_text(c: Checked, name: str, param_names: list[str], formula: str) 
     for st in c.formula.statements:
         t = c.tensors[st.target.tensor]
         ax = tuple(i.name for i in st.target.indices)
-        shape = ", ".join(py_name(d) for d in t.dims)
-        lines.append(f"        {py_name(t.name)} = _result({r.expr(st.rhs)}, {ax!r}, ({shape},))")
+        shape = "".join(f"{py_name(d)}, " for d in t.dims)
+        lines.append(f"        {py_name(t.name)} = _result({r.expr(st.rhs)}, {ax!r}, ({shape}))")
     outs = ", ".join(f"{py_name(o)}.reshape(-1)" for o in _spec_outputs(c, param_names))
     lines.append(f"        return ({outs},)")
     return "\n".join(lines) + "\n"

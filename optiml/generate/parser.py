@@ -6,7 +6,15 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from lark import Lark, Token, Transformer, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
+from lark import (
+    Lark,
+    Token,
+    Transformer,
+    UnexpectedCharacters,
+    UnexpectedEOF,
+    UnexpectedInput,
+    v_args,
+)
 from lark.tree import Meta
 
 from optiml.errors import FormulaError, Position, quote
@@ -47,8 +55,14 @@ _FOR: "for"
 range: NAME "<" dim
 dim: NAME | NUMBER
 
-access: NAME "[" index ("," index)* "]"
+access: NAME "[" sub ("," sub)* "]"
 index: NAME
+sub: _affine
+   | "(" _affine ")" "/" sfactor -> divided
+_affine: sterm (ADDOP sterm)* | MINUS sterm (ADDOP sterm)*
+sterm: sfactor ("*" sfactor)*
+sfactor: NAME | NUMBER
+MINUS: "-"
 
 ?value: sum | value SHIFT sum -> shift
 
@@ -187,6 +201,11 @@ class _Build(Transformer):
         name, value = items
         return ("setting", Setting(str(name), value[0], _pos(name), value[1]))
 
+    def scalar_statement(self, items):  # `loss = mean(i) ...`: a result of one number
+        name, rhs = items
+        target = Access(str(name), [], _pos(name))
+        return ("statement", (Statement(target, rhs, target.pos), [], []))
+
     def ranges(self, items):
         return ("ranges", items)
 
@@ -231,6 +250,35 @@ class _Build(Transformer):
         (tok,) = items
         return Index(str(tok), _pos(tok))
 
+    @v_args(meta=True)
+    def sub(self, meta, items):
+        terms, sign = [], 1
+        for it in items:
+            if isinstance(it, Token) and it.type in ("ADDOP", "MINUS"):
+                sign = -1 if str(it) == "-" else 1
+            else:
+                terms.append((sign, it))
+                sign = 1
+        if len(terms) == 1 and terms[0][0] == 1 and len(terms[0][1]) == 1:
+            only = terms[0][1][0]
+            if not only[0].isdigit() and only != "inf":
+                return Index(only, Pos(meta.line, meta.column))
+        return Index(self._slice(meta).strip(), Pos(meta.line, meta.column), terms)
+
+    @v_args(meta=True)
+    def divided(self, meta, items):
+        *affine, divisor = items
+        inner = self.sub(meta, affine)
+        terms = inner.terms if inner.terms is not None else [(1, [inner.name])]
+        return Index(self._slice(meta).strip(), Pos(meta.line, meta.column), terms, divisor)
+
+    def sterm(self, items):
+        return list(items)
+
+    def sfactor(self, items):
+        (tok,) = items
+        return str(tok)
+
     def number(self, items):
         (tok,) = items
         text = str(tok)
@@ -238,6 +286,8 @@ class _Build(Transformer):
 
     def name(self, items):
         (tok,) = items
+        if str(tok) == "inf":  # infinity, e.g. the padding of a max pooling, pad(x[...], -inf)
+            return Num(float("inf"), "inf", _pos(tok))
         return Name(str(tok), _pos(tok))
 
     def binary(self, items):
@@ -282,6 +332,14 @@ def _with_values(tree, text: str):
     """Replace each setting's value subtree by (its text, its position) before transforming."""
     from lark import Tree
 
+    for t in tree.children:  # a top-level `name = EXPR` that reads a tensor: a 0-d result
+        if (
+            isinstance(t, Tree)
+            and t.data == "setting"
+            and isinstance(t.children[1], Tree)
+            and any(s.data in ("access", "reduction") for s in t.children[1].iter_subtrees())
+        ):
+            t.data = "scalar_statement"
     for t in tree.iter_subtrees():
         if t.data in ("setting", "scalar_decl"):
             name, value = t.children

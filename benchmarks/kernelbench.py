@@ -1,0 +1,312 @@
+"""KernelBench level 1 through OptiML-G and OptiML-X, against PyTorch eager and torch.compile.
+
+    python3 benchmarks/kernelbench.py --out DIR [--tasks DIR] [--budget 8] [--time 60]
+                                      [--only 50,94] [--shard 1/4]
+
+For each task: `optiml generate --from-torch` (the formula, the plain kernel, its NumPy reference),
+`optiml optimize --write` on the generated file (budget and time caps from the arguments), then
+the delivered kernel (the confirmed winner, else the plain kernel) timed by `optiml eval` at the
+task's sizes, and the module itself timed on the GPU with the task's `get_inputs()` — eager and
+`torch.compile` — with CUDA events after an L2 flush (`torch_baselines.timed`). Writes
+DIR/kernelbench.json (rewritten after every task): one row per task (translated or the reason it
+is not, each step's time or error), speedups, geometric means over the rows with both times, the
+device, the date and the versions. A task that fails at any step is a row with its error; the run
+goes on. `--shard i/n` (1-based) takes every n-th task from the i-th, to split the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.util
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from optiml import __version__  # noqa: E402
+from optiml.errors import OptimlError  # noqa: E402
+from optiml.generate import generate  # noqa: E402
+from optiml.generate.from_torch import translate  # noqa: E402
+
+DEFAULT_TASKS = ROOT.parent / "shared" / "kernelbench" / "level1"
+
+
+def shard(text: str) -> tuple[int, int]:
+    m = re.fullmatch(r"(\d+)/(\d+)", text)
+    if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+        raise argparse.ArgumentTypeError(f"--shard {text!r}: write i/n with 1 <= i <= n, e.g. 2/4")
+    return int(m.group(1)), int(m.group(2))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, required=True, help="folder for kernelbench.json and files")
+    p.add_argument("--tasks", type=Path, default=DEFAULT_TASKS, help="KernelBench level-1 folder")
+    p.add_argument("--budget", type=int, default=8, help="evaluations optimize may spend")
+    p.add_argument("--time", type=float, default=60.0, help="optimize's wall-time cap, seconds")
+    p.add_argument(
+        "--only", default="", help="task numbers or file names, comma-separated (e.g. 50,94)"
+    )
+    p.add_argument("--shard", type=shard, default=(1, 1), help="i/n: this run's share of tasks")
+    p.add_argument("--eval-timeout", type=float, default=600.0, help="seconds for optiml eval")
+    args = p.parse_args(argv)
+    if args.budget < 1 or args.time < 1:
+        p.error("--budget and --time are at least 1")
+    return args
+
+
+def tasks(args: argparse.Namespace) -> list[Path]:
+    """The task files of this run: `--only`'s (numbers or names), then this shard's share."""
+    if not args.tasks.is_dir():
+        raise SystemExit(f"--tasks {args.tasks}: no such folder")
+    files = sorted(args.tasks.glob("*.py"), key=lambda p: (_number(p), p.name))
+    if args.only:
+        wanted = [w.strip() for w in args.only.split(",") if w.strip()]
+        chosen = [
+            f for f in files if any(w == str(_number(f)) or w in (f.name, f.stem) for w in wanted)
+        ]
+        missing = [
+            w
+            for w in wanted
+            if not any(w == str(_number(f)) or w in (f.name, f.stem) for f in files)
+        ]
+        if missing:
+            raise SystemExit(f"--only: no task {', '.join(missing)} in {args.tasks}")
+        files = chosen
+    i, n = args.shard
+    return files[i - 1 :: n]
+
+
+def _number(path: Path) -> int:
+    m = re.match(r"(\d+)_", path.name)
+    return int(m.group(1)) if m else 10**9
+
+
+def translate_step(path: Path, work: Path) -> dict:
+    """The formula, kernel and reference of a task, written under `work`; the row's start."""
+    row: dict = {"task": path.name, "number": _number(path)}
+    try:
+        t = translate(path.read_text(errors="replace"), path.name)
+        g = generate(t.formula, t.name)
+    except OptimlError as e:  # FormulaError: not covered, with its reason
+        row.update(translated=False, why=str(e))
+        return row
+    work.mkdir(parents=True, exist_ok=True)
+    cu = work / f"{t.name}.cu"
+    cu.write_text(g.kernel)
+    (work / f"{t.name}_ref.py").write_text(g.reference)
+    row.update(
+        translated=True,
+        kernel=t.name,
+        file=str(cu),
+        formula=t.formula,
+        sizes=t.sizes,
+        notes=t.notes,
+    )
+    return row
+
+
+def _optiml(args: list[str], timeout: float) -> tuple[dict | None, str]:
+    """`optiml ARGS --json` in a process of its own: its JSON, or None and the error line."""
+    cmd = [sys.executable, "-c", "from optiml.cli import main; main()", *args, "--json"]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {timeout:.0f} s"
+    try:
+        payload = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        payload = None
+    if done.returncode == 0 and isinstance(payload, dict):
+        return payload, ""
+    if isinstance(payload, dict) and "error" in payload:
+        return None, f"exit {done.returncode}: {payload['error']}"
+    lines = (done.stderr or done.stdout).strip().splitlines()
+    return None, f"exit {done.returncode}: {lines[-1] if lines else 'no output'}"
+
+
+def optimize_step(row: dict, args: argparse.Namespace) -> None:
+    cu = Path(row["file"])
+    out = cu.parent / "optimize"
+    started = time.monotonic()
+    result, error = _optiml(
+        [
+            "optimize",
+            str(cu),
+            "--kernel",
+            row["kernel"],
+            "--budget",
+            str(args.budget),
+            "--time",
+            str(args.time),
+            "--out",
+            str(out),
+            "--write",
+        ],
+        timeout=args.time * 3 + 600,  # the search's cap, then its confirmation and judge
+    )
+    row["optimize_s"] = round(time.monotonic() - started, 1)
+    if result is None:
+        row["optimize_error"] = error
+        return
+    row["winner"] = result.get("winner") is not None
+    row["optimize_outcome"] = result.get("outcome")
+
+
+def delivered_ms(verdict: dict) -> float | None:
+    """The kernel's median time at the first size (the task's) in an `optiml eval` verdict."""
+    for case in verdict.get("cases") or []:
+        timing = case.get("timing") or {}
+        median = (timing.get("candidate") or {}).get("median_ms")
+        if median is not None:
+            return float(median)
+    return None
+
+
+def eval_step(row: dict, args: argparse.Namespace) -> None:
+    verdict, error = _optiml(
+        ["eval", row["file"], "--kernel", row["kernel"]], timeout=args.eval_timeout
+    )
+    if verdict is None:
+        row["delivered_error"] = error
+        return
+    row["delivered_status"] = verdict.get("status")
+    if verdict.get("status") != "ok":
+        row["delivered_error"] = verdict.get("message", "")
+        return
+    row["delivered_ms"] = delivered_ms(verdict)
+
+
+def torch_step(row: dict, path: Path) -> None:
+    """The module on the GPU with get_inputs() at the task's sizes: eager, then torch.compile."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from torch_baselines import timed
+
+    spec = importlib.util.spec_from_file_location(f"kb_{_number(path)}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    torch.manual_seed(0)
+    model = module.Model(*module.get_init_inputs()).cuda().eval()
+    inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in module.get_inputs()]
+    with torch.no_grad():
+        for label, fn in (("eager", model), ("compile", None)):
+            try:
+                if fn is None:
+                    fn = torch.compile(model)
+                    fn(*inputs)  # compiles
+                row[f"{label}_ms"] = timed(lambda fn=fn, xs=inputs: fn(*xs))
+            except Exception as e:  # a task torch cannot run here is a row with its error
+                row[f"{label}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+    del model, inputs
+    torch.cuda.empty_cache()
+
+
+def speedups(row: dict) -> None:
+    d = row.get("delivered_ms")
+    for base in ("eager", "compile"):
+        b = row.get(f"{base}_ms")
+        if d and b:
+            row[f"speedup_vs_{base}"] = b / d
+
+
+def geomean(values: list[float]) -> float | None:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def summary(rows: list[dict]) -> dict:
+    out = {"tasks": len(rows), "translated": sum(1 for r in rows if r.get("translated"))}
+    for base in ("eager", "compile"):
+        vals = [r[f"speedup_vs_{base}"] for r in rows if f"speedup_vs_{base}" in r]
+        out[f"geomean_speedup_vs_{base}"] = geomean(vals)
+        out[f"rows_vs_{base}"] = len(vals)
+    return out
+
+
+def environment() -> dict:
+    env = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "optiml": __version__}
+    env["python"] = platform.python_version()
+    try:
+        import torch
+
+        env["torch"] = torch.__version__
+        env["cuda"] = torch.version.cuda
+        if torch.cuda.is_available():
+            env["device"] = torch.cuda.get_device_name(0)
+    except ImportError:
+        env["torch"] = None
+    try:
+        nvcc = subprocess.run(["nvcc", "--version"], capture_output=True, text=True, timeout=30)
+        env["nvcc"] = nvcc.stdout.strip().splitlines()[-1] if nvcc.stdout else None
+    except (OSError, subprocess.TimeoutExpired):
+        env["nvcc"] = None
+    return env
+
+
+def run(args: argparse.Namespace, gpu: bool = True) -> dict:
+    """Every task of this run; `gpu=False` stops after the translation (for checks without one)."""
+    args.out.mkdir(parents=True, exist_ok=True)
+    table = {
+        **environment(),
+        "args": {
+            "budget": args.budget,
+            "time": args.time,
+            "only": args.only,
+            "shard": "/".join(map(str, args.shard)),
+            "tasks": str(args.tasks),
+        },
+        "rows": [],
+    }
+    name = (
+        "kernelbench.json"
+        if args.shard == (1, 1)
+        else f"kernelbench-{args.shard[0]}-of-{args.shard[1]}.json"
+    )
+    target = args.out / name
+    for path in tasks(args):
+        row: dict = {"task": path.name, "number": _number(path)}
+        try:
+            row.update(translate_step(path, args.out / "work" / path.stem))
+            if row["translated"] and gpu:
+                optimize_step(row, args)
+                eval_step(row, args)
+                torch_step(row, path)
+                speedups(row)
+        except Exception as e:  # never a crash: the row says what went wrong
+            first = str(e).splitlines()[0][:300] if str(e) else ""
+            row["error"] = f"{type(e).__name__}: {first}"
+        table["rows"].append(row)
+        table["summary"] = summary(table["rows"])
+        target.write_text(json.dumps(table, indent=2))
+    table["summary"] = summary(table["rows"])
+    target.write_text(json.dumps(table, indent=2))
+    return table
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    table = run(args)
+    s = table["summary"]
+    print(
+        f"{s['translated']} of {s['tasks']} translated; geometric mean speedup "
+        f"{s['geomean_speedup_vs_eager']} vs eager ({s['rows_vs_eager']} tasks), "
+        f"{s['geomean_speedup_vs_compile']} vs torch.compile ({s['rows_vs_compile']} tasks)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""benchmarks/kernelbench.py without a GPU: its arguments, which tasks a run takes (--only,
+--shard), the translate step's rows and files, and that a step that fails is a row with its
+error. The GPU steps (optimize, eval, PyTorch eager and torch.compile) run on the H200."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+KB = ROOT.parent / "shared" / "kernelbench" / "level1"
+needs_kb = pytest.mark.skipif(not KB.is_dir(), reason=f"KernelBench's level 1 is not at {KB}")
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location(
+        "kernelbench_bench", ROOT / "benchmarks" / "kernelbench.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _bench()
+
+
+def test_defaults_are_small_and_bad_arguments_are_usage_errors(tmp_path):
+    a = bench.parse_args(["--out", str(tmp_path)])
+    assert (a.budget, a.time, a.shard, a.only) == (8, 60.0, (1, 1), "")
+    assert bench.parse_args(["--out", "x", "--shard", "3/4"]).shard == (3, 4)
+    for bad in (["--shard", "0/4"], ["--shard", "5/4"], ["--shard", "two"], ["--budget", "0"]):
+        with pytest.raises(SystemExit) as e:
+            bench.parse_args(["--out", "x", *bad])
+        assert e.value.code == 2
+
+
+@needs_kb
+def test_shards_split_the_tasks_and_only_picks_them(tmp_path):
+    runs = [bench.tasks(bench.parse_args(["--out", "x", "--shard", f"{i}/3"])) for i in (1, 2, 3)]
+    everything = sorted(KB.glob("*.py"))
+    assert sorted(p for run in runs for p in run) == everything  # each task in one shard
+    assert sum(len(r) for r in runs) == len(everything) == 50
+    only = bench.tasks(
+        bench.parse_args(
+            ["--out", "x", "--only", "94, 50_conv_standard_2D__square_input__square_kernel"]
+        )
+    )
+    assert [p.name.split("_")[0] for p in only] == ["50", "94"]
+    with pytest.raises(SystemExit, match="no task 7"):
+        bench.tasks(bench.parse_args(["--out", "x", "--only", "7"]))
+
+
+@needs_kb
+def test_the_translate_step_writes_the_kernel_or_says_why_not(tmp_path):
+    a = bench.parse_args(["--out", str(tmp_path), "--only", "42,92,94"])
+    table = bench.run(a, gpu=False)
+    rows = {r["number"]: r for r in table["rows"]}
+    assert rows[92]["translated"] is False and "`.narrow()`" in rows[92]["why"]
+    for n, name in ((42, "Max_Pooling_2D"), (94, "MSELoss")):
+        assert rows[n]["translated"] is True and rows[n]["kernel"] == name
+        cu = Path(rows[n]["file"])
+        assert cu.exists() and (cu.parent / f"{name}_ref.py").exists()
+    assert rows[94]["formula"].splitlines()[-1].startswith("out = mean(b, i)")
+    written = json.loads((tmp_path / "kernelbench.json").read_text())
+    assert written["summary"] == {
+        "tasks": 3,
+        "translated": 2,
+        "geomean_speedup_vs_eager": None,
+        "rows_vs_eager": 0,
+        "geomean_speedup_vs_compile": None,
+        "rows_vs_compile": 0,
+    }
+    assert {"date", "optiml", "python", "args"} <= set(written)
+
+
+def test_times_speedups_and_geometric_means():
+    verdict = {"cases": [{"timing": None}, {"timing": {"candidate": {"median_ms": 0.5}}}]}
+    assert bench.delivered_ms(verdict) == 0.5
+    assert bench.delivered_ms({"cases": []}) is None
+    rows = [
+        {"delivered_ms": 1.0, "eager_ms": 2.0, "compile_ms": 0.5},
+        {"delivered_ms": 2.0, "eager_ms": 16.0},
+        {"delivered_error": "wrong_result"},
+    ]
+    for r in rows:
+        bench.speedups(r)
+    assert rows[0]["speedup_vs_eager"] == 2.0 and rows[0]["speedup_vs_compile"] == 0.5
+    s = bench.summary(rows)
+    assert s["geomean_speedup_vs_eager"] == pytest.approx(4.0)  # √(2 · 8)
+    assert (s["rows_vs_eager"], s["rows_vs_compile"]) == (2, 1)
+
+
+@needs_kb
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU is present")
+def test_a_step_that_fails_is_a_row_with_its_error_and_the_run_goes_on(tmp_path):
+    a = bench.parse_args(
+        ["--out", str(tmp_path), "--only", "94,100", "--time", "5", "--budget", "1"]
+    )
+    table = bench.run(a)
+    assert [r["number"] for r in table["rows"]] == [94, 100]
+    for r in table["rows"]:
+        assert r["optimize_error"].startswith("exit 7: no NVIDIA GPU")
+        assert r["delivered_error"].startswith("exit 7: no NVIDIA GPU")
+        assert "delivered_ms" not in r and "speedup_vs_eager" not in r
