@@ -1327,7 +1327,22 @@ int main(int argc, char** argv) {
             std::vector<unsigned long long> h(3 * nb);
             check(cudaMemcpy(h.data(), d_small, h.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost),
                   "harness", "reading a probe");
-            for (size_t o = 0; o < nb; ++o) changed = changed || h[3 * o] > 0;
+            // An `inout` buffer's probed element is itself an output: left as the probe wrote it
+            // (the kernel neither read nor wrote it: a scatter's untouched row), it is the one
+            // difference and says nothing of what the outputs depend on.
+            unsigned long long own = 0;
+            for (size_t o = 0; o < nb; ++o) {
+              if (o == b) own = h[3 * o];
+              else changed = changed || h[3 * o] > 0;
+            }
+            if (!changed && own == 1) {
+              unsigned char back[8];
+              check(cudaMemcpy(back, (unsigned char*)dev_bufs[b] + k * d.size, d.size, cudaMemcpyDeviceToHost),
+                    "harness", "reading a probe");
+              changed = memcmp(back, elem, d.size) != 0;
+            } else {
+              changed = changed || own > 0;
+            }
             if (changed) break;
           }
           sensitive += changed;

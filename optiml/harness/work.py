@@ -7,7 +7,9 @@ The bound is built so that no honest kernel can be under it:
   depend on must be read from DRAM at that launch; which elements they depend on is probed (the
   runner's dependence probes: an element set to an extreme value, the outputs compared): a buffer
   all of whose probed elements mattered counts whole, a partly sampled one at half its observed
-  fraction, one not probed not at all (a gather's table is read only where it is indexed);
+  fraction, one not probed not at all (a gather's table is read only where it is indexed); a
+  probed element of an `inout` buffer that the launch leaves as the probe wrote it (a scatter's
+  untouched row) does not count, as the kernel need neither read nor write it;
 - every element of an `out` buffer must be written (the harness poisons them before each launch),
   but writes may stay in the L2 past the launch: only what exceeds the L2's size counts.
 FLOPs are not counted: no FLOP model of an arbitrary kernel is known here.
