@@ -546,3 +546,33 @@ def test_a_result_of_one_number_is_one_block_and_a_scan_one_thread_per_row(gener
     assert "grid = cdiv(R, 256)" in scan  # a thread per row runs along the row
     conv = (generated / "conv2d.cu").read_text()
     assert "(oh * S + kh_4 * D - P) >= 0 && (oh * S + kh_4 * D - P) < H &&" in conv  # guarded
+
+
+def test_the_generated_kernel_is_optimized_where_executor_says(tmp_path):
+    """`--executor` sends the search of the generated kernel elsewhere (here a port that refuses:
+    the remote's own one-line error, after the kernel was written and checked)."""
+    import socket
+
+    from click.testing import CliRunner
+
+    from optiml.cli import main
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "rowsum"
+    r = CliRunner().invoke(
+        main,
+        [
+            "generate",
+            "float x[R, C]; y[r] = sum(c) x[r, c]",
+            "--out",
+            str(out),
+            "--executor",
+            f"ssh://127.0.0.1:{port}",
+        ],
+    )
+    assert r.exit_code == 17, r.stderr
+    assert (tmp_path / "rowsum.cu").exists()
+    assert r.stderr.strip().splitlines()[-1].startswith("optiml: error: ")
+    assert f"127.0.0.1:{port}" in r.stderr.strip().splitlines()[-1]

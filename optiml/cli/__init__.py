@@ -968,6 +968,7 @@ def _check_summary(data: dict) -> None:
 @click.option("--no-optimize", is_flag=True, help="Do not optimize the kernel afterwards.")
 @mot_options
 @arch_option
+@search_executor_option
 @json_option
 @handles_errors
 def generate(
@@ -982,6 +983,7 @@ def generate(
     repairs: int,
     replay: bool,
     arch: str | None,
+    executor_url: str,
     as_json: bool,
 ) -> None:
     """Generate a plain, correct CUDA kernel, its @optiml spec and a float64 NumPy reference from
@@ -1035,10 +1037,11 @@ def generate(
     elif result.printed is not None:
         skip = "optimization skipped: nothing was written (--out -)"
     else:
-        from optiml.api import local_gpus
+        from optiml.api import local_gpus, split_urls
 
         skip = None
-        if not local_gpus():
+        remote = split_urls(executor_url) != ["local"]  # the search runs where its GPUs are
+        if not remote and not local_gpus():
             skip = (
                 "optimization skipped: no NVIDIA GPU here; on a machine with one, run "
                 f"`optiml optimize {result.checked_path} --kernel {result.name}`"
@@ -1047,7 +1050,7 @@ def generate(
         from optiml.api import OptimizeRequest, optimize_file
 
         request = OptimizeRequest(file=Path(result.checked_path), kernel=result.name, arch=arch)
-        optimized = optimize_file(request)
+        optimized = optimize_file(request, executor=executor_url if remote else None)
         if not as_json:
             out.print(f"{result.name}: {optimized.trajectory.outcome}", markup=False)
             for label, path in optimized.files.items():
