@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -172,8 +173,35 @@ search_executor_option = click.option(
 )
 
 
+@dataclass(frozen=True)
+class BuildArgs:
+    """-I, -D, --std, --nvcc-flag and --compile-commands as given."""
+
+    include: tuple[str, ...]
+    define: tuple[str, ...]
+    std: str | None
+    nvcc_flags: tuple[str, ...]
+    compile_commands: str
+
+    def configure(self, files) -> dict | None:
+        """Every compile of `files` builds as the project does; the options as request data."""
+        from optiml.api import build_data, configure_build
+
+        database = None if self.compile_commands == "none" else self.compile_commands
+        paths = [str(f) for f in files]
+        configure_build(paths, self.include, self.define, self.std, self.nvcc_flags, database)
+        return build_data(paths[0])
+
+
 def build_options(command):
-    """-I, -D, --std, --nvcc-flag and --compile-commands: how the user's project builds FILE."""
+    """-I, -D, --std, --nvcc-flag and --compile-commands (how the user's project builds FILE),
+    given to the command as `build: BuildArgs`."""
+
+    @functools.wraps(command)
+    def with_build(*args, include, define, std, nvcc_flags, compile_commands, **kwargs):
+        build = BuildArgs(include, define, std, nvcc_flags, compile_commands)
+        return command(*args, build=build, **kwargs)
+
     for decorator in reversed(
         [
             click.option(
@@ -211,17 +239,8 @@ def build_options(command):
             ),
         ]
     ):
-        command = decorator(command)
-    return command
-
-
-def _configure_build(files, include, define, std, nvcc_flags, compile_commands) -> dict | None:
-    """Every compile of `files` builds as the project does; the options as request data."""
-    from optiml.api import build_data, configure_build
-
-    database = None if compile_commands == "none" else compile_commands
-    configure_build([str(f) for f in files], include, define, std, nvcc_flags, database)
-    return build_data(str(files[0]))
+        with_build = decorator(with_build)
+    return with_build
 
 
 arch_option = click.option(
@@ -259,11 +278,7 @@ def check(
     file: Path,
     kernel: str | None,
     arch: str | None,
-    include: tuple[str, ...],
-    define: tuple[str, ...],
-    std: str | None,
-    nvcc_flags: tuple[str, ...],
-    compile_commands: str,
+    build: BuildArgs,
     executor_url: str,
     as_json: bool,
 ) -> None:
@@ -277,9 +292,13 @@ def check(
     if executor.in_process:  # elsewhere `--arch` is resolved where nvcc and the GPU are
         arch = resolve_arch(arch)
     text = read_text(file)
-    build = _configure_build([file], include, define, std, nvcc_flags, compile_commands)
     request = Request(
-        command="check", path=str(file), text=text, kernel=kernel, arch=arch, build=build
+        command="check",
+        path=str(file),
+        text=text,
+        kernel=kernel,
+        arch=arch,
+        build=build.configure([file]),
     )
     data = _run_job(executor, request)
     if as_json:
@@ -423,11 +442,7 @@ def eval_(
     arch: str | None,
     timeout_s: float,
     no_time: bool,
-    include: tuple[str, ...],
-    define: tuple[str, ...],
-    std: str | None,
-    nvcc_flags: tuple[str, ...],
-    compile_commands: str,
+    build: BuildArgs,
     executor_url: str,
     as_json: bool,
 ) -> None:
@@ -441,7 +456,7 @@ def eval_(
     text = read_text(file)
     candidate_text = read_text(candidate) if candidate else None
     files = [file, candidate] if candidate else [file]
-    build = _configure_build(files, include, define, std, nvcc_flags, compile_commands)
+    build_data = build.configure(files)
     request = Request(
         command="eval",
         path=str(file),
@@ -452,7 +467,7 @@ def eval_(
         candidate_text=candidate_text,
         timeout_s=timeout_s,
         time=not no_time,
-        build=build,
+        build=build_data,
     )
     verdict = Verdict.model_validate(_run_job(executor, request))
     if as_json:
@@ -561,11 +576,7 @@ def profile(
     section_set: str,
     clock_control: str,
     arch: str | None,
-    include: tuple[str, ...],
-    define: tuple[str, ...],
-    std: str | None,
-    nvcc_flags: tuple[str, ...],
-    compile_commands: str,
+    build: BuildArgs,
     executor_url: str,
     as_json: bool,
 ) -> None:
@@ -576,7 +587,7 @@ def profile(
     from optiml.api import profile_file, split_urls
 
     remote = split_urls(executor_url) != ["local"]
-    _configure_build([file], include, define, std, nvcc_flags, compile_commands)
+    build.configure([file])
     if remote and (arch is not None or clock_control != "none"):
         raise UsageError(
             "--arch and --clock-control apply to `--executor local`; elsewhere the profile is "
@@ -790,11 +801,7 @@ def optimize(
     no_sanitize: bool,
     write: bool,
     arch: str | None,
-    include: tuple[str, ...],
-    define: tuple[str, ...],
-    std: str | None,
-    nvcc_flags: tuple[str, ...],
-    compile_commands: str,
+    build: BuildArgs,
     executor_url: str,
     as_json: bool,
 ) -> None:
@@ -808,7 +815,7 @@ def optimize(
 
     arch = resolve_arch(arch)
     if file.is_file():  # a missing FILE is the search's own one-line error
-        _configure_build([file], include, define, std, nvcc_flags, compile_commands)
+        build.configure([file])
     parse_gpus(gpus)  # a bad --gpus is a usage error before any work
     executor = None if split_urls(executor_url) == ["local"] else executor_url
     request = OptimizeRequest(
