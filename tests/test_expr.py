@@ -136,7 +136,7 @@ def test_values_stay_c_values(text, message, column):
         ("min(a=1, b=2)", "`min` takes two or more arguments", 0),
         ("min((1, 2), 3)", "a tuple (`(1, 2)`) can only be the whole value", 4),
         ("(1, 2) * 3", "a tuple (`(1, 2)`) can only be the whole value", 0),
-        ("(1, 2, 3, 4)", "a tuple has one to three values, like (x, y, z); this one has 4", 0),
+        ("(1, 2, 3, 4)", "a tuple here has one to 3 values, like (x, y, z); this one has 4", 0),
         ("n < 2", "`n < 2` is not allowed in a spec expression; allowed: numbers", 0),
         ("5(3)", "`5(3)` is not allowed", 0),
         ("lambda: 1", "is not allowed", 0),
@@ -165,7 +165,9 @@ def test_long_messages_are_cut_to_one_short_line():
     text = "n + " * 10 + "m"
     with pytest.raises(ExprError) as e:
         Expr.parse(text).evaluate({"n": 1})
-    assert str(e.value) == "`m` is not a size variable, scalar argument or template value"
+    assert str(e.value) == (
+        "`m` is not a size variable, scalar argument, template value or constant of the file"
+    )
     with pytest.raises(ExprError) as e:
         Expr.parse("n ? " + "1 + " * 30 + "1")
     assert len(str(e.value)) < 80 and "…" in str(e.value)

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 import optiml.api
 import optiml.arch
+import optiml.check
 from optiml.cli import main
 from optiml.errors import ExitCode
 from optiml.harness.build import Build
@@ -103,7 +104,7 @@ def compile_stood_in():
         )
 
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(optiml.api, "build_device_code", build)
+        m.setattr(optiml.check, "build_device_code", build)
         m.setattr(optiml.api, "find_toolkit", lambda: None)
         m.setattr(optiml.arch, "_toolkit", lambda: None)
         yield
