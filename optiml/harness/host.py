@@ -174,6 +174,11 @@ template <class T, class V> T atomicMin(T* p, V v) { return atomic_update(p, [w 
 // `extern __shared__` arrays (dynamic shared memory) point here; blocks run one at a time.
 alignas(16) unsigned char dynamic_smem[1 << 20];
 
+// Set before a launch of code in which no thread waits for another (no barrier, shuffle, vote,
+// fence, volatile or inline assembly: `sequential_ok` in host.py): its threads then run one after
+// another on this thread, which is what a GPU may do too, without an OS thread each.
+bool host_sequential = false;
+
 template <class F>
 void launch(dim3 grid, dim3 block, F kernel, dim3 cluster = {1, 1, 1}) {
     blockDim = block;
@@ -182,6 +187,17 @@ void launch(dim3 grid, dim3 block, F kernel, dim3 cluster = {1, 1, 1}) {
     const unsigned threads = block.x * block.y * block.z;
     const unsigned blocks = cluster.x * cluster.y * cluster.z;
     block_threads = threads;
+    if (host_sequential && blocks == 1) {
+        for (unsigned bz = 0; bz < grid.z; ++bz)
+            for (unsigned by = 0; by < grid.y; ++by)
+                for (unsigned bx = 0; bx < grid.x; ++bx)
+                    for (unsigned t = 0; t < threads; ++t) {
+                        threadIdx = {t % block.x, t / block.x % block.y, t / (block.x * block.y)};
+                        blockIdx = {bx, by, bz};
+                        kernel();
+                    }
+        return;
+    }
     if (grid.x % cluster.x || grid.y % cluster.y || grid.z % cluster.z || blocks > 16) std::abort();
     for (unsigned cz = 0; cz < grid.z; cz += cluster.z)
         for (unsigned cy = 0; cy < grid.y; cy += cluster.y)
@@ -313,6 +329,18 @@ def per_block_shared(text: str) -> str:
     return STATIC_SHARED.sub(_shared_per_block, text) if CLUSTER_DIMS.search(text) else text
 
 
+# What makes a thread wait for another, or depend on running beside it.
+CONCURRENT = re.compile(
+    r"__syncthreads|__syncwarp|__shfl|_sync\s*\(|cluster|barrier|\basm\b|cooperative|"
+    r"__threadfence|volatile|memory_order|cuda::atomic|__nanosleep"
+)
+
+
+def sequential_ok(text: str) -> bool:
+    """Whether the threads of `text`'s kernels may run one after another on the host."""
+    return CONCURRENT.search(text) is None
+
+
 def host_text(text: str, end: int | None = None) -> str:
     """A kernel file as host C++: its device part (up to `end` if given), `extern __shared__`
     arrays pointing at the dynamic shared memory, each block's own `__shared__` arrays where
@@ -363,6 +391,7 @@ def _program(source: SourceFile, kernel: str, spec: Spec, cases: list[Case]) -> 
             else:
                 args.append(_literal(case.sizes.get(p.name, case.scalars.get(p.name, 0))))
         g, bl = case.grid, case.block
+        body.append(f"host_sequential = {str(sequential_ok(source.text)).lower()};")
         body.append(
             f"launch({{{g[0]}, {g[1]}, {g[2]}}}, {{{bl[0]}, {bl[1]}, {bl[2]}}}, [&] {{ "
             f"kernel::{kernel}{spec.instantiation}({', '.join(args)}); }});"
