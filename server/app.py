@@ -149,7 +149,14 @@ class OptimlServer(LanguageServer):
             self.workspace_inlay_hint_refresh(None)
 
     def compile(self, snapshot: Snapshot) -> None:
-        """The compile of `snapshot` as a check job (an older one of the document ends)."""
+        """The compile of `snapshot` as a check job (an older one of the document ends). A
+        snapshot older than one already compiled or compiling is not: an open's parse of a long
+        file may finish after the save of an edit, and must not end the newer compile."""
+        latest = self.checks.latest(snapshot.uri)
+        if self.jobs.newer_check(snapshot) or (
+            latest is not None and latest.snapshot.version > snapshot.version
+        ):
+            return
         start(self, "check", snapshot)
 
     async def pull_settings(self) -> None:

@@ -185,6 +185,15 @@ class Jobs:
             if j.kind == "check" and j.snapshot.uri == uri:
                 j.cancel()
 
+    def newer_check(self, snapshot: Snapshot) -> bool:
+        """Whether a compile of a newer version of `snapshot`'s document is in flight."""
+        return any(
+            j.kind == "check"
+            and j.snapshot.uri == snapshot.uri
+            and j.snapshot.version > snapshot.version
+            for j in self._jobs.values()
+        )
+
     def new(self, kind: Kind, snapshot: Snapshot, kernel: str, settings: Settings) -> Job:
         job = Job(uuid.uuid4().hex[:12], kind, snapshot, kernel, settings)
         self._jobs[job.id] = job

@@ -5,6 +5,7 @@ written, and a stale compile killed when a newer snapshot arrives."""
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -152,10 +153,10 @@ def compile_ends(client: LanguageClient) -> list[str]:
 
 
 async def test_a_newer_snapshot_kills_the_stale_compile(client: LanguageClient, tmp_path):
-    path = tmp_path / "stale_compile_target.cu"
+    path = tmp_path / f"stale_{uuid.uuid4().hex[:12]}.cu"  # its own: tests run side by side
     big = _big(200)
     uri = open_document(client, path, big)
-    await eventually(lambda: _processes_mentioning("stale_compile_target"), what="nvcc running")
+    await eventually(lambda: _processes_mentioning(path.stem), what="nvcc running")
     lines = big.split("\n")
     everything = types.Range(types.Position(0, 0), types.Position(len(lines) - 1, len(lines[-1])))
     replace(client, uri, 2, everything, BROKEN)
@@ -167,8 +168,49 @@ async def test_a_newer_snapshot_kills_the_stale_compile(client: LanguageClient, 
     )
     assert ends == [f"{path.name}: cancelled", f"{path.name}: 1 compile error"]
     # the killed group's processes are gone (SIGKILL is delivered, not waited for, by the kill)
-    await eventually(
-        lambda: not _processes_mentioning("stale_compile_target"), timeout=15, what="nvcc gone"
-    )
+    await eventually(lambda: not _processes_mentioning(path.stem), timeout=15, what="nvcc gone")
     (error,) = nvcc_errors(client, uri)  # the newer snapshot's outcome, published
     assert error.message == 'identifier "idx" is undefined'
+
+
+async def test_an_edit_saved_before_the_open_is_parsed_is_what_gets_compiled(
+    client: LanguageClient, tmp_path
+):
+    """The open's parse of a long file may end after the edit's save: the open's compile, older,
+    then neither starts nor ends the newer one."""
+    path = tmp_path / f"race_{uuid.uuid4().hex[:12]}.cu"
+    big = _big(200)
+    uri = open_document(client, path, big)
+    lines = big.split("\n")
+    everything = types.Range(types.Position(0, 0), types.Position(len(lines) - 1, len(lines[-1])))
+    replace(client, uri, 2, everything, BROKEN)
+    save(client, uri)
+    (error,) = await eventually(lambda: nvcc_errors(client, uri), timeout=120, what="the error")
+    assert error.message == 'identifier "idx" is undefined'
+    await eventually(lambda: not _processes_mentioning(path.stem), timeout=120, what="no compile")
+    ends = compile_ends(client)
+    assert ends[-1] == f"{path.name}: 1 compile error"
+    assert set(ends[:-1]) <= {f"{path.name}: cancelled"}
+    (error,) = nvcc_errors(client, uri)  # no older compile published over it
+
+
+async def test_an_older_snapshot_never_ends_a_newer_compile(monkeypatch):
+    """The rule behind the race above, without its timing: once version 2 compiles or has
+    compiled, version 1's compile is not started."""
+    from server import app
+    from server.checks import CheckOutcome
+    from server.documents import Snapshot
+
+    started: list[int] = []
+    monkeypatch.setattr(app, "start", lambda ls, kind, snapshot: started.append(snapshot.version))
+    ls = app.OptimlServer()
+    v1, v2, v3 = (Snapshot("file:///k.cu", v, "") for v in (1, 2, 3))
+    ls.jobs.new("check", v2, "", ls.settings)  # version 2 compiling
+    ls.compile(v1)
+    ls.compile(v3)
+    assert started == [3]
+    ls.jobs = app.Jobs()
+    ls.checks.keep(CheckOutcome(v2))  # version 2 compiled, nothing in flight
+    ls.compile(v1)
+    ls.compile(v2)
+    assert started == [3, 2]
