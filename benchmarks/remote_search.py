@@ -18,7 +18,8 @@ A GPU machine without OpenSSH gets one from packages unpacked into a folder (no 
 
 The Ray leg needs `pip install 'optiml[ray]'`. A leg that fails is recorded with its error line;
 the others still run. Each winner is its transformation path (the edits' summaries) and its
-confirmed time; `ratio` is the leg's wall time over the local one's.
+confirmed time; `same_winner` says whether every leg's path is the same; `ratio` is the leg's wall
+time over the local one's.
 """
 
 from __future__ import annotations
@@ -125,6 +126,9 @@ def main() -> int:
         "seconds": args.seconds,
         "versions": versions,
         "legs": legs,
+        # the same edits to the same kernel on every leg (each leg's confirmed winner)
+        "same_winner": len({json.dumps(leg.get("winner")) for leg in legs}) == 1
+        and legs[0].get("winner") is not None,
     }
     args.out.write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps(record, indent=1))

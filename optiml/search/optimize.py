@@ -6,6 +6,7 @@ HTML report when an output folder is given)."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -304,8 +305,26 @@ async def confirm(
             )
             confirmed.append((n, c, m))
         run.check_stop()
-    confirmed.sort(key=lambda item: -item[1].speedup)
-    return confirmed
+    return rank_confirmed(confirmed, opts.reward.min_noise)
+
+
+def rank_confirmed(
+    confirmed: list[tuple[Node, Confirmation, Measurement]], min_noise: float
+) -> list[tuple[Node, Confirmation, Measurement]]:
+    """Fastest first; but among those as fast as the fastest within their measured spread, the
+    one reached with the fewest edits first. Timing noise must not pick between a rewrite and the
+    same rewrite plus an edit that changes nothing measurable (`__restrict__`, an unroll pragma):
+    the smaller diff is the one a user reads and keeps, and the same one on every GPU."""
+    ranked = sorted(confirmed, key=lambda item: -item[1].speedup)
+    if not ranked:
+        return ranked
+    best = ranked[0][1]
+
+    def tied(c: Confirmation) -> bool:
+        return abs(math.log(best.speedup / c.speedup)) <= max(best.noise, c.noise, min_noise)
+
+    ties = sorted((x for x in ranked if tied(x[1])), key=lambda x: (x[0].depth, -x[1].speedup))
+    return ties + [x for x in ranked if not tied(x[1])]
 
 
 async def judge_confirmed(
@@ -323,8 +342,10 @@ async def judge_confirmed(
     rejected: list[Node] = []
     judged = 0
     for n, c, m in confirmed:
-        if run.stopped or not is_improvement(m, opts.reward) or judged == JUDGE_TOP:
+        if run.stopped or judged == JUDGE_TOP:
             break
+        if not is_improvement(m, opts.reward):  # one of a tie may be; a slower one after it too
+            continue
         # a rejected candidate's descendants carry its edit: the next one judged is another line
         if any(_descends(n, r) for r in rejected):
             continue

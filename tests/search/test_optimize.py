@@ -304,3 +304,38 @@ def test_a_rejected_best_gives_way_to_the_next_line_not_its_descendants():
     assert ex.calls.count("memcheck") == 3
     best = max(c.speedup for c in t.confirmed)
     assert 1 < outcome.speedup < best
+
+
+def test_among_candidates_as_fast_within_the_noise_the_fewest_edits_wins():
+    """Timing noise does not choose between a rewrite and the same rewrite plus a no-op edit;
+    a candidate faster beyond the noise still comes first, whatever its depth."""
+    from optiml.search.mcts import Node
+    from optiml.search.optimize import rank_confirmed
+    from optiml.search.trajectory import Confirmation
+
+    def candidate(id: int, depth: int, speedup: float, noise: float = 0.004):
+        n = Node(id=id, state=None, parent=None, action=None, key=None, prior=1.0, depth=depth)
+        c = Confirmation(
+            node=id,
+            speedup=speedup,
+            candidate_ms=1 / speedup,
+            reference_ms=1.0,
+            noise=noise,
+            repeats=100,
+        )
+        return n, c, None
+
+    rewrite_plus_restrict = candidate(1, depth=3, speedup=11.70)
+    rewrite = candidate(2, depth=2, speedup=11.69)
+    slower = candidate(3, depth=1, speedup=9.0)
+    order = rank_confirmed([slower, rewrite, rewrite_plus_restrict], min_noise=0.01)
+    assert [n.id for n, _, _ in order] == [2, 1, 3]
+
+    # 3 % faster with a 1 % spread is faster, not a tie: depth does not matter then
+    clearly_faster = candidate(4, depth=5, speedup=12.05)
+    order = rank_confirmed([rewrite, clearly_faster, slower], min_noise=0.01)
+    assert [n.id for n, _, _ in order] == [4, 2, 3]
+    # a wide spread makes it a tie again
+    noisy = candidate(5, depth=5, speedup=12.05, noise=0.05)
+    assert [n.id for n, _, _ in rank_confirmed([noisy, rewrite], 0.01)] == [2, 5]
+    assert rank_confirmed([], 0.01) == []
