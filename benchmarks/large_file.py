@@ -252,13 +252,13 @@ def time_inlay_hints_in_process(path: Path, text: str) -> dict:
     from lsprotocol import types
     from pygls.workspace.position_codec import PositionCodec
 
-    from server.checks import run_job
+    from server.checks import compile_snapshot
     from server.documents import Snapshot, parse
     from server.inlay_hints import inlay_hints
 
     snapshot = Snapshot(path.as_uri(), 1, text)
     os.environ["OPTIML_CACHE_DIR"] = tempfile.mkdtemp(prefix="optiml-bench-")
-    check = asyncio.run(run_job(snapshot, None))
+    check = asyncio.run(compile_snapshot(snapshot, None))
     model = parse(snapshot, PositionCodec())
     rows = len(model.lines)
     visible = types.Range(types.Position(0, 0), types.Position(rows, 0))

@@ -38,6 +38,12 @@ from optiml.executors.protocol import Request
 from optiml.executors.registry import open_executor, open_search_executor, split_urls
 from optiml.expr import ExprError
 from optiml.generate.cli import run_generate
+from optiml.generate.comment import (
+    GeneratedKernel,
+    comment_start,
+    formula_in_comment,
+    generate_from_comment,
+)
 from optiml.generate.options import MotOptions
 from optiml.harness.build import cache_dir
 from optiml.harness.evaluate import EvalOptions, evaluate_file, evaluate_source
@@ -76,6 +82,9 @@ __all__ = [
     "open_search_executor",
     "read_text",
     "run_generate",
+    "comment_start",
+    "formula_in_comment",
+    "generate_from_comment",
     "default_arch",
     "describe_kernel",
     "draft_spec",
@@ -93,6 +102,7 @@ __all__ = [
     "CheckResult",
     "CompilerMessage",
     "EvalOptions",
+    "GeneratedKernel",
     "Event",
     "Hotspot",
     "KernelCheck",

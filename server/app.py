@@ -21,7 +21,7 @@ from pygls.exceptions import (
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
-from optiml.api import __version__
+from optiml.api import __version__, formula_in_comment
 from server import probe, transport
 from server.capabilities import ClientCapabilities, resolve
 from server.checks import Checks
@@ -33,12 +33,14 @@ from server.inlay_hints import inlay_hints
 from server.jobs import (
     CANCEL_COMMAND,
     DONE,
+    GENERATE_COMMAND,
     OPTIMIZE_COMMAND,
     PROFILE_COMMAND,
     ExecutorFactory,
     Jobs,
     Kind,
     Profiles,
+    comment_arg,
     job_arg,
     local_executor,
     start,
@@ -53,9 +55,11 @@ from server.proposals import (
     Proposals,
     code_lenses,
     compare,
+    files_in_the_way,
     plan,
     proposal_arg,
     workspace_edit,
+    write_files,
 )
 from server.protocol import Protocol, one_line, server_error
 from server.settings import SECTION, Settings, merge
@@ -319,6 +323,34 @@ async def start_job(ls: OptimlServer, kind: Kind, command: str, args: tuple) -> 
     return {"job": start(ls, kind, model.snapshot, target.kernel).id}
 
 
+async def generate(ls: OptimlServer, *args: Any) -> dict | None:
+    """`optiml.generate` `[{uri, version, line}]`: a job that writes the kernel of the formula in
+    the comment at `line` (0-based) of that version; answers `{job}` at once."""
+    target = comment_arg(GENERATE_COMMAND, args)
+    model = await ls.documents.model(target.uri)
+    if model is None:
+        raise JsonRpcInvalidParams(
+            f"{GENERATE_COMMAND}: {target.uri} is not open (or not a CUDA file)"
+        )
+    if model.snapshot.version != target.version:
+        ls.tell("OptiML: the file changed since the action was offered; ask for it again")
+        return None
+    if formula_in_comment(model.snapshot.text, model.snapshot.path, target.line) is None:
+        ls.tell(
+            f"OptiML: line {target.line + 1} of {model.snapshot.name} is not in a comment with a "
+            "formula (e.g. `// float x[N]; y[i] = max(x[i], 0)`)",
+            types.MessageType.Warning,
+        )
+        return None
+    if (busy := ls.jobs.busy(target.uri, "", target.line)) is not None:
+        ls.tell(
+            f"OptiML: a kernel is already being generated from {busy.subject}; cancel that job first",
+            types.MessageType.Info,
+        )
+        return None
+    return {"job": start(ls, "generate", model.snapshot, line=target.line).id}
+
+
 async def optimize(ls: OptimlServer, *args: Any) -> dict | None:
     return await start_job(ls, "optimize", OPTIMIZE_COMMAND, args)
 
@@ -378,6 +410,14 @@ async def accept_proposal(ls: OptimlServer, *args: Any) -> dict | None:
     if isinstance(edits, str):
         ls.tell(edits, types.MessageType.Warning)
         return {"applied": False}
+    if in_the_way := files_in_the_way(p):
+        names = ", ".join(f.name for f in in_the_way)
+        ls.tell(
+            f"OptiML: {names} exists now, and the proposal for `{p.kernel}` would create it; "
+            "move it away or generate the kernel again",
+            types.MessageType.Warning,
+        )
+        return {"applied": False}
     edit = workspace_edit(p, model, edits, ls.caps)
     params = types.ApplyWorkspaceEditParams(edit=edit, label=p.label)
     try:
@@ -394,6 +434,14 @@ async def accept_proposal(ls: OptimlServer, *args: Any) -> dict | None:
         return {"applied": False}
     ls.proposals.drop(p.id)
     ls.refresh_code_lenses()
+    if p.files and not ls.caps.creates_files:  # the edit could not carry them
+        try:
+            write_files(p)
+        except OSError as e:
+            ls.tell(f"OptiML: could not create the reference of `{p.kernel}`: {e}")
+            return {"applied": True}
+        names = ", ".join(name for name, _ in p.files)
+        ls.tell(f"OptiML: created {names} next to {p.file_name}", types.MessageType.Info)
     return {"applied": True}
 
 
@@ -487,6 +535,7 @@ def make_server(executor_factory: ExecutorFactory | None = None) -> OptimlServer
         code_lens
     )
     ls.command(ACCEPT_COMMAND)(accept_proposal)
+    ls.command(GENERATE_COMMAND)(generate)
     ls.command(REJECT_COMMAND)(reject_proposal)
     ls.command(COMPARE_COMMAND)(compare_proposal)
     ls.command(REPORT_COMMAND)(open_report)

@@ -21,6 +21,7 @@ class ClientCapabilities:
     configuration: bool  # `workspace/configuration` can be asked
     code_lens_refresh: bool  # the server may ask for code lenses again when a proposal comes
     show_document: bool  # `window/showDocument`
+    creates_files: bool = False  # a versioned workspace edit may create a file
     # `experimental.optiml`, declared by the VS Code extension: it opens what
     # `optiml.compareProposal` and `optiml.openReport` answer itself
     opens_diff: bool = False
@@ -50,6 +51,9 @@ def resolve(caps: types.ClientCapabilities) -> ClientCapabilities:
         configuration=bool(get_capability(caps, "workspace.configuration", False)),
         code_lens_refresh=bool(get_capability(caps, "workspace.code_lens.refresh_support", False)),
         show_document=bool(get_capability(caps, "window.show_document.support", False)),
+        creates_files=bool(get_capability(caps, "workspace.workspace_edit.document_changes", False))
+        and types.ResourceOperationKind.Create
+        in (get_capability(caps, "workspace.workspace_edit.resource_operations", None) or []),
         opens_diff=_experimental(caps, "diff"),
         opens_report=_experimental(caps, "openReport"),
     )

@@ -1,6 +1,7 @@
 """Code actions on the kernel under the cursor: "Add OptiML spec" for a kernel without one, an edit
 that inserts the drafted spec above the kernel, versioned against the parsed document; "Optimize
-kernel" and "Profile kernel" for a kernel whose spec is valid, commands that start a job."""
+kernel" and "Profile kernel" for a kernel whose spec is valid, and "Generate kernel from comment"
+in a comment with a formula: commands that start a job."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from typing import Any
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
-from optiml.api import KernelOutline, draft_spec
+from optiml.api import KernelOutline, comment_start, draft_spec, formula_in_comment
 from server.capabilities import ClientCapabilities
 from server.documents import Model, Point
-from server.jobs import OPTIMIZE_COMMAND, PROFILE_COMMAND
+from server.jobs import GENERATE_COMMAND, OPTIMIZE_COMMAND, PROFILE_COMMAND
 from server.protocol import shown
 
 logger = logging.getLogger(__name__)
@@ -58,6 +59,20 @@ def code_actions(
                     out.append(types.CodeAction(title=title, kind=JOB_KIND, command=cmd))
                 else:
                     out.append(cmd)
+    line = selection.start.line
+    if (
+        _wanted(JOB_KIND, only)
+        and comment_start(model.lines, line) is not None
+        and formula_in_comment(model.snapshot.text, model.snapshot.path, line) is not None
+    ):
+        title = "Generate kernel from comment"
+        target = {"uri": model.snapshot.uri, "version": model.snapshot.version, "line": line}
+        cmd = types.Command(title=title, command=GENERATE_COMMAND, arguments=[target])
+        out.append(
+            types.CodeAction(title=title, kind=JOB_KIND, command=cmd)
+            if caps.code_action_literals
+            else cmd
+        )
     return out
 
 

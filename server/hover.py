@@ -1,7 +1,8 @@
 """Hover on a kernel's name: its static report from the newest finished compile (registers, spills,
 stack, shared memory, occupancy and what limits it, notes), its spec from the newest parse, its
 profile from the newest profile job (while the kernel is as profiled) and its proposal, if an
-optimize job left one (before → after)."""
+optimize job left one (before → after). Hover on a comment a kernel was generated from: that
+proposal (its verdict, speedup over the plain kernel, profile)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from optiml.api import KernelOutline, Spec, StaticReport
 from server.checks import CheckOutcome
 from server.documents import Model
 from server.jobs import Profiles
-from server.proposals import Proposals, hover_section
+from server.proposals import Proposals, anchor, hover_section
 
 
 def hover(
@@ -28,7 +29,7 @@ def hover(
         None,
     )
     if kernel is None:
-        return None
+        return _generated(model, point, markdown, proposals)
     sections = [f"**`{kernel.name}`**", _feedback(kernel, check)]
     spec = model.specs.get(kernel.name)
     if spec is not None:
@@ -53,6 +54,24 @@ def hover(
         contents=types.MarkupContent(kind=kind, value=text),
         range=model.range(kernel.name_range.start, kernel.name_range.end),
     )
+
+
+def _generated(
+    model: Model, point: tuple[int, int], markdown: bool, proposals: Proposals | None
+) -> types.Hover | None:
+    """On a comment that a kernel was generated from, while its proposal waits: the proposal."""
+    for p in proposals.of(model.snapshot.uri) if proposals is not None else []:
+        block = anchor(p, model) if p.anchor == "comment" else None
+        if block is not None and block.first <= point[0] <= block.last:
+            text = hover_section(p)
+            if not markdown:
+                text = text.replace("**", "").replace("`", "")
+            kind = types.MarkupKind.Markdown if markdown else types.MarkupKind.PlainText
+            return types.Hover(
+                contents=types.MarkupContent(kind=kind, value=text),
+                range=model.range((block.first, 0), model.line_end(block.last)),
+            )
+    return None
 
 
 def _feedback(kernel: KernelOutline, check: CheckOutcome | None) -> str:

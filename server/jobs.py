@@ -8,14 +8,17 @@
   its own — the search parses every candidate (tree-sitter holds the interpreter lock for a whole
   parse: ~40 ms for a 5,000-line file), so a thread would stall the server's loop; its winner is
   a proposal;
-- *profile*: Nsight Compute on one kernel through the executor, in a worker thread.
+- *profile*: Nsight Compute on one kernel through the executor, in a worker thread;
+- *generate*: OptiML-G on the formula in a comment (`optiml.api.generate_from_comment`), the
+  kernel checked and then optimized through the executor as an optimize job is, in a process of
+  its own; the delivered kernel, inserted below the comment, is a proposal.
 
 Progress goes to the client as cancellable work-done progress. At most one optimize or profile
-job per (document, kernel), several at once in all.
+job per (document, kernel) and one generate job per comment, several at once in all.
 
 A job stops through `should_stop` (an event the search checks between evaluations, shared with
 the job's process): the progress UI's cancel, `optiml.cancelJob` (which, without a job, cancels
-the optimize and profile jobs: the ones commands started) and the server's shutdown set it.
+the optimize, profile and generate jobs: the ones commands started) and the server's shutdown set it.
 Whatever a job raises (no GPU, a bad spec, no nvcc, a bug, a dead process) ends its progress and
 is shown in one message.
 """
@@ -43,10 +46,13 @@ from optiml.api import (
     Executor,
     KernelOutline,
     OptimizeRequest,
+    OptimizeResult,
     OptimlError,
     Profile,
     Trajectory,
     cache_dir,
+    check_file,
+    generate_from_comment,
     kill_all,
     kill_children_on_terminate,
     open_search_executor,
@@ -57,7 +63,7 @@ from optiml.api import (
 )
 from server.checks import CheckOutcome, Checks
 from server.documents import Model, Snapshot, kernel_block
-from server.proposals import Proposal, make_proposal
+from server.proposals import Proposal, make_generated_proposal, make_proposal
 from server.protocol import one_line, shown
 from server.settings import Settings
 
@@ -65,11 +71,22 @@ logger = logging.getLogger(__name__)
 
 OPTIMIZE_COMMAND = "optiml.optimize"
 PROFILE_COMMAND = "optiml.profile"
+GENERATE_COMMAND = "optiml.generate"
 CANCEL_COMMAND = "optiml.cancelJob"
 
-Kind = Literal["check", "optimize", "profile"]
-VERB = {"check": "compiling", "optimize": "optimizing", "profile": "profiling"}
-DONE = {"check": "compiled", "optimize": "optimized", "profile": "profiled"}
+Kind = Literal["check", "optimize", "profile", "generate"]
+VERB = {
+    "check": "compiling",
+    "optimize": "optimizing",
+    "profile": "profiling",
+    "generate": "generating",
+}
+DONE = {
+    "check": "compiled",
+    "optimize": "optimized",
+    "profile": "profiled",
+    "generate": "generated",
+}
 T = TypeVar("T")
 
 ExecutorFactory = Callable[[Settings], Executor]
@@ -125,6 +142,27 @@ def target_arg(command: str, args: tuple[Any, ...]) -> Target:
     raise JsonRpcInvalidParams(f"{command} takes [{{uri, version, kernel}}], got {shown(args)}")
 
 
+@dataclass(frozen=True)
+class CommentTarget:
+    uri: str
+    version: int
+    line: int  # 0-based: a line of the comment
+
+
+def comment_arg(command: str, args: tuple[Any, ...]) -> CommentTarget:
+    """`[{uri, version, line}]` → a CommentTarget; a clear InvalidParams otherwise."""
+    if len(args) == 1 and isinstance(args[0], dict):
+        a = args[0]
+        uri, version, line = a.get("uri"), a.get("version"), a.get("line")
+        if (
+            isinstance(uri, str)
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in (version, line))
+            and line >= 0
+        ):
+            return CommentTarget(uri, version, line)
+    raise JsonRpcInvalidParams(f"{command} takes [{{uri, version, line}}], got {shown(args)}")
+
+
 def job_arg(args: tuple[Any, ...]) -> str | None:
     """`[{job}]` → its id; no arguments (or `[]`, `[null]`, `[{}]`) → None, every job."""
     if not args or args in ((None,), ({},)):
@@ -139,7 +177,7 @@ class Job:
     id: str
     kind: Kind
     snapshot: Snapshot
-    kernel: str  # "" for a check: the whole document
+    kernel: str  # "" for a check (the whole document) and a generate job (a comment)
     settings: Settings  # as they were when it started
     stop: Any = field(default_factory=PROCESSES.Event)  # shared with the job's process
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)  # the loop's view of `stop`
@@ -147,10 +185,14 @@ class Job:
     task: asyncio.Task[None] | None = None
     percentage: int = 0
     ended: bool = False
+    line: int | None = None  # a generate job's comment (0-based)
 
     @property
     def subject(self) -> str:
-        """What the job works on: its kernel, or the document's name for a check."""
+        """What the job works on: its kernel, the document's name for a check, the comment's line
+        for a generate job."""
+        if self.line is not None:
+            return f"{self.snapshot.name}:{self.line + 1}"
         return self.kernel or self.snapshot.name
 
     @property
@@ -174,9 +216,14 @@ class Jobs:
     def __iter__(self):
         return iter(list(self._jobs.values()))
 
-    def busy(self, uri: str, kernel: str) -> Job | None:
+    def busy(self, uri: str, kernel: str, line: int | None = None) -> Job | None:
         return next(
-            (j for j in self._jobs.values() if (j.snapshot.uri, j.kernel) == (uri, kernel)), None
+            (
+                j
+                for j in self._jobs.values()
+                if j.kind != "check" and (j.snapshot.uri, j.kernel, j.line) == (uri, kernel, line)
+            ),
+            None,
         )
 
     def cancel_checks(self, uri: str) -> None:
@@ -194,8 +241,15 @@ class Jobs:
             for j in self._jobs.values()
         )
 
-    def new(self, kind: Kind, snapshot: Snapshot, kernel: str, settings: Settings) -> Job:
-        job = Job(uuid.uuid4().hex[:12], kind, snapshot, kernel, settings)
+    def new(
+        self,
+        kind: Kind,
+        snapshot: Snapshot,
+        kernel: str,
+        settings: Settings,
+        line: int | None = None,
+    ) -> Job:
+        job = Job(uuid.uuid4().hex[:12], kind, snapshot, kernel, settings, line=line)
         self._jobs[job.id] = job
         return job
 
@@ -274,6 +328,41 @@ class Optimized:
     proposal: Proposal | None
 
 
+def search(
+    file: Path,
+    kernel: str,
+    settings: Settings,
+    folder: Path,
+    executor: Executor,
+    on_event: Callable[[Event], None],
+    should_stop: Callable[[], bool],
+    text: str | None = None,
+) -> OptimizeResult:
+    """OptiML-X on `kernel` of `file` (or of `text`, an editor's snapshot of it) as the settings
+    say, its files in `folder`; the executor closed after."""
+    request = OptimizeRequest(
+        file=file,
+        kernel=kernel,
+        budget=settings.evaluations,
+        policy=settings.policy,
+        editor_settings=settings.llm_section() or None,
+        gpus=settings.gpus,
+        out_dir=folder,
+        arch=settings.arch,
+        text=text,
+    )
+
+    async def run():  # one event loop for the search and the close (a connection lives in one)
+        try:
+            return await optimize_file_async(
+                request, on_event=on_event, should_stop=should_stop, executor=executor
+            )
+        finally:
+            await executor.close()
+
+    return asyncio.run(run())
+
+
 def optimize_work(
     job_id: str,
     snapshot: Snapshot,
@@ -284,36 +373,76 @@ def optimize_work(
     on_event: Callable[[Event], None],
     should_stop: Callable[[], bool],
 ) -> Optimized:
-    request = OptimizeRequest(
-        file=Path(snapshot.path),
-        kernel=kernel,
-        budget=settings.evaluations,
-        policy=settings.policy,
-        editor_settings=settings.llm_section() or None,
-        gpus=settings.gpus,
-        out_dir=folder,
-        arch=settings.arch,
-        text=snapshot.text,
-    )
     settings.configure_build(snapshot.path)  # in the job's own process
     executor = make_executor(settings)
-
-    async def run():  # one event loop for the search and the close (a connection lives in one)
-        try:
-            return await optimize_file_async(
-                request, on_event=on_event, should_stop=should_stop, executor=executor
-            )
-        finally:
-            await executor.close()
-
-    outcome = asyncio.run(run())
+    path = Path(snapshot.path)
+    outcome = search(path, kernel, settings, folder, executor, on_event, should_stop, snapshot.text)
     proposal = make_proposal(job_id, snapshot, kernel, outcome, folder)
     return Optimized(outcome.trajectory, proposal)
 
 
-def _optimize_process(args: tuple, make_executor: ExecutorFactory, out: Any, stop: Any) -> None:
-    """The job's process: its events, then ("done", Optimized) or ("error", exception). A cancel
-    (or SIGTERM) kills the runner, sanitizer and profiler process groups in flight at once."""
+@dataclass(frozen=True)
+class Generated:
+    """What a generate job's process sends back: the proposal (the kernel below the comment)
+    and what the job's progress ends with."""
+
+    proposal: Proposal
+    message: str
+
+
+def generate_work(
+    job_id: str,
+    snapshot: Snapshot,
+    line: int,
+    settings: Settings,
+    folder: Path,
+    make_executor: ExecutorFactory,
+    on_event: Callable[[Event], None],
+    should_stop: Callable[[], bool],
+) -> Generated:
+    """The comment's formula as a kernel (OptiML-G), in a file of its own in the job's folder
+    with its float64 NumPy reference; checked; then optimized (OptiML-X: the plain kernel is
+    checked against the reference first) where the executor has a GPU. The proposal inserts the
+    delivered kernel below the comment and creates the reference next to the document."""
+    taken = {k.name for k in outline(snapshot.text, snapshot.path).kernels}
+    g = generate_from_comment(snapshot.text, snapshot.path, line, taken)
+    folder.mkdir(parents=True, exist_ok=True)
+    standalone = folder / f"{g.name}.cu"
+    standalone.write_text(g.standalone, encoding="utf-8")
+    (folder / g.reference_file).write_text(g.reference, encoding="utf-8")
+    on_event(Event(phase="generate", last=f"`{g.name}` generated; compiling it"))
+    checked = check_file(standalone, g.name, settings.arch)
+    if checked.compile_failed or checked.spec_failed:  # a bug of the generator: said plainly
+        (k,) = checked.kernels
+        why = k.spec_error or next((m for m in k.messages if m.severity == "error"), "nvcc failed")
+        raise OptimlError(f"the generated `{g.name}` does not check: {why}")
+    outcome: OptimizeResult | None = None
+    not_run = ""
+    try:
+        executor = make_executor(settings)
+    except OptimlError as e:  # no GPU here, say: the plain kernel, compiled, is proposed
+        not_run = str(e)
+    else:
+        out = folder / "optimize"
+        outcome = search(standalone, g.name, settings, out, executor, on_event, should_stop)
+    proposal = make_generated_proposal(job_id, snapshot, g, outcome, not_run, folder)
+    if outcome is None:
+        message = f"`{g.name}` generated and compiled; not run ({not_run})"
+    elif outcome.winner is not None:
+        message = f"`{g.name}` generated, checked against its reference and optimized: {outcome.trajectory.outcome}"
+    else:
+        message = (
+            f"`{g.name}` generated and checked against its reference; {outcome.trajectory.outcome}"
+        )
+    return Generated(
+        proposal, message + " — Accept or Reject it with the code lens over the comment"
+    )
+
+
+def _job_process(args: tuple, make_executor: ExecutorFactory, out: Any, stop: Any) -> None:
+    """The job's process (an optimize or generate job): its events, then ("done", Optimized or
+    Generated) or ("error", exception). A cancel (or SIGTERM) kills the runner, sanitizer and
+    profiler process groups in flight at once."""
     kill_children_on_terminate()
 
     def watch() -> None:
@@ -321,8 +450,9 @@ def _optimize_process(args: tuple, make_executor: ExecutorFactory, out: Any, sto
         kill_all()
 
     threading.Thread(target=watch, daemon=True).start()
+    work = generate_work if isinstance(args[2], int) else optimize_work
     try:
-        result = optimize_work(*args, make_executor, lambda e: out.put(("event", e)), stop.is_set)
+        result = work(*args, make_executor, lambda e: out.put(("event", e)), stop.is_set)
         out.put(("done", result))
     except BaseException as e:  # sent to the server, which shows it in one message
         try:
@@ -331,12 +461,14 @@ def _optimize_process(args: tuple, make_executor: ExecutorFactory, out: Any, sto
             out.put(("error", RuntimeError(f"{type(e).__name__}: {e}")))
 
 
-def run_in_process(job: Job, make_executor: ExecutorFactory, forward) -> Optimized:
-    """Start the job's process and relay its events until it ends (blocking: call in a thread)."""
+def run_in_process(job: Job, make_executor: ExecutorFactory, forward) -> Any:
+    """Start the job's process and relay its events until it ends (blocking: call in a thread);
+    what the work returned (`Optimized`, `Generated`)."""
     out = PROCESSES.Queue()
-    args = (job.id, job.snapshot, job.kernel, job.settings, job.folder)
+    what = job.line if job.kind == "generate" else job.kernel
+    args = (job.id, job.snapshot, what, job.settings, job.folder)
     proc = PROCESSES.Process(
-        target=_optimize_process, args=(args, make_executor, out, job.stop), daemon=True
+        target=_job_process, args=(args, make_executor, out, job.stop), daemon=True
     )
     proc.start()
     try:
@@ -376,12 +508,14 @@ def profile_work(job: Job, make_executor: ExecutorFactory) -> KernelProfile:
 # ---- the job, on the server's loop ------------------------------------------------------------
 
 
-def start(ls: JobHost, kind: Kind, snapshot: Snapshot, kernel: str = "") -> Job:
+def start(
+    ls: JobHost, kind: Kind, snapshot: Snapshot, kernel: str = "", line: int | None = None
+) -> Job:
     """A job of `kind` on `snapshot`, running in the background; a check first cancels the
     document's older one."""
     if kind == "check":
         ls.jobs.cancel_checks(snapshot.uri)
-    job = ls.jobs.new(kind, snapshot, kernel, ls.settings)
+    job = ls.jobs.new(kind, snapshot, kernel, ls.settings, line)
     job.task = ls.spawn(run_job(ls, job))
     return job
 
@@ -406,6 +540,9 @@ async def run_job(ls: JobHost, job: Job) -> None:
         elif job.kind == "optimize":
             result = await asyncio.to_thread(run_in_process, job, ls.executor_factory, forward)
             _optimized(ls, job, result.trajectory, result.proposal)
+        elif job.kind == "generate":
+            made = await asyncio.to_thread(run_in_process, job, ls.executor_factory, forward)
+            _generated(ls, job, made)
         else:
             work = asyncio.to_thread(profile_work, job, ls.executor_factory)
             _profiled(ls, job, await _unless_cancelled(job, work))
@@ -467,6 +604,18 @@ def _optimized(ls: JobHost, job: Job, t: Trajectory, proposal: Proposal | None) 
         ls.refresh_code_lenses()
     _end(ls, job, message)
     if job.token is None:  # the client shows no progress: the outcome as a message
+        ls.tell(f"OptiML: {message}", types.MessageType.Info)
+
+
+def _generated(ls: JobHost, job: Job, made: Generated) -> None:
+    if job.stop.is_set():  # as a cancelled search, a cancelled generate job proposes nothing
+        _end(ls, job, f"{job.subject}: cancelled")
+        return
+    message = _ascii_free(made.message)
+    ls.proposals.add(made.proposal)
+    ls.refresh_code_lenses()
+    _end(ls, job, message)
+    if job.token is None:
         ls.tell(f"OptiML: {message}", types.MessageType.Info)
 
 

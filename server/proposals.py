@@ -14,12 +14,12 @@ import difflib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
-from optiml.api import OptimizeResult, ProfileSummary, Trajectory, outline
+from optiml.api import GeneratedKernel, OptimizeResult, ProfileSummary, Trajectory, outline
 from server.capabilities import ClientCapabilities
 from server.documents import Block, Model, Snapshot, kernel_block
 from server.protocol import shown
@@ -49,7 +49,7 @@ class Proposal:
     block: Block  # the kernel's lines at the snapshot
     variant: str  # the whole file, as the job's winner has it
     new_block: tuple[str, ...] | None  # the variant's lines for `block`, if nothing else changed
-    speedup: float
+    speedup: float | None  # None: a generated kernel that was not optimized
     before_ms: float | None
     after_ms: float | None
     before: ProfileSummary | None
@@ -59,12 +59,30 @@ class Proposal:
     folder: Path  # the job's folder
     report: Path | None
     trajectory: Path | None
+    # A generated kernel's proposal is about the comment it came from (`block`: the comment's
+    # lines), not a kernel; it inserts the kernel below it and creates its reference file.
+    anchor: Literal["kernel", "comment"] = "kernel"
+    files: tuple[tuple[str, str], ...] = ()  # (name next to the document, text) to create
+    notes: tuple[str, ...] = ()  # what the generator said (default sizes, say)
 
     @property
     def label(self) -> str:
-        """`OptiML: 2.31× faster (dram → dram)`"""
+        """`OptiML: 2.31× faster (dram → dram)`; a generated kernel's: `OptiML: y_kernel, generated
+        (2.31× faster than the plain kernel)`"""
         shift = f" ({self.before.bottleneck} → {self.after.bottleneck})" if self.shifted else ""
+        if self.anchor == "comment":
+            if self.speedup is None:
+                return f"OptiML: `{self.kernel}`, generated (the plain kernel)"
+            return f"OptiML: `{self.kernel}`, generated ({self.speedup:.2f}× faster than the plain kernel){shift}"
         return f"OptiML: {self.speedup:.2f}× faster{shift}"
+
+    @property
+    def accept_title(self) -> str:
+        if self.speedup is None:
+            return f"Accept `{self.kernel}` (plain, not optimized)"
+        if self.anchor == "comment":
+            return f"Accept `{self.kernel}` ({self.speedup:.2f}× faster than plain)"
+        return f"Accept ({self.speedup:.2f}× faster)"
 
     @property
     def shifted(self) -> bool:
@@ -107,6 +125,57 @@ def make_proposal(
         folder=folder,
         report=outcome.files.get("report"),
         trajectory=outcome.files.get("trajectory"),
+    )
+
+
+def make_generated_proposal(
+    job: str,
+    snapshot: Snapshot,
+    g: GeneratedKernel,
+    outcome: OptimizeResult | None,
+    not_run: str,
+    folder: Path,
+) -> Proposal:
+    """A generate job's proposal: the delivered kernel (the search's confirmed, judged winner,
+    else the plain kernel) below the comment, its reference as a new file next to the document."""
+    lines = snapshot.text.split("\n")
+    first, last = g.comment_first, g.comment_last
+    block = Block(first, last, "\n".join(lines[first : last + 1]))
+    won = outcome is not None and outcome.winner is not None
+    delivered = outcome.winner if outcome is not None and outcome.winner else g.standalone
+    inserted = ["", *g.inserted(delivered).rstrip("\n").split("\n")]
+    if last + 1 < len(lines) and lines[last + 1].strip():
+        inserted.append("")  # a blank line before what followed the comment
+    new_block = (*block.text.split("\n"), *inserted)
+    t = outcome.trajectory if outcome is not None else None
+    confirmed = next((c for c in t.confirmed if c.node == t.winner), None) if t else None
+    if t is None:
+        verdict = f"compiled; not run against its reference ({not_run})"
+    else:
+        verdict = (
+            "the plain kernel is correct against its float64 NumPy reference; "
+            + t.outcome.replace(" -> ", " → ")
+        )
+    return Proposal(
+        id=job,
+        snapshot=snapshot,
+        kernel=g.name,
+        block=block,
+        variant="\n".join([*lines[: last + 1], *inserted, *lines[last + 1 :]]),
+        new_block=new_block,
+        speedup=outcome.speedup if won and outcome is not None else None,
+        before_ms=confirmed.reference_ms if confirmed else None,
+        after_ms=confirmed.candidate_ms if confirmed else None,
+        before=outcome.baseline_profile if won and outcome is not None else None,
+        after=(t.winner_profile if won else outcome.baseline_profile) if t and outcome else None,
+        summaries=tuple(_summaries(t)) if won and t is not None else (),
+        outcome=verdict,
+        folder=folder,
+        report=outcome.files.get("report") if outcome is not None else None,
+        trajectory=outcome.files.get("trajectory") if outcome is not None else None,
+        anchor="comment",
+        files=((g.reference_file, g.reference),),
+        notes=tuple(g.notes),
     )
 
 
@@ -173,14 +242,13 @@ def code_lenses(proposals: list[Proposal], model: Model) -> list[types.CodeLens]
     in the kernel."""
     out = []
     for p in proposals:
-        kernel = model.kernel(p.kernel)
-        if kernel is None:
+        block = anchor(p, model)
+        if block is None:
             continue
-        block = model.block(kernel)
         at = model.range((block.first, 0), model.line_end(block.last))
         arg = [{"proposal": p.id}]
         titles = [
-            (f"Accept ({p.speedup:.2f}× faster)", ACCEPT_COMMAND),
+            (p.accept_title, ACCEPT_COMMAND),
             ("Reject", REJECT_COMMAND),
             ("Compare", COMPARE_COMMAND),
         ]
@@ -206,9 +274,33 @@ def line_edits(old: list[str], new: list[str] | tuple[str, ...], at: int = 0) ->
     ]
 
 
+def anchor(p: Proposal, model: Model) -> Block | None:
+    """Where the proposal is in the document now: its kernel's lines, or (a generated kernel's)
+    the comment's lines where they still are as they were (the nearest such place)."""
+    if p.anchor == "kernel":
+        kernel = model.kernel(p.kernel)
+        return model.block(kernel) if kernel is not None else None
+    want = p.block.text.split("\n")
+    n = len(want)
+    places = [i for i in range(len(model.lines) - n + 1) if model.lines[i : i + n] == want]
+    if not places:
+        return None
+    first = min(places, key=lambda i: abs(i - p.block.first))
+    return Block(first, first + n - 1, p.block.text)
+
+
 def plan(p: Proposal, model: Model) -> list[LineEdit] | str:
     """The edits that put the proposal in the document as it is now, or why they cannot."""
     name = f"`{p.kernel}`"
+    if p.anchor == "comment":
+        block = anchor(p, model)
+        if block is None:
+            return (
+                f"OptiML: the comment that {name} was generated from changed; the proposal is "
+                "kept (Compare shows it), or generate it again"
+            )
+        assert p.new_block is not None  # a generated kernel's lines always go below the comment
+        return line_edits(p.block.text.split("\n"), p.new_block, block.first)
     if model.snapshot.text == p.snapshot.text:
         if p.new_block is None:  # the variant changed more than the kernel: the whole diff
             return line_edits(model.lines, p.variant.split("\n"))
@@ -256,10 +348,35 @@ def workspace_edit(
     document = types.OptionalVersionedTextDocumentIdentifier(
         uri=uri, version=model.snapshot.version
     )
-    return types.WorkspaceEdit(
-        document_changes=[types.TextDocumentEdit(text_document=document, edits=body)],
-        change_annotations=annotations,
-    )
+    changes: list[Any] = []
+    if caps.creates_files:  # else the server writes them once the edit is applied
+        for name, text in p.files:
+            new = (Path(p.snapshot.path).parent / name).as_uri()
+            created = types.OptionalVersionedTextDocumentIdentifier(uri=new, version=None)
+            start = types.Range(types.Position(0, 0), types.Position(0, 0))
+            changes += [
+                types.CreateFile(uri=new, options=types.CreateFileOptions(ignore_if_exists=False)),
+                types.TextDocumentEdit(
+                    text_document=created, edits=[types.TextEdit(range=start, new_text=text)]
+                ),
+            ]
+    changes.append(types.TextDocumentEdit(text_document=document, edits=body))
+    return types.WorkspaceEdit(document_changes=changes, change_annotations=annotations)
+
+
+def files_in_the_way(p: Proposal) -> list[Path]:
+    """The files the proposal would create that exist now (it never overwrites one)."""
+    folder = Path(p.snapshot.path).parent
+    return [folder / name for name, _ in p.files if (folder / name).exists()]
+
+
+def write_files(p: Proposal) -> None:
+    """The proposal's new files, for a client that cannot create them in its edit; never over
+    an existing file."""
+    folder = Path(p.snapshot.path).parent
+    for name, text in p.files:
+        with open(folder / name, "x", encoding="utf-8") as f:
+            f.write(text)
 
 
 def description(p: Proposal) -> str:
@@ -297,11 +414,13 @@ def compare(p: Proposal) -> dict[str, str]:
     return {
         "original": p.snapshot.uri,
         "variant": variant.as_uri(),
-        "title": f"{p.file_name} ↔ OptiML's `{p.kernel}` ({p.speedup:.2f}× faster)",
+        "title": f"{p.file_name} ↔ {p.label.removeprefix('OptiML: ')}",
     }
 
 
 def hover_section(p: Proposal) -> str:
+    if p.anchor == "comment":
+        return _generated_section(p)
     rows = [f"**OptiML proposal**: {p.speedup:.2f}× faster, confirmed and judged"]
     if p.before_ms is not None and p.after_ms is not None:
         rows.append(f"- time: {p.before_ms:.4g} ms → {p.after_ms:.4g} ms")
@@ -312,4 +431,32 @@ def hover_section(p: Proposal) -> str:
     if p.summaries:
         rows.append("- edits: " + "; ".join(p.summaries))
     rows.append("- Accept, Reject, Compare or Report: the code lenses over the kernel")
+    return "\n".join(rows)
+
+
+def _generated_section(p: Proposal) -> str:
+    rows = [f"**OptiML proposal**: `{p.kernel}`, generated from this comment"]
+    refs = ", ".join(f"`{name}`" for name, _ in p.files)
+    rows.append(
+        f"- verdict: {p.outcome}"
+        if p.outcome
+        else "- verdict: compiled; not run against its reference"
+    )
+    if p.speedup is not None:
+        rows.append(
+            f"- optimized: {p.speedup:.2f}× faster than the plain kernel, confirmed and judged"
+        )
+    if p.before_ms is not None and p.after_ms is not None:
+        rows.append(f"- time: {p.before_ms:.4g} ms (plain) → {p.after_ms:.4g} ms")
+    if p.after is not None:
+        rows.append(
+            f"- profile: {p.after.bottleneck}"
+            + (f" — {p.after.explanation}" if p.after.explanation else "")
+        )
+    if p.summaries:
+        rows.append("- edits: " + "; ".join(p.summaries))
+    if refs:
+        rows.append(f"- its float64 NumPy reference: {refs}, created next to the file on Accept")
+    rows += [f"- note: {n}" for n in p.notes]
+    rows.append("- Accept, Reject, Compare or Report: the code lenses over the comment")
     return "\n".join(rows)

@@ -2,10 +2,16 @@
 -- headless:
 --   nvim --headless --clean -l neovim_jobs.lua RESULTS.json FILE.cu TIMEOUT_S SERVER_CMD...
 -- It opens FILE (saxpy with its spec), runs the code action "Optimize kernel `saxpy`" (settings:
--- evaluations = 8, or the JSON object in $OPTIML_NVIM_INIT_OPTIONS), waits for the job's progress to end, refreshes the code lenses, runs the
--- Accept lens as a user picks it from `vim.lsp.codelens.run()`, checks that the buffer changed and
--- the file did not, writes the buffer, and writes what it saw to RESULTS for pytest.
+-- evaluations = 8, or the JSON object in $OPTIML_NVIM_INIT_OPTIONS), waits for the job's
+-- progress to end, refreshes the code lenses, runs the Accept lens as a user picks it from
+-- `vim.lsp.codelens.run()`, checks that the buffer changed and the file did not, writes the
+-- buffers (`:wall`), and writes what it saw to RESULTS for pytest.
+-- With $OPTIML_NVIM_FLOW=generate it runs "Generate kernel from comment" on the line that
+-- $OPTIML_NVIM_LINE finds (a `search()` pattern) instead, and the lenses are over that comment.
 local out, file, timeout_ms = arg[1], arg[2], tonumber(arg[3]) * 1000
+local generating = os.getenv("OPTIML_NVIM_FLOW") == "generate"
+local job_title = generating and "^OptiML: generating" or "^OptiML: optimizing"
+local action_title = generating and "Generate kernel from comment" or "Optimize kernel `saxpy`"
 local cmd = {}
 for i = 4, #arg do
   table.insert(cmd, arg[i])
@@ -62,7 +68,7 @@ vim.api.nvim_create_autocmd("LspProgress", {
       titles[token] = value.title
     end
     local title = titles[token] or ""
-    if title:find("^OptiML: optimizing") then
+    if title:find(job_title) then
       table.insert(results.progress, {
         kind = value.kind,
         title = value.title,
@@ -103,15 +109,16 @@ step("diagnostics published on open", 10000, function()
   return published > 0
 end)
 
-local kernel_line = vim.fn.search("__global__ void saxpy", "n")
-vim.api.nvim_win_set_cursor(0, { kernel_line + 2, 4 })
+local at = generating and vim.fn.search(os.getenv("OPTIML_NVIM_LINE"), "n")
+  or vim.fn.search("__global__ void saxpy", "n") + 2
+vim.api.nvim_win_set_cursor(0, { at, 4 })
 vim.lsp.buf.code_action({
   apply = true,
   filter = function(action)
-    return action.title == "Optimize kernel `saxpy`"
+    return action.title == action_title
   end,
 })
-step("the optimize job ended", timeout_ms, function()
+step("the job ended", timeout_ms, function()
   return next(ended) ~= nil
 end)
 results["end"] = select(2, next(ended))
@@ -125,7 +132,7 @@ for _, lens in ipairs(vim.lsp.codelens.get(0)) do
   table.insert(results.lenses, { title = lens.command.title, line = lens.range.start.line })
 end
 
-vim.api.nvim_win_set_cursor(0, { kernel_line + 2, 4 })
+vim.api.nvim_win_set_cursor(0, { at, 4 })
 vim.lsp.codelens.run()
 step("the proposal applied to the buffer", 10000, function()
   return text() ~= original
@@ -136,6 +143,6 @@ results.disk_after_accept = read(file)
 step("the lenses gone", 10000, function()
   return #vim.lsp.codelens.get(0) == 0
 end)
-vim.cmd.write()
+vim.cmd("wall")
 results.disk_after_write = read(file)
 finish(true)

@@ -84,21 +84,22 @@ JOBS_SESSION = Path(__file__).with_name("neovim_jobs.lua")
 STAND_IN = Path(__file__).with_name("stand_in_server.py")
 
 
-def optimize_in_neovim(
+def neovim_job(
     tmp_path: Path,
+    path: Path,
     server: list[str],
     timeout_s: int,
     env: dict[str, str] | None = None,
     settings: dict | None = None,
-) -> tuple[dict, Path]:
-    """`neovim_jobs.lua` on a copy of saxpy.cu: what it saw, and the job's optimized file.
-    `env`: the editor's environment (the server inherits it); `settings`: the server's
-    initialization options besides `evaluations = 8`."""
-    path = tmp_path / "saxpy.cu"
-    path.write_text(fixture_text("saxpy.cu"))
+    flow: dict[str, str] | None = None,
+) -> dict:
+    """`neovim_jobs.lua` on `path`: what it saw. `env`: the editor's environment (the server
+    inherits it); `settings`: the server's initialization options besides `evaluations = 8`;
+    `flow`: the session's own variables (`OPTIML_NVIM_FLOW`, `OPTIML_NVIM_LINE`)."""
     out = tmp_path / "results.json"
     env = {
         **(os.environ if env is None else env),
+        **(flow or {}),
         "OPTIML_NVIM_INIT_OPTIONS": json.dumps({"evaluations": 8, **(settings or {})}),
         "XDG_STATE_HOME": str(tmp_path / "state"),
         "XDG_DATA_HOME": str(tmp_path / "data"),
@@ -114,6 +115,20 @@ def optimize_in_neovim(
     )
     seen = json.loads(out.read_text())
     assert [s for s in seen["steps"] if not s["ok"]] == [] and seen["ok"], seen
+    return seen
+
+
+def optimize_in_neovim(
+    tmp_path: Path,
+    server: list[str],
+    timeout_s: int,
+    env: dict[str, str] | None = None,
+    settings: dict | None = None,
+) -> tuple[dict, Path]:
+    """`neovim_jobs.lua` on a copy of saxpy.cu: what it saw, and the job's optimized file."""
+    path = tmp_path / "saxpy.cu"
+    path.write_text(fixture_text("saxpy.cu"))
+    seen = neovim_job(tmp_path, path, server, timeout_s, env, settings)
     (optimized,) = (tmp_path / "cache" / "jobs").glob("*/saxpy.optimized.cu")
     return seen, optimized
 
@@ -148,3 +163,38 @@ def test_neovim_optimizes_and_accepts_with_the_stand_in_executor(tmp_path):
 def test_neovim_optimizes_and_accepts_on_the_gpu(tmp_path):
     seen, optimized = optimize_in_neovim(tmp_path, [sys.executable, "-m", "server"], 540)
     check_optimize_session(seen, optimized)
+
+
+def generate_in_neovim(tmp_path: Path, server: list[str], timeout_s: int) -> None:
+    """ "Generate kernel from comment" on a formula comment, to the accepted kernel below it and
+    its reference next to the file, both on disk after `:wall`; the file then checks."""
+    from tests.server.test_lsp_generate import FILE
+
+    path = tmp_path / "activations.cu"
+    path.write_text(FILE)
+    flow = {"OPTIML_NVIM_FLOW": "generate", "OPTIML_NVIM_LINE": r"y\[i\] = max"}
+    seen = neovim_job(tmp_path, path, server, timeout_s, flow=flow)
+    begin, *_, end = seen["progress"]
+    assert begin["title"] == "OptiML: generating activations.cu:4" and begin["cancellable"]
+    assert "`y_kernel` generated, checked against its reference" in end["message"]
+    titles = [lens["title"] for lens in seen["lenses"]]
+    assert titles[0].startswith("Accept `y_kernel` (") and titles[1:3] == ["Reject", "Compare"]
+    assert {lens["line"] for lens in seen["lenses"]} == {2}  # over the comment
+    assert seen["disk_after_accept"] == FILE  # the buffer changed, the file did not
+    assert seen["disk_after_write"] == seen["accepted"] != FILE
+    assert "__global__ void y_kernel(" in seen["accepted"]
+    assert "def y_kernel(" in (tmp_path / "activations_y_kernel_ref.py").read_text()
+    assert not [m for m in seen["messages"] if "could not" in m or "failed" in m]
+    (kernel,) = check_file(path).kernels
+    assert kernel.spec_error is None and kernel.build is not None and kernel.build.ok
+
+
+@pytest.mark.skipif(NVIM is None, reason="Neovim 0.10+ not found (the dev extra)")
+def test_neovim_generates_from_a_comment_with_the_stand_in_executor(tmp_path):
+    generate_in_neovim(tmp_path, [sys.executable, str(STAND_IN)], 240)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(NVIM is None, reason="Neovim 0.10+ not found (the dev extra)")
+def test_neovim_generates_from_a_comment_on_the_gpu(tmp_path):
+    generate_in_neovim(tmp_path, [sys.executable, "-m", "server"], 540)

@@ -301,6 +301,10 @@ async def test_exit_amid_work_ends_the_server_at_once_and_quietly(tmp_path):
     ("command", "arguments", "message"),
     [
         ("optiml.optimize", None, "optiml.optimize takes [{uri, version, kernel}], got []"),
+        ("optiml.generate", [{"uri": "file:///k.cu", "version": 1, "line": -1}],
+         'optiml.generate takes [{uri, version, line}], got [{"uri": "file:///k.cu", "version": 1, "line": -1}]'),
+        ("optiml.generate", [{"uri": "file:///nowhere.cu", "version": 1, "line": 0}],
+         "optiml.generate: file:///nowhere.cu is not open (or not a CUDA file)"),
         ("optiml.profile", [{"uri": 5, "version": 1, "kernel": "k"}],
          'optiml.profile takes [{uri, version, kernel}], got [{"uri": 5, "version": 1, "kernel": "k"}]'),
         ("optiml.optimize", [{"uri": "file:///nowhere.cu", "version": 1, "kernel": "saxpy"}],
@@ -313,7 +317,7 @@ async def test_exit_amid_work_ends_the_server_at_once_and_quietly(tmp_path):
         ("optiml.rejectProposal", "p1", "the arguments of optiml.rejectProposal must be an array"),
         ("optiml.compareProposal", ["x" * 500], None),  # long: cut to one short line
         ("optiml.nothing", [], "no command 'optiml.nothing'; the commands are optiml.acceptProposal, "
-         "optiml.addSpec, optiml.cancelJob, optiml.compareProposal, optiml.openReport, "
+         "optiml.addSpec, optiml.cancelJob, optiml.compareProposal, optiml.generate, optiml.openReport, "
          "optiml.optimize, optiml.profile, optiml.rejectProposal"),
     ],
 )  # fmt: skip

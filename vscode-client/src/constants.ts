@@ -25,7 +25,7 @@ export const ServerCommand = {
   optimize: 'optiml.optimize',
   /** `[{uri, version, kernel}]`: start a profile job on the kernel. */
   profile: 'optiml.profile',
-  /** Generate a kernel from the comment under the cursor. */
+  /** `[{uri, version, line}]`: start a generate job on the formula in the comment at `line`. */
   generate: 'optiml.generate',
   /** `[{proposal}]`: the server answers with `workspace/applyEdit`. */
   acceptProposal: 'optiml.acceptProposal',
@@ -35,7 +35,7 @@ export const ServerCommand = {
   compareProposal: 'optiml.compareProposal',
   /** `[{proposal}]` → `{report}`. */
   openReport: 'optiml.openReport',
-  /** No arguments: cancel every optimize and profile job of this client. */
+  /** No arguments: cancel every optimize, profile and generate job of this client. */
   cancelJob: 'optiml.cancelJob',
 } as const;
 
