@@ -84,7 +84,7 @@ def test_a_vector_type_must_be_written_as_declared():
 
 
 def test_a_struct_is_packed_as_the_compiler_lays_it_out(tmp_path):
-    source, kernel, spec = load(CONTRACT / "struct_param.cu", "affine")
+    source, kernel, spec = load(CONTRACT / "struct_param.cu", "scale_shift_struct")
     case = spec.case({"rows": 333, "cols": 517})
     assert case.structs == {"p": {"rows": 333, "cols": 517, "scale": 0.5, "shift": -1.25}}
     plan = write_plan(spec, [case], (1,), EvalOptions(time=False))
@@ -104,7 +104,7 @@ def test_a_struct_is_packed_as_the_compiler_lays_it_out(tmp_path):
         .replace("};", "};\n#pragma pack(pop)", 1),
         str(tmp_path / "packed.cu"),
     )
-    bad = build_kernel(packed_src, packed_src.kernel("affine"), instantiation="", arch="sm_90")
+    bad = build_kernel(packed_src, packed_src.kernel("scale_shift_struct"), instantiation="", arch="sm_90")
     assert not bad.ok and "laid out otherwise" in bad.log
 
 

@@ -27,7 +27,7 @@ KERNELS = {
     "attention_scores.cu": ("attention_scores", "d < HS", "d < HS - 1"),
     "vector_float4.cu": ("saxpy4", "a * v.w + w.w", "a * v.z + w.w"),
     "typedef_element.cu": ("add_bias", "inp[i] + bias[i]", "inp[i] - bias[i]"),
-    "struct_param.cu": ("affine", "p.scale + p.shift", "p.scale + p.scale"),
+    "struct_param.cu": ("scale_shift_struct", "p.scale + p.shift", "p.scale + p.scale"),
     "sm_count_launch.cu": ("scale_stride", "3.0f * x[i]", "3.0f * x[i % 1000000]"),
 }
 
