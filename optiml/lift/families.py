@@ -17,9 +17,14 @@ import numpy as np
 
 from optiml.expr import ExprError
 from optiml.lift.model import (
+    DOUBLE,
+    FLOAT,
+    INT,
+    LONG,
     Binary,
     Builtin,
     Call,
+    Carried,
     Cast,
     Const,
     Expr,
@@ -291,6 +296,34 @@ def induction_steps(loop: Loop) -> dict[int, Expr]:
 
 
 _IDENTITIES = {"sum": 0, "prod": 1, "max": -math.inf, "min": math.inf}
+
+
+def counted_reductions(loop: Loop) -> tuple[Carried, list[tuple[Carried, str, Expr]]]:
+    """A loop counting by one and what else it carries, each a sum, max or min of a value that
+    depends on no other carried value, in a 32- or 64-bit type: (its counter, [(carried, op,
+    operand)]); a `ValueError` that says what is not so. What a schedule that splits the loop's
+    range among threads and combines the partial results needs."""
+    steps = induction_steps(loop)
+    counters = [c for c in loop.carried if c.var.uid in steps]
+    if len(counters) != 1 or affine(steps[counters[0].var.uid]) != {(): 1}:
+        raise ValueError("not a loop counting by one")
+    k = counters[0]
+    own = {c.var.uid for c in loop.carried}
+    found = []
+    for c in loop.carried:
+        if c is k:
+            continue
+        op, operand = reduction_of(c.var, c.update)
+        if op not in ("sum", "max", "min") or operand is None:
+            raise ValueError(f"`{c.var.name}` is not a sum, max or min")
+        if c.var.type not in (FLOAT, DOUBLE, INT, LONG):
+            raise ValueError("a 16-bit accumulator")
+        if any(isinstance(x, Var) and x.uid in own - {k.var.uid} for x in walk_expr(operand)):
+            raise ValueError("a value that depends on another carried value")
+        if any(isinstance(x, Var) and x.uid in own for x in walk_expr(c.init)):
+            raise ValueError("an initial value inside the loop")
+        found.append((c, op, operand))
+    return k, found
 
 
 def reduction_of(var: Var, update: Expr) -> tuple[str, Expr | None]:

@@ -24,7 +24,7 @@ from optiml.expr import Expr as SizeExpr
 from optiml.expr import ExprError
 from optiml.lift import Lifted, lift
 from optiml.lift.emit import C_TYPES, CEmitter, NotEmittable
-from optiml.lift.families import affine, describe, global_indices, induction_steps, reduction_of
+from optiml.lift.families import affine, counted_reductions, describe, global_indices
 from optiml.lift.model import (
     BF16,
     DOUBLE,
@@ -233,31 +233,17 @@ def _plan_loop(loop: Loop, guard) -> _Loop:
             raise _NoPlan("a loop inside another loop")
     if loop.body:
         raise _NoPlan("a loop that stores")
-    steps = induction_steps(loop)
-    counters = [c for c in loop.carried if c.var.uid in steps]
-    if len(counters) != 1 or affine(steps[counters[0].var.uid]) != {(): 1}:
-        raise _NoPlan("not a loop counting by one")
-    k = counters[0]
+    try:
+        k, found = counted_reductions(loop)
+    except ValueError as e:
+        raise _NoPlan(str(e)) from None
     cond = loop.cond
     if not (isinstance(cond, Binary) and cond.a == k.var and cond.op in ("<", "<=")):
         raise _NoPlan("not `k < bound`")
     if not _thread_free(cond.b) or not _thread_free(k.init):
         raise _NoPlan("a reduced range that moves with the thread")
     bound = cond.b if cond.op == "<" else Binary("+", cond.b, Const(1, cond.b.type), cond.b.type)
-    reductions = []
-    for c in loop.carried:
-        if c is k:
-            continue
-        op, operand = reduction_of(c.var, c.update)
-        if op not in ("sum", "max", "min") or operand is None:
-            raise _NoPlan(f"`{c.var.name}` is not a sum, max or min")
-        if c.var.type not in (FLOAT, DOUBLE, INT, LONG):
-            raise _NoPlan("a 16-bit accumulator")
-        if any(isinstance(x, Var) and x.uid in own - {k.var.uid} for x in walk_expr(operand)):
-            raise _NoPlan("a value that depends on another carried value")
-        if any(isinstance(x, Var) and x.uid in own for x in walk_expr(c.init)):
-            raise _NoPlan("an initial value inside the loop")
-        reductions.append(_Reduction(c.var, op, operand, c.init))
+    reductions = [_Reduction(c.var, op, operand, c.init) for c, op, operand in found]
     if not reductions:
         raise _NoPlan("a loop that reduces nothing")
     return _Loop(loop, k.var, k.init, bound, reductions)

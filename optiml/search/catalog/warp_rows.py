@@ -16,7 +16,7 @@ from optiml.expr import Expr as SizeExpr
 from optiml.expr import ExprError
 from optiml.lift import Lifted, lift
 from optiml.lift.emit import C_TYPES, CEmitter, NotEmittable
-from optiml.lift.families import affine, global_indices, induction_steps, reduction_of
+from optiml.lift.families import affine, counted_reductions, global_indices
 from optiml.lift.model import (
     DOUBLE,
     FLOAT,
@@ -144,29 +144,13 @@ class _Writer:
         return first
 
     def _loop(self, loop: Loop, i: int) -> None:
-        steps = induction_steps(loop)
-        counters = [c for c in loop.carried if c.var.uid in steps]
-        if len(counters) != 1 or affine(steps[counters[0].var.uid]) != {(): 1}:
-            raise _NoPlan("not a loop counting by one")
-        k = counters[0]
+        try:
+            k, reductions = counted_reductions(loop)
+        except ValueError as e:
+            raise _NoPlan(str(e)) from None
         bound = _upper(loop.cond, k.var)
         name = f"optiml_k{i}"
         self.names[k.var.uid] = name
-        own = {c.var.uid for c in loop.carried}
-        reductions = []
-        for c in loop.carried:
-            if c is k:
-                continue
-            op, operand = reduction_of(c.var, c.update)
-            if op not in ("sum", "max", "min") or operand is None:
-                raise _NoPlan(f"`{c.var.name}` is not a sum, max or min")
-            if c.var.type not in (FLOAT, DOUBLE, INT, LONG):
-                raise _NoPlan("a 16-bit accumulator")
-            if any(isinstance(x, Var) and x.uid in own - {k.var.uid} for x in walk_expr(operand)):
-                raise _NoPlan("a value that depends on another carried value")
-            if any(isinstance(x, Var) and x.uid in own for x in walk_expr(c.init)):
-                raise _NoPlan("an initial value inside the loop")
-            reductions.append((c, op, operand))
         t = {c.var.uid: C_TYPES[c.var.type] for c, _, _ in reductions}
         for c, op, _ in reductions:
             part = f"{c.var.name}_part{i}"
