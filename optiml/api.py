@@ -43,6 +43,9 @@ from optiml.generate.comment import (
     comment_start,
     formula_in_comment,
     generate_from_comment,
+    generate_from_prose,
+    llm_configured,
+    prose_in_comment,
 )
 from optiml.generate.options import MotOptions
 from optiml.harness.build import cache_dir
@@ -85,6 +88,9 @@ __all__ = [
     "comment_start",
     "formula_in_comment",
     "generate_from_comment",
+    "generate_from_prose",
+    "llm_configured",
+    "prose_in_comment",
     "default_arch",
     "describe_kernel",
     "draft_spec",

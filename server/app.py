@@ -21,7 +21,7 @@ from pygls.exceptions import (
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
-from optiml.api import __version__, formula_in_comment
+from optiml.api import __version__, formula_in_comment, llm_configured, prose_in_comment
 from server import probe, transport
 from server.capabilities import ClientCapabilities, resolve
 from server.checks import Checks
@@ -82,6 +82,7 @@ class OptimlServer(LanguageServer):
         self.early_messages: list[str] = []  # settings errors found before `initialized`
         self._told: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._llm_ready: dict[tuple, bool] = {}
         self.exit_code = 0
 
     def tell(
@@ -151,6 +152,16 @@ class OptimlServer(LanguageServer):
     def refresh_inlay_hints(self) -> None:
         if self.caps.inlay_hints and self.caps.inlay_hint_refresh:
             self.workspace_inlay_hint_refresh(None)
+
+    def llm_ready(self, path: str) -> bool:
+        """Whether an LLM is configured for a file at `path` (the settings over optiml.toml and
+        the environment): prose in a comment can then become a kernel. Kept per folder and
+        settings; the environment and optiml.toml are read once."""
+        folder = os.path.dirname(path) if path != "<memory>" else os.getcwd()
+        key = (folder, tuple(sorted(self.settings.llm_section().items())))
+        if key not in self._llm_ready:
+            self._llm_ready[key] = llm_configured(self.settings.llm_section() or None, folder)
+        return self._llm_ready[key]
 
     def compile(self, snapshot: Snapshot) -> None:
         """The compile of `snapshot` as a check job (an older one of the document ends). A
@@ -260,7 +271,8 @@ async def code_action(
     model = await ls.documents.model(params.text_document.uri)
     if model is None:
         return None
-    return code_actions(model, params.range, params.context.only, ls.caps)
+    llm = ls.llm_ready(model.snapshot.path)
+    return code_actions(model, params.range, params.context.only, ls.caps, llm)
 
 
 async def add_spec(ls: OptimlServer, *args: Any) -> None:
@@ -335,10 +347,14 @@ async def generate(ls: OptimlServer, *args: Any) -> dict | None:
     if model.snapshot.version != target.version:
         ls.tell("OptiML: the file changed since the action was offered; ask for it again")
         return None
-    if formula_in_comment(model.snapshot.text, model.snapshot.path, target.line) is None:
+    text, path = model.snapshot.text, model.snapshot.path
+    if formula_in_comment(text, path, target.line) is None and not (
+        prose_in_comment(text, target.line) is not None and ls.llm_ready(path)
+    ):
         ls.tell(
             f"OptiML: line {target.line + 1} of {model.snapshot.name} is not in a comment with a "
-            "formula (e.g. `// float x[N]; y[i] = max(x[i], 0)`)",
+            "formula (e.g. `// float x[N]; y[i] = max(x[i], 0)`), nor in one in prose with an "
+            "LLM configured",
             types.MessageType.Warning,
         )
         return None

@@ -1,7 +1,7 @@
 """Code actions on the kernel under the cursor: "Add OptiML spec" for a kernel without one, an edit
 that inserts the drafted spec above the kernel, versioned against the parsed document; "Optimize
 kernel" and "Profile kernel" for a kernel whose spec is valid, and "Generate kernel from comment"
-in a comment with a formula: commands that start a job."""
+in a comment with a formula (or prose, with an LLM configured): commands that start a job."""
 
 from __future__ import annotations
 
@@ -11,7 +11,13 @@ from typing import Any
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
-from optiml.api import KernelOutline, comment_start, draft_spec, formula_in_comment
+from optiml.api import (
+    KernelOutline,
+    comment_start,
+    draft_spec,
+    formula_in_comment,
+    prose_in_comment,
+)
 from server.capabilities import ClientCapabilities
 from server.documents import Model, Point
 from server.jobs import GENERATE_COMMAND, OPTIMIZE_COMMAND, PROFILE_COMMAND
@@ -31,7 +37,10 @@ def code_actions(
     selection: types.Range,
     only: list[str] | None,
     caps: ClientCapabilities,
+    llm: bool = False,
 ) -> list[types.CodeAction | types.Command]:
+    """The actions at `selection`; `llm`: an LLM is configured, so that a comment in prose can
+    become a kernel too."""
     start, end = model.point(selection.start), model.point(selection.end)
     out: list[types.CodeAction | types.Command] = []
     for k in model.kernels:
@@ -60,10 +69,14 @@ def code_actions(
                 else:
                     out.append(cmd)
     line = selection.start.line
+    text, path = model.snapshot.text, model.snapshot.path
     if (
         _wanted(JOB_KIND, only)
         and comment_start(model.lines, line) is not None
-        and formula_in_comment(model.snapshot.text, model.snapshot.path, line) is not None
+        and (
+            formula_in_comment(text, path, line) is not None
+            or (llm and prose_in_comment(text, line) is not None)
+        )
     ):
         title = "Generate kernel from comment"
         target = {"uri": model.snapshot.uri, "version": model.snapshot.version, "line": line}

@@ -9,7 +9,8 @@
   parse: ~40 ms for a 5,000-line file), so a thread would stall the server's loop; its winner is
   a proposal;
 - *profile*: Nsight Compute on one kernel through the executor, in a worker thread;
-- *generate*: OptiML-G on the formula in a comment (`optiml.api.generate_from_comment`), the
+- *generate*: OptiML-G on the formula in a comment (`optiml.api.generate_from_comment`; prose
+  goes to the LLM's experts where one is configured, `generate_from_prose`), the
   kernel checked and then optimized through the executor as an optimize job is, in a process of
   its own; the delivered kernel, inserted below the comment, is a proposal.
 
@@ -52,7 +53,9 @@ from optiml.api import (
     Trajectory,
     cache_dir,
     check_file,
+    formula_in_comment,
     generate_from_comment,
+    generate_from_prose,
     kill_all,
     kill_children_on_terminate,
     open_search_executor,
@@ -405,8 +408,14 @@ def generate_work(
     checked against the reference first) where the executor has a GPU. The proposal inserts the
     delivered kernel below the comment and creates the reference next to the document."""
     taken = {k.name for k in outline(snapshot.text, snapshot.path).kernels}
-    g = generate_from_comment(snapshot.text, snapshot.path, line, taken)
     folder.mkdir(parents=True, exist_ok=True)
+    text, path = snapshot.text, snapshot.path
+    if formula_in_comment(text, path, line) is not None:
+        g = generate_from_comment(text, path, line, taken)
+    else:  # prose: the LLM's experts draft, vote and aggregate (their work in the job's folder)
+        on_event(Event(phase="generate", last="the LLM's experts are drafting"))
+        llm = settings.llm_section() or None
+        g = generate_from_prose(text, path, line, folder / "experts", llm, taken)
     standalone = folder / f"{g.name}.cu"
     standalone.write_text(g.standalone, encoding="utf-8")
     (folder / g.reference_file).write_text(g.reference, encoding="utf-8")

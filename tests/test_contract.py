@@ -104,7 +104,9 @@ def test_a_struct_is_packed_as_the_compiler_lays_it_out(tmp_path):
         .replace("};", "};\n#pragma pack(pop)", 1),
         str(tmp_path / "packed.cu"),
     )
-    bad = build_kernel(packed_src, packed_src.kernel("scale_shift_struct"), instantiation="", arch="sm_90")
+    bad = build_kernel(
+        packed_src, packed_src.kernel("scale_shift_struct"), instantiation="", arch="sm_90"
+    )
     assert not bad.ok and "laid out otherwise" in bad.log
 
 

@@ -238,12 +238,9 @@ def run_mot(
 ) -> GenerateResult:
     """The kernel from a task in prose, or a formula with --mot, by the LLM's experts, verified by
     agreement (optiml.generate.mot); the files under the `--out` folder."""
-    import asyncio
-
     from optiml.check import check_file
-    from optiml.generate.mot import MotRequest, mixture_of_thoughts
-    from optiml.harness.gpu import local_gpus
-    from optiml.llm import load_settings, make_client
+    from optiml.generate.mot import run_experts
+    from optiml.llm import load_settings
 
     if out == "-":
         raise UsageError(
@@ -272,21 +269,7 @@ def run_mot(
             )
         raise UsageError(f"--mot needs an LLM and none is configured; {OFFLINE_HINT}")
     out_dir = Path(out) if out else Path(kernel_name)
-    request = MotRequest(
-        task=task,
-        name=kernel_name,
-        out_dir=out_dir,
-        experts=mot.experts,
-        repairs=mot.repairs,
-        formula=formula,
-        gpu=bool(local_gpus()),
-    )
-
-    async def work():
-        async with make_client(settings) as client:
-            return await mixture_of_thoughts(request, client)
-
-    result = asyncio.run(work())
+    result = run_experts(task, kernel_name, out_dir, settings, mot, formula)
     data = check_file(result.kernel_path, kernel_name, arch).to_json()
     return GenerateResult(
         kernel_name,

@@ -1,20 +1,24 @@
-"""A formula in a comment of a CUDA file, as the editor's "Generate kernel from comment" sees it:
-which comment the cursor is in, whether it is a formula, and the kernel it becomes — named so
-that it fits the file (a kernel name and a reference file that are not taken) and cut to what is
-inserted below the comment (the comment itself says the formula already)."""
+"""A comment of a CUDA file as the editor's "Generate kernel from comment" sees it: which comment
+the cursor is in, whether it holds a formula (offline) or prose (the LLM's Mixture-of-Thoughts,
+where one is configured), and the kernel it becomes — named so that it fits the file (a kernel
+name and a reference file `NAME_ref.py` that are not taken) and cut to what is inserted below the
+comment (the comment itself says what the kernel computes)."""
 
 from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
 from optiml.errors import FormulaError, Position
 from optiml.generate import generate
 from optiml.generate.check import check
-from optiml.generate.cli import formula_at, formula_problem
+from optiml.generate.cli import OFFLINE_HINT, formula_at, formula_problem
+from optiml.generate.options import MotOptions
 from optiml.generate.parser import FormulaSource, parse
 
 _LINE_COMMENT = re.compile(r"^\s*//")
@@ -131,12 +135,8 @@ def generate_from_comment(
     source, first, last = found
     checked = check(parse(source), source)
     names = set(taken or ()) | set(checked.tensors) | set(checked.sizes) | set(checked.scalars)
-    name = _free(f"{checked.outputs[0]}_kernel", names)
-    folder, stem = Path(path).parent, Path(path).stem
-    ref_file = f"{stem}_{name}_ref.py"
-    n = 2
-    while path != "<memory>" and (folder / ref_file).exists():
-        ref_file, n = f"{stem}_{name}_{n}_ref.py", n + 1
+    name = _free(f"{checked.outputs[0]}_kernel", names, Path(path).parent, path != "<memory>")
+    ref_file = f"{name}_ref.py"
     g = generate(source, name, ref_file)
     found = GeneratedKernel(
         name=name,
@@ -153,8 +153,90 @@ def generate_from_comment(
     return found
 
 
-def _free(name: str, taken: set[str]) -> str:
+def prose_in_comment(text: str, line: int) -> str | None:
+    """The text of the comment that `line` (0-based) is in, its markers left out, as one line;
+    None outside comments (and in a spec's)."""
+    first = comment_start(text.split("\n"), line)
+    if first is None:
+        return None
+    try:
+        source, _ = formula_at(text, "<comment>", first + 1)
+    except Exception:
+        return None
+    found = " ".join(row.strip() for row in source.text.split("\n") if row.strip())
+    return found or None
+
+
+def generate_from_prose(
+    text: str,
+    path: str,
+    line: int,
+    folder: Path,
+    llm: Mapping[str, Any] | None = None,
+    taken: set[str] | None = None,
+    mot: MotOptions | None = None,
+) -> GeneratedKernel:
+    """The kernel of the task in prose in the comment that `line` (0-based) is in, by the LLM's
+    experts (optiml.generate.mot: drafts, revisions, the agreement vote, the aggregate verified
+    against the reference most agree with), their work in `folder`. `llm`: the editor's LLM
+    settings (they override optiml.toml and the environment). Without an LLM configured, one
+    `FormulaError` that says what works offline."""
+    from optiml.generate.mot import run_experts
+    from optiml.llm import load_settings
+
+    lines = text.split("\n")
+    first = comment_start(lines, line)
+    task = prose_in_comment(text, line)
+    if first is None or task is None:
+        raise FormulaError("not in a comment", Position(path, line + 1, 1))
+    _, after = formula_at(text, path, first + 1)
+    settings = load_settings(editor_settings=llm, start_dir=Path(path).parent)
+    if settings.provider == "offline":
+        raise FormulaError(
+            f"this comment is prose, not a formula; prose needs an LLM and none is configured: "
+            f"{OFFLINE_HINT}",
+            Position(path, first + 1, 1),
+        )
+    name = _free(_slug(task), set(taken or ()), Path(path).parent, path != "<memory>")
+    result = run_experts(task, name, folder, settings, mot or MotOptions(enabled=True))
+    found = GeneratedKernel(
+        name=name,
+        formula=task,
+        comment_first=first,
+        comment_last=after - 1,
+        kernel="",
+        standalone=result.kernel_path.read_text(encoding="utf-8"),
+        reference_file=result.reference_path.name,
+        reference=result.reference_path.read_text(encoding="utf-8"),
+        notes=list(result.notes),
+    )
+    found.kernel = found.inserted(found.standalone)
+    return found
+
+
+def llm_configured(llm: Mapping[str, Any] | None, start_dir: str) -> bool:
+    """Whether an LLM provider is configured (the editor's settings over optiml.toml and the
+    environment, from `start_dir`): what prose in a comment needs."""
+    from optiml.llm import load_settings
+    from optiml.llm.errors import ConfigError
+
+    try:
+        return load_settings(editor_settings=llm, start_dir=Path(start_dir)).provider != "offline"
+    except ConfigError:
+        return False
+
+
+def _slug(task: str) -> str:
+    """A kernel name from prose: the words before a colon (`softmax: ...`), else the first three."""
+    head = task.split(":", 1)[0] if ":" in task[:40] else task
+    words = re.findall(r"[A-Za-z][A-Za-z0-9]*", head)[:3]
+    return "_".join(w.lower() for w in words) or "generated"
+
+
+def _free(name: str, taken: set[str], folder: Path, on_disk: bool) -> str:
+    """`name`, or `name_2`, `name_3`...: not a name in `taken`, nor one whose `NAME_ref.py`
+    exists in `folder`."""
     found, n = name, 2
-    while found in taken:
+    while found in taken or (on_disk and (folder / f"{found}_ref.py").exists()):
         found, n = f"{name}_{n}", n + 1
     return found

@@ -31,7 +31,8 @@ from optiml.generate.agreement import (
     interface,
     write_draft,
 )
-from optiml.llm import LLMClient, LLMError, load_prompt
+from optiml.generate.options import MotOptions
+from optiml.llm import LLMClient, LLMError, LLMSettings, load_prompt
 
 STRATEGIES = ("memory", "parallelism", "simple", "numerics")
 FORMULA = "formula"
@@ -330,3 +331,34 @@ class MixtureOfThoughts:
 
 async def mixture_of_thoughts(request: MotRequest, client: LLMClient) -> MotResult:
     return await MixtureOfThoughts(request, client).run()
+
+
+def run_experts(
+    task: str,
+    name: str,
+    out_dir: Path,
+    settings: LLMSettings,
+    options: MotOptions,
+    formula: Generated | None = None,
+) -> MotResult:
+    """`mixture_of_thoughts` on `task` with a client made from `settings`, as `optiml generate`
+    and the editor run it (blocking); on a machine with a GPU the harness checks the final
+    kernel too."""
+    from optiml.harness.gpu import local_gpus
+    from optiml.llm import make_client
+
+    request = MotRequest(
+        task=task,
+        name=name,
+        out_dir=out_dir,
+        experts=options.experts,
+        repairs=options.repairs,
+        formula=formula,
+        gpu=bool(local_gpus()),
+    )
+
+    async def work():
+        async with make_client(settings) as client:
+            return await mixture_of_thoughts(request, client)
+
+    return asyncio.run(work())

@@ -72,13 +72,13 @@ async def test_generate_from_a_formula_comment_to_an_accepted_kernel(
     hover = await hover_at(editor, uri, 3, 10)
     assert "`y_kernel`, generated from this comment" in hover
     assert "correct against its float64 NumPy reference" in hover
-    assert "activations_y_kernel_ref.py" in hover
+    assert "y_kernel_ref.py" in hover
 
     proposal = found[0].command.arguments[0]["proposal"]
     accepted = await execute(editor, "optiml.acceptProposal", {"proposal": proposal})
     assert accepted == {"applied": True}
     (params,) = editor.applied
-    ref = tmp_path / "activations_y_kernel_ref.py"
+    ref = tmp_path / "y_kernel_ref.py"
     if editor.preset == "visual-studio-code":  # the reference created by the edit itself
         create, ref_text, cu = params.edit.document_changes
         assert isinstance(create, types.CreateFile) and to_fs_path(create.uri) == str(ref)
@@ -88,7 +88,7 @@ async def test_generate_from_a_formula_comment_to_an_accepted_kernel(
         text = apply_text_edits(FILE, cu.edits)
     else:  # Neovim's (as pytest-lsp gives them): no versioned edits, so the server wrote it
         assert ref.is_file()
-        assert "created activations_y_kernel_ref.py" in editor.messages[-1].message
+        assert "created y_kernel_ref.py" in editor.messages[-1].message
         text = apply_text_edits(FILE, params.edit.changes[uri])
     assert path.read_text() == FILE  # the server never writes the user's file
     assert "def y_kernel(" in ref.read_text()
@@ -123,11 +123,13 @@ def test_the_reference_file_and_kernel_name_never_clash(tmp_path):
     from optiml.api import generate_from_comment
 
     path = tmp_path / "a.cu"
-    (tmp_path / "a_y_kernel_ref.py").write_text("# the user's\n")
     g = generate_from_comment(FILE, str(path), 3)
-    assert g.name == "y_kernel" and g.reference_file == "a_y_kernel_2_ref.py"
+    assert g.name == "y_kernel" and g.reference_file == "y_kernel_ref.py"
     assert (g.comment_first, g.comment_last) == COMMENT
     assert g.formula.strip() == "float x[N]; y[i] = max(x[i], 0)"  # the prose line left out
-    g = generate_from_comment(FILE, str(path), 2, taken={"y_kernel"})
-    assert g.name == "y_kernel_2" and g.reference_file == "a_y_kernel_2_ref.py"
-    assert (tmp_path / "a_y_kernel_ref.py").read_text() == "# the user's\n"
+    (tmp_path / "y_kernel_ref.py").write_text("# the user's\n")  # a reference already there
+    g = generate_from_comment(FILE, str(path), 2)
+    assert g.name == "y_kernel_2" and g.reference_file == "y_kernel_2_ref.py"
+    g = generate_from_comment(FILE, str(path), 2, taken={"y_kernel_2"})  # a kernel of the file
+    assert g.name == "y_kernel_3" and g.reference_file == "y_kernel_3_ref.py"
+    assert (tmp_path / "y_kernel_ref.py").read_text() == "# the user's\n"

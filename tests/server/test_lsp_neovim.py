@@ -183,7 +183,7 @@ def generate_in_neovim(tmp_path: Path, server: list[str], timeout_s: int) -> Non
     assert seen["disk_after_accept"] == FILE  # the buffer changed, the file did not
     assert seen["disk_after_write"] == seen["accepted"] != FILE
     assert "__global__ void y_kernel(" in seen["accepted"]
-    assert "def y_kernel(" in (tmp_path / "activations_y_kernel_ref.py").read_text()
+    assert "def y_kernel(" in (tmp_path / "y_kernel_ref.py").read_text()
     assert not [m for m in seen["messages"] if "could not" in m or "failed" in m]
     (kernel,) = check_file(path).kernels
     assert kernel.spec_error is None and kernel.build is not None and kernel.build.ok
