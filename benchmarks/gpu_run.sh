@@ -5,6 +5,7 @@
 #
 #   OUT=/tmp/out benchmarks/gpu_run.sh [step ...]
 #     steps: search profile tests catalog editor llm verdicts tricks overhead deliver lift linear remote
+#            intents kernelbench
 #
 # search: measures for SEARCH_SECONDS (default 200; SEARCH_FIXTURES: only these fixture files)
 # into $OUT/search-table-h200.json, starting from benchmarks/results/search-table-h200.json when it
@@ -21,6 +22,10 @@
 #   (LINEAR_BUDGET evaluations, LINEAR_SECONDS).
 # deliver: `optiml optimize` on the naive softmax and layernorm of fixtures/tricks/originals
 #   (DELIVER_BUDGET evaluations, DELIVER_SECONDS each; DELIVER_ONLY: softmax or layernorm).
+# intents: benchmarks/intents.py, OptiML-G's formulas against PyTorch (INTENTS_BUDGET, INTENTS_TIME
+#   per intent, INTENTS_SHARD=i/n, INTENTS_ONLY; INTENTS_TIMEOUT for the step).
+# kernelbench: benchmarks/kernelbench.py on KB_TASKS (KernelBench level 1: carry it, ../shared does
+#   not travel), KB_BUDGET, KB_TIME, KB_SHARD, KB_ONLY, KB_TIMEOUT.
 # remote: `optiml optimize` of fixtures/softmax.cu locally, over SSH on loopback and on Ray
 #   (benchmarks/remote_search.py; REMOTE_SSHD: the sshd binary to start, see its docstring).
 set -uo pipefail
@@ -110,6 +115,21 @@ for step in "${steps[@]}"; do
         "$OUT/linear_bias.cu" -k matmul_forward_naive --budget "${LINEAR_BUDGET:-12}" \
         --time "${LINEAR_SECONDS:-90}" --out "$OUT/linear" \
         2>&1 | (header; cat) | tee "$OUT/linear-optimize.txt" | tail -25
+      ;;
+    intents)
+      # shellcheck disable=SC2086
+      timeout -s INT -k 15 "${INTENTS_TIMEOUT:-560}" python3 benchmarks/intents.py --out "$OUT/intents" \
+        --budget "${INTENTS_BUDGET:-4}" --time "${INTENTS_TIME:-20}" --shard "${INTENTS_SHARD:-1/1}" \
+        ${INTENTS_ONLY:+--only $INTENTS_ONLY} 2>&1 | (header; cat) | tee "$OUT/intents.log" | tail -5
+      cp "$OUT"/intents/intents*.json "$OUT"/ 2>/dev/null; rm -rf "$OUT/intents/work"
+      ;;
+    kernelbench)
+      # shellcheck disable=SC2086
+      timeout -s INT -k 15 "${KB_TIMEOUT:-560}" python3 benchmarks/kernelbench.py --out "$OUT/kb" \
+        --tasks "${KB_TASKS:?set KB_TASKS to the level-1 folder}" --budget "${KB_BUDGET:-4}" \
+        --time "${KB_TIME:-20}" --shard "${KB_SHARD:-1/1}" ${KB_ONLY:+--only $KB_ONLY} \
+        2>&1 | (header; cat) | tee "$OUT/kernelbench.log" | tail -5
+      cp "$OUT"/kb/kernelbench*.json "$OUT"/ 2>/dev/null; rm -rf "$OUT/kb/work"
       ;;
     *) echo "unknown step $step" ;;
   esac

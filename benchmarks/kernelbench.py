@@ -188,6 +188,10 @@ def eval_step(row: dict, args: argparse.Namespace) -> None:
         row["delivered_error"] = verdict.get("message", "")
         return
     row["delivered_ms"] = delivered_ms(verdict)
+    floor = next(iter(verdict.get("cases") or []), {}).get("floor") or {}
+    if floor.get("ms") and row["delivered_ms"]:  # the least time the case's bytes can take
+        row["floor_ms"] = floor["ms"]
+        row["over_floor"] = row["delivered_ms"] / floor["ms"]
 
 
 def torch_step(row: dict, path: Path) -> None:
