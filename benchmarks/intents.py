@@ -16,8 +16,8 @@ generating each kernel.
 
 The intents cover maps (fp32, half, bf16), reductions on the last, the first, a middle and every
 axis, row normalizations, GEMM in several layouts with a fused bias, batched GEMM, gemv,
-permutations, a stencil, convolutions, pooling, a scan and losses. Gathers and scatters are not in
-the notation (docs/generate.md, Limits).
+permutations, gathers (an embedding, rows by index, a bag sum), a stencil, convolutions, pooling,
+a scan and losses. Scatters are not in the notation (docs/generate.md, Limits).
 """
 
 from __future__ import annotations
@@ -382,6 +382,34 @@ INTENTS = [
         {"B": 2, "C": 3, "OH": 4},
         "fn = lambda x: F.max_pool2d(x, 2)",
     ),
+    # gathers
+    Intent(
+        "embedding",
+        "gather",
+        M,
+        "float wte[V, C], wpe[T, C]; int idx[T]; y[t, c] = wte[idx[t], c] + wpe[t, c]",
+        "V = 50257; T = 8192; C = 768",
+        {"V": 50, "T": 19, "C": 33},
+        "fn = lambda wte, wpe, idx: F.embedding(idx.long(), wte) + wpe",
+    ),
+    Intent(
+        "index_select_rows",
+        "gather",
+        M,
+        "float x[R, C]; int rows[M]; y[i, c] = x[rows[i], c]",
+        "R = 16384; C = 1024; M = 8192",
+        {"R": 40, "C": 33, "M": 19},
+        "fn = lambda x, rows: x.index_select(0, rows)",
+    ),
+    Intent(
+        "embedding_bag_sum",
+        "gather",
+        M,
+        "float x[V, C]; int idx[B, L]; y[b, c] = sum(l) x[idx[b, l], c]",
+        "V = 100000; B = 4096; L = 16; C = 256",
+        {"V": 40, "B": 5, "L": 6, "C": 11},
+        "fn = lambda x, idx: F.embedding_bag(idx.long(), x, mode='sum')",
+    ),
     # a scan
     Intent(
         "cumsum_rows",
@@ -458,6 +486,12 @@ def torch_step(row: dict, intent: Intent) -> None:
         if t.role != "in":
             continue
         shape = [checked.sizes[d].value if d in checked.sizes else int(d) for d in t.dims]
+        if t.dtype == "int":  # a gather's indices, in the extent they index (as the spec says)
+            extent = checked.value_ranges[name]
+            high = checked.sizes[extent].value if extent in checked.sizes else int(extent)
+            x = torch.tensor(rng.integers(0, high, shape), dtype=torch.int32, device="cuda")
+            tensors[name], arrays[name] = x, x.double().cpu().numpy().reshape(-1)
+            continue
         x = torch.tensor(
             rng.uniform(-1, 1, shape), dtype=getattr(torch, TORCH_TYPES[t.dtype]), device="cuda"
         )

@@ -96,6 +96,22 @@ FORMULAS = [
         "B = 2; CO = 2; O = 13; CI = 3; L = 7; K = 3",
         {"B": 2, "CO": 2, "O": 13},
     ),
+    # gathers: subscripts that are elements of an int input
+    (
+        "embedding",
+        "float wte[V, C], wpe[T, C]; int idx[T]; y[t, c] = wte[idx[t], c] + wpe[t, c]\nV = 50",
+        {"T": 19, "C": 33, "V": 50},
+    ),
+    (
+        "gather_2d",
+        "float x[R, C]; int rows[M], cols[N]; y[i, j] = x[rows[i], cols[j]] * 2\nR = 17; C = 13",
+        {"M": 7, "N": 9, "R": 17},
+    ),
+    (
+        "gather_sum",
+        "float x[V, C]; int idx[B, L]; y[b, c] = sum(l) x[idx[b, l], c]\nV = 40",
+        {"B": 5, "L": 6, "C": 11, "V": 40},
+    ),
     # scans along an axis
     (
         "cumsum_exclusive",
@@ -186,8 +202,9 @@ def _inputs(spec, case, tmp: Path, name: str) -> tuple[dict, dict]:
                 if b.dtype == "bf16"
                 else values.astype(d.np_dtype())
             )
-        else:
-            data = rng.integers(-100, 100, n).astype(d.np_dtype())
+        else:  # in the spec's range where it gives one (a gather's indices)
+            lo, hi = case.ranges.get(b.name, (-100, 100))
+            data = rng.integers(int(lo), int(hi), n).astype(d.np_dtype())
         path = tmp / f"{name}.{b.name}.in"
         data.tofile(path)
         files[b.name] = path
@@ -353,6 +370,12 @@ BAD = [
     ("float x[R, C]; y[r, c] = 2 * cumsum(c) x[r, c]", "1:30", "is the whole right-hand side"),
     ("float x[N]; m = argmax(i) x[i]", "1:17", "of everything is not a result"),
     ("float x[N]; y[i] = cumsun(i) x[i]", "1:20", "did you mean `cumsum`?"),
+    ("int idx[T]; y[t, c] = w[idx[t], c]   for c < C", "1:25", "so its shape cannot come from"),
+    ("float w[V, C], idx[T]; y[t, c] = w[idx[t], c]", "1:36", "must be an `int` input declared"),
+    ("float w[V, C]; y[t, c] = w[idx[t], c]   for t < T", "1:28", "must be an `int` input"),
+    ("float w[V, C]; int i2[T]; y[t, c] = w[i2[t + 1], c]", "1:39", "read at index names"),
+    ("float w[V, C]; int i2[T]; y[t] = w[i2[t], i2[t]]", "1:43", "indexes extents `V` and `C`"),
+    ("float w[V, C]; int i2[T]; y[t, c] = w[i2[t], c - 1]", "1:37", "both gathers and shifts"),
 ]
 
 

@@ -42,6 +42,7 @@ FAMILIES = {
     "convolution",
     "pooling",
     "scan",
+    "gather",
 }
 
 

@@ -100,6 +100,7 @@ class _Checker:
         self.inout: set[str] = set()
         self.reductions: list[Reduction] = []
         self.implicit: dict[str, Access] = {}  # inputs nobody declared: their first access
+        self.value_ranges: dict[str, str] = {}  # an int input read as a subscript -> its extent
         self.scans: list[tuple[int, Reduce]] = []  # (statement, scan)
         self.notes: list[str] = []
 
@@ -529,6 +530,9 @@ class _Checker:
                 a.pos,
             )
         self.read.add(name)
+        gathers = [ix for ix in a.indices if ix.gather is not None]
+        if gathers:
+            self.gathers(a, tensor, gathers, bound, k, st, later)
         shifted = [ix for ix in a.indices if ix.affine]
         if shifted:
             self.subscripts(a, tensor, shifted, bound, st)
@@ -548,7 +552,7 @@ class _Checker:
         self.check_arity(a, self.tensors[name])
         dims = self.tensors[name].dims
         for d, (ix, dim) in enumerate(zip(a.indices, dims, strict=True)):
-            if ix.affine:
+            if ix.affine or ix.gather is not None:
                 continue
             if ix.name not in bound:
                 if ix.name in self.scalars or ix.name in self.size_names:
@@ -561,6 +565,56 @@ class _Checker:
             self.constrain(
                 ix.name, dim, ix.pos, f"dimension {d + 1} of `{_fmt_access(name, dims)}`"
             )
+
+    def gathers(self, a: Access, tensor: Tensor, gathers, bound: set[str], k, st, later) -> None:
+        """Subscripts that are elements of an `int` input read at index names, `wte[idx[t], c]`:
+        the gathered tensor declared (its shape cannot come from them) and an input; each such
+        input indexes one extent, which its values are drawn in (`in [0, V)` in the spec)."""
+        name, first = a.tensor, gathers[0]
+        if name in self.implicit or not tensor.declared:
+            self.fail(
+                f"`{name}` is read at `{first.name}`, an element of another tensor, so its shape "
+                f"cannot come from its indices; declare it (`float {name}[V, C]`)",
+                first.pos,
+            )
+        if tensor.statement is not None:
+            self.fail(
+                f"`{name}` is a result of the formula; a result is read at index names, not at "
+                f"`{first.name}` (gather from an input)",
+                first.pos,
+            )
+        if any(ix.affine for ix in a.indices):
+            self.fail(
+                f"`{_fmt_access(name, [ix.name for ix in a.indices])}` both gathers and shifts; "
+                "an access does one or the other",
+                a.pos,
+            )
+        self.check_arity(a, tensor)
+        for d, ix in enumerate(a.indices):
+            g = ix.gather
+            if g is None:
+                continue
+            it = self.tensors.get(g.tensor)
+            if it is None or not it.declared or it.dtype != "int" or it.statement is not None:
+                self.fail(
+                    f"`{g.tensor}` in subscript `{ix.name}` must be an `int` input declared with "
+                    f"its shape (`int {g.tensor}[T]`): its elements index dimension {d + 1} of "
+                    f"`{name}`",
+                    ix.pos,
+                )
+            if any(i.affine or i.gather is not None for i in g.indices):
+                self.fail(
+                    f"`{ix.name}`: a gathering subscript is read at index names, like `idx[t]`",
+                    ix.pos,
+                )
+            self.access(g, bound, k, st, later)
+            dim = tensor.dims[d]
+            if self.value_ranges.setdefault(g.tensor, dim) != dim:
+                self.fail(
+                    f"`{g.tensor}` indexes extents `{self.value_ranges[g.tensor]}` and `{dim}`; "
+                    "an int input indexes one extent",
+                    ix.pos,
+                )
 
     def subscripts(self, a: Access, tensor: Tensor, shifted, bound: set[str], st) -> None:
         """Affine subscripts: each factor a whole number, a size, an int scalar or a bound index
@@ -721,6 +775,7 @@ class _Checker:
             compute=compute,
             reductions=self.reductions,
             notes=self.notes,
+            value_ranges=self.value_ranges,
         )
 
     def default_sizes(self) -> None:

@@ -77,6 +77,8 @@ def _offset(dims: list[str], idx: list[str]) -> str:
 
 def _index_names(ix, env) -> list[str]:
     """The bound indices a subscript uses."""
+    if ix.gather is not None:
+        return [i.name for i in ix.gather.indices]
     if not ix.affine:
         return [ix.name]
     return [f for _, fs in ix.terms for f in fs if f in env]
@@ -186,6 +188,11 @@ class _Kernel:
             return self.temporary(a, env, stack)
         idx, guards = [], []
         for ix, dim in zip(a.indices, t.dims, strict=True):
+            if ix.gather is not None:  # an element of an int input, in [0, dim) by the spec
+                g = ix.gather
+                at = _offset(self.c.tensors[g.tensor].dims, [env[i.name][0] for i in g.indices])
+                idx.append(f"{g.tensor}[{at}]")
+                continue
             if not ix.affine:
                 idx.append(env[ix.name][0])
                 continue
@@ -491,7 +498,9 @@ def spec_comment(
         if pname in c.tensors:
             t = c.tensors[pname]
             length = " * ".join(t.dims) or "1"
-            args.append(f"{pname}: {t.role} {SPEC_TYPES[t.dtype]}[{length}]")
+            extent = c.value_ranges.get(pname)
+            values = f" in [0, {extent})" if extent is not None else ""
+            args.append(f"{pname}: {t.role} {SPEC_TYPES[t.dtype]}[{length}]{values}")
         elif pname in c.scalars:
             args.append(f"{pname} = {c.scalars[pname].value!r}")
         elif pname in fixed:

@@ -38,12 +38,14 @@ class Index:
 
     `terms` is a list of (sign, factors): each factor a name or a whole number, at most one of
     them an index; `div` the divisor (a name or a whole number). `name` is the text (an affine
-    subscript has no index name of its own)."""
+    subscript has no index name of its own). A subscript may instead be an element of an `int`
+    input read at index names (`gather`): a gather, `wte[idx[t], c]`."""
 
     name: str
     pos: Pos
     terms: list[tuple[int, list[str]]] | None = None
     div: str | None = None
+    gather: Access | None = None  # `idx[t]` in `wte[idx[t], c]`: an element of an int tensor
 
     @property
     def affine(self) -> bool:
@@ -182,6 +184,8 @@ class Checked:
     compute: str  # "float" | "double"
     reductions: list[Reduction] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # an int input read as a subscript -> the extent its values index (`idx: in int[T] in [0, V)`)
+    value_ranges: dict[str, str] = field(default_factory=dict)
 
     def statement_of(self, tensor: str) -> Statement:
         t = self.tensors[tensor]

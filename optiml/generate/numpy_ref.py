@@ -99,6 +99,25 @@ def _win(array, pad, subs, extents):
     return _V(np.where(ok, array[tuple(where)], np.float64(pad)), names)
 
 
+def _gather(array, subs, extents):
+    """`array` read at subscripts that are index names ("i", name) or elements of an int
+    input (`_V` over its index names): NumPy's advanced indexing, over the names in order."""
+    names = []
+    for kind, v in subs:
+        for n in [v] if kind == "i" else v.ax:
+            if n not in names:
+                names.append(n)
+    where = []
+    for kind, v in subs:
+        if kind == "i":
+            where.append(np.arange(extents[v]).reshape([-1 if m == v else 1 for m in names]))
+            continue
+        (axes, (a,)) = _align(v)
+        a = np.transpose(a.astype(np.int64), [axes.index(m) for m in names if m in axes])
+        where.append(a.reshape([a.shape[[m for m in names if m in axes].index(m)] if m in axes else 1 for m in names]))
+    return _V(array[tuple(where)], tuple(names))
+
+
 def _scan(kind, v, name, extents):
     a, ax = _full(v, [name], extents)
     f = {
@@ -227,6 +246,14 @@ class _Ref:
         raise AssertionError(node)
 
     def access(self, node: Access, pad: str) -> str:
+        if any(i.gather is not None for i in node.indices):
+            subs = ", ".join(
+                f"('g', {self.access(i.gather, pad)})"
+                if i.gather is not None
+                else f"('i', {i.name!r})"
+                for i in node.indices
+            )
+            return f"_gather({py_name(node.tensor)}, ({subs},), _E)"
         if not any(i.affine for i in node.indices):
             ax = ", ".join(repr(i.name) for i in node.indices)
             return f"_at({py_name(node.tensor)}, {ax})"

@@ -59,6 +59,7 @@ access: NAME "[" sub ("," sub)* "]"
 index: NAME
 sub: _affine
    | "(" _affine ")" "/" sfactor -> divided
+   | access -> gathered
 _affine: sterm (ADDOP sterm)* | MINUS sterm (ADDOP sterm)*
 sterm: sfactor ("*" sfactor)*
 sfactor: NAME | NUMBER
@@ -271,6 +272,11 @@ class _Build(Transformer):
         inner = self.sub(meta, affine)
         terms = inner.terms if inner.terms is not None else [(1, [inner.name])]
         return Index(self._slice(meta).strip(), Pos(meta.line, meta.column), terms, divisor)
+
+    @v_args(meta=True)
+    def gathered(self, meta, items):
+        (inner,) = items
+        return Index(self._slice(meta).strip(), Pos(meta.line, meta.column), gather=inner)
 
     def sterm(self, items):
         return list(items)
