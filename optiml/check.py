@@ -12,6 +12,7 @@ from optiml.cuda.kernel_ast import KernelAST
 from optiml.cuda.source import Kernel, SourceFile, no_kernel_message
 from optiml.errors import NoSuchKernel, OptimlError, SpecError, ToolMissing
 from optiml.harness.build import Build, ResourceIndex, build_device_code
+from optiml.harness.device import gpu_limits
 from optiml.harness.gpu import default_arch
 from optiml.harness.nvcc import CompilerMessage, find_toolkit
 from optiml.profile.numerics import rounding_notes
@@ -125,6 +126,7 @@ def check_source(
             resources,
             case.block if case else None,
             case.smem if case else None,
+            gpu_limits(),  # this machine's GPU's own limits, where it is the target
         )
         c.report.notes += rounding_notes(KernelAST(source, c.kernel), c.spec)
     return CheckResult(source, arch, checks)

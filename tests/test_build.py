@@ -297,3 +297,56 @@ __global__ void count(float* y, int n) {
     assert source.device_variables == ["launches", "partial", "other", "scratch::flags"]
     build = build_kernel(source, source.kernel("count"), instantiation="", arch="sm_90")
     assert build.ok, build.log
+
+
+# A GPU's limits as `runner --device` reports them (cudaGetDeviceProperties), for one newer than
+# the table: 48 warps, 24 blocks, 64K registers, 100 KB of shared memory per SM.
+NEWER_GPU = {
+    "arch": "sm_130",
+    "max_threads_per_sm": 1536,
+    "max_blocks_per_sm": 24,
+    "registers_per_sm": 65536,
+    "smem_per_sm": 102400,
+    "smem_per_block_optin": 101376,
+    "smem_reserved_per_block": 1024,
+}
+
+
+def test_the_gpus_own_limits_are_used_where_it_is_the_target():
+    from optiml.harness.nvcc import Resources
+    from optiml.profile.static import static_report, table_for
+
+    r = Resources(mangled="k", name="k", arch="sm_130", registers=32, static_smem_bytes=40000)
+    report = static_report("k", "sm_130", r, (256, 1, 1), None, NEWER_GPU)
+    # no "no occupancy table" note: the runtime's limits, not sm_121's row (16 of its 48 warps)
+    assert report.notes == ["theoretical occupancy 33%, limited by shared memory"]
+    occ = report.occupancy
+    # shared memory: (40000 + 1024 reserved) rounded to 128 -> 2 blocks in 100 KB
+    assert (occ.blocks_per_sm, occ.limiter) == (2, "shared_memory")
+    limits, _ = table_for("sm_130", NEWER_GPU)
+    assert (limits.max_warps, limits.max_blocks, limits.smem_per_sm) == (48, 24, 102400)
+    # another target than the GPU's: the table
+    assert table_for("sm_90", NEWER_GPU) == table_for("sm_90")
+    assert static_report("k", "sm_90", r, (256, 1, 1), None, NEWER_GPU).occupancy.blocks_per_sm == 5
+
+
+def test_the_gpus_limits_are_read_once_and_kept_per_gpu_and_driver(monkeypatch, tmp_path):
+    from optiml.harness import device
+
+    monkeypatch.setenv("OPTIML_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(device, "_gpu_identity", lambda: "GPU-1234-580.159.04")
+    reads = []
+    monkeypatch.setattr(
+        device, "_properties", lambda: reads.append(1) or {**NEWER_GPU, "sm_count": 7}
+    )
+    device.gpu_limits.cache_clear()
+    try:
+        assert device.gpu_limits() == NEWER_GPU
+        device.gpu_limits.cache_clear()  # another process: read from the file kept
+        assert device.gpu_limits() == NEWER_GPU and reads == [1]
+        assert (tmp_path / "device" / "GPU-1234-580.159.04.json").is_file()
+        monkeypatch.setattr(device, "_gpu_identity", lambda: None)  # no GPU
+        device.gpu_limits.cache_clear()
+        assert device.gpu_limits() is None
+    finally:
+        device.gpu_limits.cache_clear()

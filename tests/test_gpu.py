@@ -190,3 +190,18 @@ def test_a_profilers_inputs_are_the_checks_inputs(tmp_path):
         launch_once(spec, case, arch, build.path, tmp_path, seed=2), capture_output=True, text=True
     )
     assert bad.returncode != 0
+
+
+def test_the_gpus_limits_from_the_runtime_agree_with_the_table():
+    """Where the GPU is the target `optiml check` takes its limits from the CUDA runtime; on a GPU
+    the table knows, the two agree (so the table is right where no GPU is there to ask)."""
+    from optiml.harness.device import gpu_limits
+    from optiml.profile.static import table_for
+
+    found = gpu_limits()
+    assert found is not None and found["arch"] == default_arch().rstrip("af")
+    from_device, _ = table_for(found["arch"], found)
+    table, note = table_for(found["arch"])
+    if note is not None:
+        pytest.skip(f"the table has no row for {found['arch']}")
+    assert from_device == table

@@ -887,8 +887,14 @@ int main(int argc, char** argv) {
     check(cudaSetDevice(0), "harness", "cudaSetDevice");
     check(cudaGetDeviceProperties(&prop, 0), "harness", "cudaGetDeviceProperties");
     std::ostringstream d;
+    // and the per-SM limits the occupancy of `optiml check` uses where this GPU is the target
     d << "{\"sm_count\": " << prop.multiProcessorCount << ", \"max_threads_per_sm\": "
-      << prop.maxThreadsPerMultiProcessor << "}\n";
+      << prop.maxThreadsPerMultiProcessor << ", \"arch\": \"sm_" << prop.major << prop.minor
+      << "\", \"max_blocks_per_sm\": " << prop.maxBlocksPerMultiProcessor
+      << ", \"registers_per_sm\": " << prop.regsPerMultiprocessor
+      << ", \"smem_per_sm\": " << prop.sharedMemPerMultiprocessor
+      << ", \"smem_per_block_optin\": " << prop.sharedMemPerBlockOptin
+      << ", \"smem_reserved_per_block\": " << prop.reservedSharedMemPerBlock << "}\n";
     write_text(d.str());
     return 0;
   }

@@ -1,5 +1,6 @@
 """Static feedback without a GPU: ptxas's resource usage per kernel and the theoretical occupancy
-it allows for the spec's launch, with the limiter, from the architecture's published limits."""
+it allows for the spec's launch, with the limiter, from the architecture's published limits — or,
+where this machine's GPU is the target, from the limits its CUDA runtime reports."""
 
 from __future__ import annotations
 
@@ -72,11 +73,15 @@ def _number(arch: str) -> int:
     return int(m.group(1)) if m else 0
 
 
-def table_for(arch: str) -> tuple[ArchLimits, str | None]:
+def table_for(arch: str, device: dict | None = None) -> tuple[ArchLimits, str | None]:
     """The limits of `arch` (`sm_90a` and `sm_100f` are those of `sm_90` and `sm_100`), and a
     note where the table has no row for it: an architecture newer than the table gets the nearest
-    older row, never an error."""
+    older row, never an error. `device`: a GPU's limits as the CUDA runtime gives them
+    (`optiml.harness.device.gpu_limits`); where its architecture is `arch`, they are the limits
+    (the table gives only the allocation units), whatever the table says."""
     base = f"sm_{_number(arch)}"
+    if device is not None and device.get("arch") == base:
+        return _from_device(device, table_for(arch)[0]), None
     if base in ARCHES:
         return ARCHES[base], None
     older = [a for a in ARCHES.values() if _number(a.arch) < _number(arch)]
@@ -87,8 +92,24 @@ def table_for(arch: str) -> tuple[ArchLimits, str | None]:
     )
 
 
-def limits_for(arch: str) -> ArchLimits:
-    return table_for(arch)[0]
+def _from_device(d: dict, units: ArchLimits) -> ArchLimits:
+    return ArchLimits(
+        arch=d["arch"],
+        max_warps=d["max_threads_per_sm"] // 32,
+        max_blocks=d["max_blocks_per_sm"],
+        registers=d["registers_per_sm"],
+        register_unit=units.register_unit,
+        max_registers_per_thread=units.max_registers_per_thread,
+        smem_per_sm=d["smem_per_sm"],
+        smem_per_block_optin=d["smem_per_block_optin"],
+        smem_reserved_per_block=d["smem_reserved_per_block"],
+        smem_unit=units.smem_unit,
+        sub_partitions=units.sub_partitions,
+    )
+
+
+def limits_for(arch: str, device: dict | None = None) -> ArchLimits:
+    return table_for(arch, device)[0]
 
 
 class Occupancy(BaseModel):
@@ -101,9 +122,16 @@ class Occupancy(BaseModel):
     limits: dict[str, int]  # blocks per SM allowed by each resource
 
 
-def occupancy(arch: str, threads_per_block: int, registers: int, smem_per_block: int) -> Occupancy:
-    """Theoretical occupancy of a kernel using `registers` per thread and `smem_per_block` bytes."""
-    a = limits_for(arch)
+def occupancy(
+    arch: str,
+    threads_per_block: int,
+    registers: int,
+    smem_per_block: int,
+    device: dict | None = None,
+) -> Occupancy:
+    """Theoretical occupancy of a kernel using `registers` per thread and `smem_per_block` bytes
+    (with a GPU's own limits, `device`, where it is the target)."""
+    a = limits_for(arch, device)
     warps = math.ceil(threads_per_block / 32)
     regs_per_warp = math.ceil(max(registers, 1) * 32 / a.register_unit) * a.register_unit
     # Registers are split across the SM's sub-partitions; a warp lives in one of them.
@@ -155,7 +183,9 @@ def static_report(
     r: Resources,
     block: tuple[int, int, int] | None,
     dynamic_smem: int | None,
+    device: dict | None = None,
 ) -> StaticReport:
+    """`device`: this machine's GPU's limits (`gpu_limits`), used where it is the target."""
     notes = []
     if r.spill_store_bytes or r.spill_load_bytes:
         notes.append(
@@ -167,11 +197,12 @@ def static_report(
         )
     occ = None
     if block is not None:
-        _, fallback = table_for(arch)
+        _, fallback = table_for(arch, device)
         if fallback:
             notes.append(fallback)
         threads = block[0] * block[1] * block[2]
-        occ = occupancy(arch, threads, r.registers, r.static_smem_bytes + (dynamic_smem or 0))
+        smem = r.static_smem_bytes + (dynamic_smem or 0)
+        occ = occupancy(arch, threads, r.registers, smem, device)
         if occ.blocks_per_sm == 0:
             notes.append(
                 "the launch does not fit on one SM: too many registers or too much shared memory"
