@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from optiml.cuda.source import Kernel, SourceFile
@@ -25,8 +26,14 @@ from optiml.spec import Spec
 @dataclass
 class ProblemOptions:
     eval: EvalOptions
-    profile: bool = True  # profile every correct candidate (the reward's hardware terms)
+    profile: bool = True  # profile correct candidates (the reward's hardware terms)
     reward: RewardConfig = RewardConfig()
+    # Profile only a candidate at least this fraction as fast as the best measured so far (the
+    # input counts as 1x): a profile takes about three times a candidate's checked run, and one of
+    # a candidate far behind changes no decision — MCTS seldom expands it, its reward is low with
+    # or without the profile's small terms, and the winner is always among the profiled. None:
+    # every correct candidate.
+    profile_within: float | None = 0.8
 
 
 CODEC: Codec[Variant, Edit] = Codec(
@@ -58,6 +65,7 @@ class KernelProblem:
         self._made: dict[tuple[str, str], Variant] = {}
         self._measured: dict[str, asyncio.Future[Evaluation]] = {}
         self.root_key = Variant(source.text).key
+        self.best_speedup = 1.0  # the fastest correct candidate measured so far (the input: 1x)
 
     # -- mcts.Problem ---------------------------------------------------------------------------
 
@@ -98,6 +106,16 @@ class KernelProblem:
 
     # -- evaluation ----------------------------------------------------------------------------
 
+    def _worth(self, m: Measurement) -> str | None:
+        """Why a correct candidate is not profiled, or None: it is, being close to the best."""
+        within = self.options.profile_within
+        if within is None or m.speedup is None or m.speedup >= within * self.best_speedup:
+            return None
+        return (
+            f"not profiled: {m.speedup:.2f}x, more than {1 - within:.0%} behind the best so far "
+            f"({self.best_speedup:.2f}x)"
+        )
+
     def job(self, state: Variant) -> Job:
         return Job(
             self.source,
@@ -111,19 +129,30 @@ class KernelProblem:
         if state.key == self.root_key:
             m = self.baseline
         else:
-            m = await measure(self.executor, self.job(state), self.options)
+            m = await measure(self.executor, self.job(state), self.options, worth=self._worth)
+            if m.status == "ok" and m.speedup:
+                self.best_speedup = max(self.best_speedup, m.speedup)
         r, terms = reward(m, self.baseline, self.options.reward)
         return Evaluation(reward=r, info={"measurement": m.model_dump(), "terms": terms})
 
 
 async def measure(
-    executor: Executor, job: Job, options: ProblemOptions, *, full_profile: bool = False
+    executor: Executor,
+    job: Job,
+    options: ProblemOptions,
+    *,
+    full_profile: bool = False,
+    worth: Callable[[Measurement], str | None] | None = None,
 ) -> Measurement:
     """Evaluate a candidate, and profile it if it is correct (a profile that fails is noted): with
-    the search set, or with the full one (ncu's rules, hotspots) for the input, profiled once."""
+    the search set, or with the full one (ncu's rules, hotspots) for the input, profiled once.
+    `worth`: why a correct candidate need not be profiled (said in its message), or None."""
     verdict = await executor.evaluate(job, options.eval)
     m = Measurement.of(verdict)
-    if m.status == "ok" and options.profile:
+    skip = worth(m) if worth is not None and m.status == "ok" else None
+    if skip is not None:
+        m.message += f"; {skip}"
+    elif m.status == "ok" and options.profile:
         start = time.perf_counter()
         try:
             m.profile = ProfileSummary.of(await executor.profile(job, full=full_profile))

@@ -339,3 +339,37 @@ def test_among_candidates_as_fast_within_the_noise_the_fewest_edits_wins():
     noisy = candidate(5, depth=5, speedup=12.05, noise=0.05)
     assert [n.id for n, _, _ in rank_confirmed([noisy, rewrite], 0.01)] == [2, 5]
     assert rank_confirmed([], 0.01) == []
+
+
+def test_a_candidate_far_behind_the_best_is_not_profiled(monkeypatch):
+    """A profile costs about three checked runs: one of a candidate far behind the best so far
+    is skipped (its message says so); every candidate near the best, the winner among them, has
+    its profile."""
+    original = cost
+
+    def slow_with_restrict(text: str) -> float:
+        return original(text) * (2.0 if "__restrict__" in text else 1.0)
+
+    monkeypatch.setitem(globals(), "cost", slow_with_restrict)  # the stand-in's cost model
+    executor = StandInExecutor()
+    outcome, _ = run(executor, budget=16)
+    t = outcome.trajectory
+    measured = [
+        n
+        for n in t.nodes
+        if n.measurement and n.measurement.status == "ok" and n.parent is not None
+    ]
+    slow = [n for n in measured if "__restrict__" in n.kernel]
+    assert slow, "the catalog proposed no __restrict__: the test needs another slow edit"
+    for n in slow:
+        assert n.measurement.profile is None
+        assert (
+            "not profiled: 0." in n.measurement.message
+            and "behind the best so far" in n.measurement.message
+        )
+    for n in measured:
+        if n not in slow:
+            assert n.measurement.profile is not None, n.measurement.message
+    assert t.winner is not None and t.winner_profile is not None
+    # fewer profiles than candidates evaluated (the input's full profile aside)
+    assert executor.calls.count("profile") < executor.calls.count("evaluate") - 1
