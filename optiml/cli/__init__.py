@@ -47,17 +47,6 @@ EXIT_CODES = """Exit codes:
   llm: 20 no API key, 21 authentication failed, 22 provider unreachable, 23 other LLM error;
   generate: 24 bad formula (`where:line:column: what is wrong; what would be right`)"""
 
-VERDICT_EXIT = {
-    "ok": ExitCode.OK,
-    "compile_error": ExitCode.COMPILE_ERROR,
-    "runtime_error": ExitCode.RUNTIME_ERROR,
-    "timeout": ExitCode.TIMEOUT,
-    "wrong_result": ExitCode.WRONG_RESULT,
-    "forbidden_code": ExitCode.FORBIDDEN_CODE,
-    "modified_input": ExitCode.MODIFIED_INPUT,
-    "below_floor": ExitCode.BELOW_FLOOR,
-}
-
 
 def _fail(e: OptimlError, as_json: bool) -> None:
     if as_json:
@@ -448,7 +437,7 @@ def eval_(
 ) -> None:
     """Run KERNEL (or CANDIDATE's version of it) on a GPU at every size and seed of its spec,
     check every output element against the reference, and time both with CUDA events."""
-    from optiml.api import Request, Verdict, open_executor, read_text
+    from optiml.api import STATUS_EXIT, Request, Verdict, open_executor, read_text
 
     executor = open_executor(executor_url)
     if executor.in_process:
@@ -474,7 +463,7 @@ def eval_(
         click.echo(verdict.model_dump_json(indent=2))
     else:
         _print_verdict(verdict)
-    sys.exit(int(VERDICT_EXIT[verdict.status]))
+    sys.exit(int(STATUS_EXIT[verdict.status]))
 
 
 def _print_verdict(v) -> None:
