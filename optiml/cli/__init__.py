@@ -436,7 +436,8 @@ def eval_(
     as_json: bool,
 ) -> None:
     """Run KERNEL (or CANDIDATE's version of it) on a GPU at every size and seed of its spec,
-    check every output element against the reference, and time both with CUDA events."""
+    check every output element against the reference, and time both with CUDA events. The
+    verdict's status is the exit code; with --json a failed verdict is also one line on stderr."""
     from optiml.api import STATUS_EXIT, Request, Verdict, open_executor, read_text
 
     executor = open_executor(executor_url)
@@ -461,6 +462,8 @@ def eval_(
     verdict = Verdict.model_validate(_run_job(executor, request))
     if as_json:
         click.echo(verdict.model_dump_json(indent=2))
+        if not verdict.ok:  # as `check --json`: the details in the JSON, one line on stderr
+            _error_line(f"{verdict.status} {verdict.kernel}: {verdict.message}")
     else:
         _print_verdict(verdict)
     sys.exit(int(STATUS_EXIT[verdict.status]))
