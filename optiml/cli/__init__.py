@@ -911,8 +911,14 @@ def _optimize_with_progress(request, executor=None):
 
     try:
         return optimize_file(request, on_event=on_event, executor=executor)
+    except BaseException:
+        # A search that fails says so in its one error line: the bar goes, with no empty line.
+        bar.live.transient = True
+        bar.live.stop()
+        raise
     finally:
-        bar.stop()
+        if bar.live.is_started:
+            bar.stop()
 
 
 # ---- generate -------------------------------------------------------------------------------
