@@ -1005,7 +1005,7 @@ def generate(
     draft and revise kernels, every draft kernel is checked against every draft reference, and
     the final kernel must pass against the reference most agree with (docs/generate.md, the
     Mixture-of-Thoughts path); --out names the folder of its files and trajectory."""
-    from optiml.api import run_generate
+    from optiml.api import run_generate, split_urls
 
     if from_torch is not None and formula is not None:
         raise click.UsageError("give FORMULA or --from-torch TASK.py, not both")
@@ -1014,6 +1014,7 @@ def generate(
     if from_torch is not None and line is not None:
         raise click.UsageError("--line reads a formula from a comment; not with --from-torch")
     arch = resolve_arch(arch)
+    remote = split_urls(executor_url) != ["local"]  # a bad URL: a usage error before any file
     if line is not None and mot:
         raise click.UsageError("--mot takes FORMULA or --from-torch TASK.py, not --line")
     options = collect(mot, experts, repairs, replay)
@@ -1042,11 +1043,10 @@ def generate(
     elif result.printed is not None:
         skip = "optimization skipped: nothing was written (--out -)"
     else:
-        from optiml.api import local_gpus, split_urls
+        from optiml.api import local_gpus
 
         skip = None
-        remote = split_urls(executor_url) != ["local"]  # the search runs where its GPUs are
-        if not remote and not local_gpus():
+        if not remote and not local_gpus():  # the search runs where its GPUs are
             skip = (
                 "optimization skipped: no NVIDIA GPU here; on a machine with one, run "
                 f"`optiml optimize {result.checked_path} --kernel {result.name}`"
