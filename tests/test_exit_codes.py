@@ -13,7 +13,7 @@ there is a GPU. Code 1 (an internal error) is tests/test_cli.py's
 `test_an_unexpected_exception_is_an_internal_error_in_one_line`.
 
 The rows of this machine run side by side (each its own process) the first time one is asked
-for: about 70 processes of ~1 s of imports each would take over a minute one after another.
+for: some 80 processes of about a second of imports each take over a minute one after another.
 """
 
 from __future__ import annotations
@@ -396,11 +396,12 @@ def ran(request, files) -> Ran:
         # one process first, which leaves the bytecode of what every row imports in {T}/pycache
         run_optiml("--version", env=base_env(files), cwd=files).check_returncode()
         with ThreadPoolExecutor(max_workers=4) as pool:
-            yield Ran(names, dict(zip([r.id for r in rows], pool.map(run, rows), strict=True)))
+            processes = dict(zip([r.id for r in rows], pool.map(run, rows), strict=True))
     finally:
         llm.stop()
         if sshd is not None:
             sshd.stop()
+    return Ran(names, processes)
 
 
 def assert_row(row: Row, p: subprocess.CompletedProcess, names: dict[str, str]) -> None:
@@ -425,13 +426,13 @@ GPU_ROWS: list[Row] = [
     R("compile-error", "eval {B}/compile_error.cu -k leaky_relu --json", 8, r'compile_error leaky_relu: {B}/compile_error\.cu:16:\d+: error: identifier "idx" is undefined'),
     R("compile-error", "profile {B}/compile_error.cu -k leaky_relu", 8, r"the kernel does not compile: {B}/compile_error\.cu:16:", env=FAKE_NCU),
     R("compile-error", "optimize {B}/compile_error.cu -k leaky_relu --budget 1 --no-sanitize --out {T}/o8", 8, r"the input itself does not pass its checks: {B}/compile_error\.cu:16:"),
-    R("out-of-bounds", "eval {B}/out_of_bounds.cu -k shift_left --json", 9, r"runtime_error shift_left: "),
-    R("infinite-loop", "eval {B}/infinite_loop.cu -k wait_and_scale --timeout 10 --json", 10, r"timeout wait_and_scale: "),
-    R("wrong-formula", "eval {B}/wrong_result.cu -k moving_avg3_smem --json", 11, r"wrong_result moving_avg3_smem: "),
+    R("out-of-bounds", "eval {B}/out_of_bounds.cu -k shift_left --no-time --json", 9, r"runtime_error shift_left: "),
+    R("infinite-loop", "eval {B}/infinite_loop.cu -k wait_and_scale --timeout 10 --no-time --json", 10, r"timeout wait_and_scale: "),
+    R("wrong-formula", "eval {B}/wrong_result.cu -k moving_avg3_smem --no-time --json", 11, r"wrong_result moving_avg3_smem: "),
     R("wrong-formula", "optimize {B}/wrong_result.cu -k moving_avg3_smem --budget 1 --no-sanitize --out {T}/o11", 11, r"the input itself does not pass its checks: "),
     R("ncu-fails", "profile {S} -k saxpy", 13, r"ncu could not profile the kernel: a stand-in ncu that profiles nothing$", env=FAKE_NCU),
     R("host-code", "eval {S} -k saxpy --candidate {T}/forbidden.cu --json", 14, r"forbidden_code saxpy: {T}/forbidden\.cu:\d+:\d+: "),
-    R("writes-x", "eval {S} -k saxpy --candidate {T}/writes_x.cu --no-time --json", 15, r"modified_input saxpy: .*`x`"),
+    R("writes-x", "eval {S} -k saxpy --candidate {T}/writes_x.cu --json", 15, r"modified_input saxpy: .*`x`"),
 ]  # fmt: skip
 # 16 (below the physical floor) needs a kernel faster than its own memory traffic allows, which
 # the checks before it catch first: the in-process rows below and tests/test_floor.py test it.
