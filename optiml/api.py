@@ -56,7 +56,7 @@ from optiml.harness.procs import kill_all, kill_children_on_terminate
 from optiml.harness.project import BuildOptions, build_data, options_for
 from optiml.harness.project import checked as checked_build
 from optiml.harness.project import configure as set_build
-from optiml.harness.verdict import Verdict
+from optiml.harness.verdict import STATUS_EXIT, Verdict
 from optiml.llm.check import LLMCheckReport, check_llm
 from optiml.llm.settings import Provider
 from optiml.outline import KernelOutline, Outline, Parameter, Range, SpecIssue, draft_spec, outline
@@ -131,6 +131,7 @@ __all__ = [
     "StaticReport",
     "Trajectory",
     "Verdict",
+    "STATUS_EXIT",
     # settings' vocabularies and checks
     "ARCHES",
     "Provider",
@@ -304,7 +305,7 @@ async def optimize_file_async(
                 llm_review=review,
             )
     except BaselineFailed as e:
-        raise InputFailed(str(e)) from None
+        raise InputFailed(str(e), STATUS_EXIT[e.status]) from None
     finally:
         if own_executor:
             await executor.close()
@@ -319,9 +320,14 @@ def _search_executor(executor: Executor | str, gpus: list[int] | None) -> Execut
 
 
 class InputFailed(OptimlError):
-    """The kernel as written does not pass its own checks: nothing to optimize from."""
+    """The kernel as written does not pass its own checks: nothing to optimize from. Its exit code
+    is its verdict's, as `optiml eval` of the kernel gives (8 for one that does not compile)."""
 
     exit_code = ExitCode.WRONG_RESULT
+
+    def __init__(self, message: str, exit_code: ExitCode = ExitCode.WRONG_RESULT):
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def write_winner(file: Path, original_text: str, winner: str) -> Path:

@@ -123,6 +123,13 @@ class FormulaError(OptimlError):
     exit_code = ExitCode.BAD_FORMULA
 
 
+class CompileFailed(OptimlError):
+    """The kernel does not compile where a command needs it built (a profile, a sanitizer run);
+    `optiml check` and `optiml eval` report compiler messages instead."""
+
+    exit_code = ExitCode.COMPILE_ERROR
+
+
 class ToolMissing(OptimlError):
     exit_code = ExitCode.NO_NVCC
 

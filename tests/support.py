@@ -1,7 +1,11 @@
-"""What several test modules share: the fixtures folder and its manifest."""
+"""What several test modules share: the fixtures folder and its manifest, and the `optiml` command
+run as a user runs it."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -22,3 +26,28 @@ WILD: list[dict] = [
     {**e, "file": f"wild/{e['file']}", "verdict": "ok"}
     for e in tomllib.loads((FIXTURES / "wild" / "manifest.toml").read_text())["fixture"]
 ]
+
+
+# `optiml` as a user runs it: this checkout's package, in a process of its own.
+OPTIML = [sys.executable, "-m", "optiml.cli"]
+
+
+def run_optiml(
+    *args: str, env: dict[str, str] | None = None, cwd: str | Path | None = None, timeout=120
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*OPTIML, *args],
+        capture_output=True,
+        text=True,
+        env=env or os.environ.copy(),
+        cwd=cwd,
+        timeout=timeout,
+    )
+
+
+def the_one_line(stderr: str) -> str:
+    """The one line a failure prints on stderr: exactly one that is not blank, and no traceback."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr, stderr
+    return lines[0]

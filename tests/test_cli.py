@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,22 +23,14 @@ from optiml.cli import main
 from optiml.expr import ExprError
 from optiml.harness.build import Build
 from optiml.harness.nvcc import Resources
-from tests.support import FIXTURES
-
-OPTIML = [sys.executable, "-m", "optiml.cli"]
-
-
-def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*OPTIML, *args], capture_output=True, text=True, env=env or os.environ.copy(), timeout=120
-    )
+from tests.support import FIXTURES, the_one_line
+from tests.support import run_optiml as run
 
 
 def one_error_line(p: subprocess.CompletedProcess) -> str:
-    lines = [line for line in p.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, p.stderr
-    assert lines[0].startswith("optiml: error: ")
-    return lines[0]
+    line = the_one_line(p.stderr)
+    assert line.startswith("optiml: error: ")
+    return line
 
 
 @pytest.mark.parametrize("command", [[], ["check"], ["eval"], ["spec"]])

@@ -5,16 +5,15 @@ Python's `-m optiml.cli worker`. The `optiml` command runs in a subprocess, as a
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
 from optiml import __version__
 from optiml.harness.gpu import local_gpus
 from tests.sshd import SSHD, Sshd, free_port, keygen
-from tests.support import FIXTURES
+from tests.support import FIXTURES, the_one_line
+from tests.support import run_optiml as optiml
 
 pytestmark = pytest.mark.skipif(
     SSHD is None, reason="OpenSSH's sshd is not installed (Debian: apt-get install openssh-server)"
@@ -30,22 +29,11 @@ def sshd(tmp_path_factory):
     server.stop()
 
 
-def optiml(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "optiml.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env or os.environ.copy(),
-        timeout=120,
-    )
-
-
 def one_error_line(p: subprocess.CompletedProcess) -> str:
-    lines = [line for line in p.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, p.stderr
-    assert lines[0].startswith("optiml: error: "), lines
-    assert "Traceback" not in p.stdout + p.stderr
-    return lines[0].removeprefix("optiml: error: ")
+    line = the_one_line(p.stderr)
+    assert line.startswith("optiml: error: "), line
+    assert "Traceback" not in p.stdout
+    return line.removeprefix("optiml: error: ")
 
 
 @pytest.mark.parametrize("json_flag", [["--json"], []], ids=["json", "table"])

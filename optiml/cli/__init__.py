@@ -47,17 +47,6 @@ EXIT_CODES = """Exit codes:
   llm: 20 no API key, 21 authentication failed, 22 provider unreachable, 23 other LLM error;
   generate: 24 bad formula (`where:line:column: what is wrong; what would be right`)"""
 
-VERDICT_EXIT = {
-    "ok": ExitCode.OK,
-    "compile_error": ExitCode.COMPILE_ERROR,
-    "runtime_error": ExitCode.RUNTIME_ERROR,
-    "timeout": ExitCode.TIMEOUT,
-    "wrong_result": ExitCode.WRONG_RESULT,
-    "forbidden_code": ExitCode.FORBIDDEN_CODE,
-    "modified_input": ExitCode.MODIFIED_INPUT,
-    "below_floor": ExitCode.BELOW_FLOOR,
-}
-
 
 def _fail(e: OptimlError, as_json: bool) -> None:
     if as_json:
@@ -447,8 +436,9 @@ def eval_(
     as_json: bool,
 ) -> None:
     """Run KERNEL (or CANDIDATE's version of it) on a GPU at every size and seed of its spec,
-    check every output element against the reference, and time both with CUDA events."""
-    from optiml.api import Request, Verdict, open_executor, read_text
+    check every output element against the reference, and time both with CUDA events. The
+    verdict's status is the exit code; with --json a failed verdict is also one line on stderr."""
+    from optiml.api import STATUS_EXIT, Request, Verdict, open_executor, read_text
 
     executor = open_executor(executor_url)
     if executor.in_process:
@@ -472,9 +462,11 @@ def eval_(
     verdict = Verdict.model_validate(_run_job(executor, request))
     if as_json:
         click.echo(verdict.model_dump_json(indent=2))
+        if not verdict.ok:  # as `check --json`: the details in the JSON, one line on stderr
+            _error_line(f"{verdict.status} {verdict.kernel}: {verdict.message}")
     else:
         _print_verdict(verdict)
-    sys.exit(int(VERDICT_EXIT[verdict.status]))
+    sys.exit(int(STATUS_EXIT[verdict.status]))
 
 
 def _print_verdict(v) -> None:
@@ -919,8 +911,14 @@ def _optimize_with_progress(request, executor=None):
 
     try:
         return optimize_file(request, on_event=on_event, executor=executor)
+    except BaseException:
+        # A search that fails says so in its one error line: the bar goes, with no empty line.
+        bar.live.transient = True
+        bar.live.stop()
+        raise
     finally:
-        bar.stop()
+        if bar.live.is_started:
+            bar.stop()
 
 
 # ---- generate -------------------------------------------------------------------------------
@@ -1007,7 +1005,7 @@ def generate(
     draft and revise kernels, every draft kernel is checked against every draft reference, and
     the final kernel must pass against the reference most agree with (docs/generate.md, the
     Mixture-of-Thoughts path); --out names the folder of its files and trajectory."""
-    from optiml.api import run_generate
+    from optiml.api import run_generate, split_urls
 
     if from_torch is not None and formula is not None:
         raise click.UsageError("give FORMULA or --from-torch TASK.py, not both")
@@ -1016,6 +1014,7 @@ def generate(
     if from_torch is not None and line is not None:
         raise click.UsageError("--line reads a formula from a comment; not with --from-torch")
     arch = resolve_arch(arch)
+    remote = split_urls(executor_url) != ["local"]  # a bad URL: a usage error before any file
     if line is not None and mot:
         raise click.UsageError("--mot takes FORMULA or --from-torch TASK.py, not --line")
     options = collect(mot, experts, repairs, replay)
@@ -1044,11 +1043,10 @@ def generate(
     elif result.printed is not None:
         skip = "optimization skipped: nothing was written (--out -)"
     else:
-        from optiml.api import local_gpus, split_urls
+        from optiml.api import local_gpus
 
         skip = None
-        remote = split_urls(executor_url) != ["local"]  # the search runs where its GPUs are
-        if not remote and not local_gpus():
+        if not remote and not local_gpus():  # the search runs where its GPUs are
             skip = (
                 "optimization skipped: no NVIDIA GPU here; on a machine with one, run "
                 f"`optiml optimize {result.checked_path} --kernel {result.name}`"

@@ -18,7 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from optiml.cuda.source import Kernel, SourceFile
-from optiml.errors import ExitCode, OptimlError, SpecValueError
+from optiml.errors import CompileFailed, ExitCode, OptimlError, SpecValueError
 from optiml.expr import ExprError
 from optiml.harness import procs
 from optiml.harness.build import DEFAULT_FLAGS, build_kernel
@@ -80,7 +80,7 @@ def sanitize(
     build = build_kernel(source, kernel, instantiation=spec.instantiation, arch=arch, flags=flags)
     if not build.ok:
         first = next((m for m in build.messages if m.severity == "error"), None)
-        raise OptimlError(f"the kernel does not compile: {first or 'nvcc failed'}")
+        raise CompileFailed(f"the kernel does not compile: {first or 'nvcc failed'}")
     if sizes is None:
         sizes = [min(spec.sizes, key=lambda s: sum(_case(spec, s).lengths.values()))]
     elif isinstance(sizes, dict):

@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from optiml.errors import ExitCode
 from optiml.harness.nvcc import CompilerMessage
 
 Status = Literal[
@@ -20,6 +21,19 @@ Status = Literal[
     "modified_input",
     "below_floor",
 ]
+
+# The exit code of `optiml eval` for each status (and of `optiml optimize` for an input that does
+# not pass its own checks).
+STATUS_EXIT: dict[str, ExitCode] = {
+    "ok": ExitCode.OK,
+    "compile_error": ExitCode.COMPILE_ERROR,
+    "forbidden_code": ExitCode.FORBIDDEN_CODE,
+    "runtime_error": ExitCode.RUNTIME_ERROR,
+    "timeout": ExitCode.TIMEOUT,
+    "wrong_result": ExitCode.WRONG_RESULT,
+    "modified_input": ExitCode.MODIFIED_INPUT,
+    "below_floor": ExitCode.BELOW_FLOOR,
+}
 
 
 class Mismatch(BaseModel):

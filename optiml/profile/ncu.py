@@ -228,7 +228,12 @@ class NcuTool:
 
 
 def find_ncu() -> NcuTool:
-    candidates = [os.environ.get("OPTIML_NCU"), shutil.which("ncu")]
+    """Nsight Compute: $OPTIML_NCU where set (and nothing else then, as $OPTIML_NVCC for nvcc), else
+    on PATH, in /opt/nvidia/nsight-compute or in the CUDA toolkit; `NcuMissing` if there is none."""
+    chosen = os.environ.get("OPTIML_NCU")
+    if chosen and not Path(chosen).is_file():
+        raise NcuMissing(f"ncu (Nsight Compute) not found: OPTIML_NCU={chosen} is not a file")
+    candidates = [chosen, shutil.which("ncu")]
     root = Path("/opt/nvidia/nsight-compute")
     if root.is_dir():
         candidates += [str(p / "ncu") for p in sorted(root.iterdir(), reverse=True)]

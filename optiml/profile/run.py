@@ -8,11 +8,12 @@ import time
 from pathlib import Path
 
 from optiml.cuda.source import Kernel, SourceFile
+from optiml.errors import CompileFailed
 from optiml.harness.build import DEFAULT_FLAGS, build_kernel
 from optiml.harness.evaluate import launch_once
 from optiml.harness.gpu import default_arch, local_gpus, require_gpu
 from optiml.profile.model import Profile, build_profile
-from optiml.profile.ncu import NcuError, find_ncu, read_report, run_ncu
+from optiml.profile.ncu import find_ncu, read_report, run_ncu
 from optiml.spec import Spec
 
 
@@ -38,7 +39,7 @@ def profile_kernel(
     build = build_kernel(source, kernel, instantiation=spec.instantiation, arch=arch, flags=flags)
     if not build.ok:
         first = next((m for m in build.messages if m.severity == "error"), None)
-        raise NcuError(f"the kernel does not compile: {first or 'nvcc failed'}")
+        raise CompileFailed(f"the kernel does not compile: {first or 'nvcc failed'}")
     case = spec.case(sizes or spec.sizes[0])
     with tempfile.TemporaryDirectory(prefix="optiml-profile-") as tmp:
         work = Path(tmp)

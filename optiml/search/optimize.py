@@ -187,7 +187,9 @@ async def measure_baseline(executor: Executor, job: Job, options: ProblemOptions
     report); `BaselineFailed` when it does not pass its own checks."""
     baseline = await measure(executor, job, options, full_profile=True)
     if baseline.status != "ok":
-        raise BaselineFailed(f"the input itself does not pass its checks: {baseline.message}")
+        raise BaselineFailed(
+            f"the input itself does not pass its checks: {baseline.message}", baseline.status
+        )
     if baseline.speedup is None:
         # The input against itself builds one object, so the runner timed it once: 1.0 by definition.
         baseline.speedup = 1.0
@@ -440,7 +442,11 @@ def _descends(n: Node, ancestor: Node) -> bool:
 
 
 class BaselineFailed(Exception):
-    pass
+    """The input's own evaluation failed; `status` is its verdict's (compile_error, wrong_result...)."""
+
+    def __init__(self, message: str, status: str = "wrong_result"):
+        super().__init__(message)
+        self.status = status
 
 
 def _node(n: Node[Variant, Any], kernel: str) -> TrajectoryNode:
