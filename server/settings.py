@@ -61,7 +61,7 @@ class Settings(BaseModel):
         },
     )
     # The LLM of the `llm` policy; validated here so that a typo shows at once. Unset, the LLM
-    # layer's own sources apply (docs/llm.md): the environment, then optiml.toml.
+    # layer's own sources apply (docs/llm.md): the environment, then optiml.toml or pyproject.toml.
     provider: Provider | None = Field(
         default=None,
         description=(
@@ -70,7 +70,10 @@ class Settings(BaseModel):
             "API keys are never settings."
         ),
         json_schema_extra={
-            "unset": "`OPTIML_LLM_PROVIDER`, else `optiml.toml`, else `offline`",
+            "unset": (
+                "`OPTIML_LLM_PROVIDER`, else the project's `optiml.toml` or `pyproject.toml`, "
+                "else `offline`"
+            ),
             "vscode": {
                 "enumItemLabels": [
                     "not set",
@@ -80,8 +83,8 @@ class Settings(BaseModel):
                     "offline",
                 ],
                 "markdownEnumDescriptions": [
-                    "`OPTIML_LLM_PROVIDER` in the editor's environment, else `optiml.toml`, else "
-                    "`offline`.",
+                    "`OPTIML_LLM_PROVIDER` in the editor's environment, else the project's "
+                    "`optiml.toml` or `pyproject.toml`, else `offline`.",
                     "OpenAI. Key: **OptiML: Set API Key**, or `OPENAI_API_KEY` in the editor's "
                     "environment.",
                     "Anthropic. Key: **OptiML: Set API Key**, or `ANTHROPIC_API_KEY` in the "
@@ -97,7 +100,12 @@ class Settings(BaseModel):
         default=None,
         min_length=1,
         description="The model name for `#provider#`, e.g. `gpt-4.1` or `claude-sonnet-4-5`.",
-        json_schema_extra={"unset": "`OPTIML_LLM_MODEL`, else `optiml.toml` (there is no default)"},
+        json_schema_extra={
+            "unset": (
+                "`OPTIML_LLM_MODEL`, else the project's `optiml.toml` or `pyproject.toml` "
+                "(no default)"
+            )
+        },
     )
     base_url: str | None = Field(
         default=None,
@@ -107,7 +115,10 @@ class Settings(BaseModel):
             "`openai-compatible` (e.g. `http://127.0.0.1:8000/v1`), optional for the others."
         ),
         json_schema_extra={
-            "unset": "`OPTIML_LLM_BASE_URL`, else `optiml.toml`, else the provider's own",
+            "unset": (
+                "`OPTIML_LLM_BASE_URL`, else the project's `optiml.toml` or `pyproject.toml`, "
+                "else the provider's own"
+            ),
             "vscode": {
                 "pattern": r"^(https?://\S+)?$",
                 "patternErrorMessage": "An http:// or https:// URL, e.g. http://127.0.0.1:8000/v1",
@@ -118,7 +129,12 @@ class Settings(BaseModel):
         default=None,
         gt=0,
         description="The most one job may spend on the provider, in US dollars (more than 0).",
-        json_schema_extra={"unset": "`OPTIML_LLM_BUDGET_USD`, else `optiml.toml`, else no limit"},
+        json_schema_extra={
+            "unset": (
+                "`OPTIML_LLM_BUDGET_USD`, else the project's `optiml.toml` or `pyproject.toml`, "
+                "else no limit"
+            )
+        },
     )
     evaluations: int = Field(
         default=48,

@@ -220,7 +220,12 @@ def build_options(command):
                 metavar="NAME[=VALUE]",
                 help="A macro definition (repeatable).",
             ),
-            click.option("--std", default=None, metavar="c++NN", help="The C++ standard (c++17)."),
+            click.option(
+                "--std",
+                default=None,
+                metavar="c++NN",
+                help="The C++ standard (default: FILE's compile_commands.json entry's, else c++17).",
+            ),
             click.option(
                 "--nvcc-flag",
                 "nvcc_flags",
@@ -738,7 +743,8 @@ def lift(file: Path, kernel: str, as_json: bool) -> None:
     "--provider",
     type=click.Choice(["openai", "anthropic", "openai-compatible", "offline"]),
     default=None,
-    help="LLM provider for --policy llm (default: from optiml.toml, the environment, ...; see docs/llm.md).",
+    help="LLM provider for --policy llm (default: OPTIML_LLM_PROVIDER, else optiml.toml or "
+    "pyproject.toml, else offline; see docs/llm.md).",
 )
 @click.option("--model", default=None, help="LLM model for --policy llm.")
 @click.option(
