@@ -166,10 +166,21 @@ search_executor_option = click.option(
     default="local",
     show_default=True,
     metavar="URL[,URL...]",
-    help="Where candidates run: `local` (this machine's GPUs, --gpus), `ssh://[user@]host[:port]` "
+    help="Where candidates run: `local` (this machine's GPUs), `ssh://[user@]host[:port]` "
     "(`optiml worker` there: its GPUs), `ray` or `ray://host:port` (an actor per GPU of the "
     "cluster); several, comma-separated, pool their GPUs (the final comparisons stay on the first "
     "one's first GPU). Only the file's text, the candidates and the results cross.",
+)
+
+profile_executor_option = click.option(
+    "--executor",
+    "executor_url",
+    default="local",
+    show_default=True,
+    metavar="URL[,URL...]",
+    help="Where the profile runs: `local` (here), `ssh://[user@]host[:port]` (`optiml worker` "
+    "there), `ray` or `ray://host:port` (an actor on a GPU of the cluster); of several, "
+    "comma-separated, the one with the most free GPUs. Only the file's text and the profile cross.",
 )
 
 
@@ -572,7 +583,7 @@ def _print_verdict(v) -> None:
 )
 @arch_option
 @build_options
-@search_executor_option
+@profile_executor_option
 @json_option
 @handles_errors
 def profile(
