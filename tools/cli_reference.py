@@ -55,7 +55,12 @@ def reference(name: str, command: click.Command, ctx: click.Context) -> str:
     """The usage line and a table of the options, with the help text `--help` shows."""
     usage = " ".join(["optiml", name, *command.collect_usage_pieces(ctx)])
     rows = ["| option | what it does |", "| --- | --- |"]
-    for param in command.get_params(ctx):
+    # click caches a command's help option the first time it is asked for, with the names of
+    # that context (a test that invokes `llm_group` alone leaves it without `-h`): make it anew
+    params = list(command.params)
+    if command.add_help_option and ctx.help_option_names:
+        params.append(click.help_option(*ctx.help_option_names)(click.Command("_")).params[-1])
+    for param in params:
         record = param.get_help_record(ctx)
         if record is None:  # an argument: the usage line names it
             continue
