@@ -679,7 +679,9 @@ async def _begin(ls: JobHost, job: Job) -> str | None:
         return None
     begin = types.WorkDoneProgressBegin(
         title=job.title,
-        cancellable=True,
+        # a compile is ended by a newer save (or the document's closing), never asked to: VS Code
+        # shows a cancellable progress as a notification, and one per save would be noise
+        cancellable=job.kind != "check",
         message=f"{job.snapshot.name}, version {job.snapshot.version}",
         percentage=0,
     )

@@ -155,10 +155,21 @@ search_executor_option = click.option(
     default="local",
     show_default=True,
     metavar="URL[,URL...]",
-    help="Where candidates run: `local` (this machine's GPUs, --gpus), `ssh://[user@]host[:port]` "
+    help="Where candidates run: `local` (this machine's GPUs), `ssh://[user@]host[:port]` "
     "(`optiml worker` there: its GPUs), `ray` or `ray://host:port` (an actor per GPU of the "
     "cluster); several, comma-separated, pool their GPUs (the final comparisons stay on the first "
     "one's first GPU). Only the file's text, the candidates and the results cross.",
+)
+
+profile_executor_option = click.option(
+    "--executor",
+    "executor_url",
+    default="local",
+    show_default=True,
+    metavar="URL[,URL...]",
+    help="Where the profile runs: `local` (here), `ssh://[user@]host[:port]` (`optiml worker` "
+    "there), `ray` or `ray://host:port` (an actor on a GPU of the cluster); of several, "
+    "comma-separated, the one with the most free GPUs. Only the file's text and the profile cross.",
 )
 
 
@@ -209,7 +220,12 @@ def build_options(command):
                 metavar="NAME[=VALUE]",
                 help="A macro definition (repeatable).",
             ),
-            click.option("--std", default=None, metavar="c++NN", help="The C++ standard (c++17)."),
+            click.option(
+                "--std",
+                default=None,
+                metavar="c++NN",
+                help="The C++ standard (default: FILE's compile_commands.json entry's, else c++17).",
+            ),
             click.option(
                 "--nvcc-flag",
                 "nvcc_flags",
@@ -559,7 +575,7 @@ def _print_verdict(v) -> None:
 )
 @arch_option
 @build_options
-@search_executor_option
+@profile_executor_option
 @json_option
 @handles_errors
 def profile(
@@ -730,7 +746,8 @@ def lift(file: Path, kernel: str, as_json: bool) -> None:
     "--provider",
     type=click.Choice(["openai", "anthropic", "openai-compatible", "offline"]),
     default=None,
-    help="LLM provider for --policy llm (default: from optiml.toml, the environment, ...; see docs/llm.md).",
+    help="LLM provider for --policy llm (default: OPTIML_LLM_PROVIDER, else optiml.toml or "
+    "pyproject.toml, else offline; see docs/llm.md).",
 )
 @click.option("--model", default=None, help="LLM model for --policy llm.")
 @click.option(

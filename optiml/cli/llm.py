@@ -18,7 +18,10 @@ def llm_group() -> None:
 
 @llm_group.command("check")
 @click.option(
-    "--provider", type=click.Choice(["openai", "anthropic", "openai-compatible", "offline"])
+    "--provider",
+    type=click.Choice(["openai", "anthropic", "openai-compatible", "offline"]),
+    help="LLM provider (default: OPTIML_LLM_PROVIDER, else optiml.toml or pyproject.toml, else "
+    "offline; see docs/llm.md).",
 )
 @click.option("--model", help="Model name, e.g. the one your server serves.")
 @click.option("--base-url", help="Endpoint, e.g. http://127.0.0.1:8000/v1 for vLLM.")

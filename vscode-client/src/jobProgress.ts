@@ -1,8 +1,8 @@
 /** The server's jobs as cancellable notifications. The language client shows all work-done
  * progress in the status bar, where VS Code offers no cancel button; a progress that the server
  * begins as `cancellable` (an optimize, profile or generate job) is shown here instead, as a
- * notification whose Cancel sends `window/workDoneProgress/cancel` for its token. Compiles (not
- * cancellable) stay in the status bar. No `vscode` import: `extension.ts` supplies the view. */
+ * notification whose Cancel sends `window/workDoneProgress/cancel` for its token. Compiles (which
+ * the server begins as not cancellable: a newer save ends one) stay in the status bar. No `vscode` import: `extension.ts` supplies the view. */
 
 export type ProgressToken = number | string;
 
