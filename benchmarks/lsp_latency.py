@@ -79,6 +79,7 @@ class Client(LanguageClient):
         self.compiling = 0
         self.compiles_done = 0
         self.job_reports: list[dict] = []  # the optimize job's progress values
+        self.titles: dict[str, str] = {}  # progress token -> its begin's title
         self.diagnostics_at: dict[int, float] = {}  # document version -> when published
         self.feature(types.WINDOW_WORK_DONE_PROGRESS_CREATE)(lambda params: None)
         self.feature(types.WORKSPACE_INLAY_HINT_REFRESH)(lambda params: None)
@@ -91,8 +92,10 @@ class Client(LanguageClient):
         def progress(params) -> None:
             value = params.value if isinstance(params.value, dict) else params.value._asdict()
             kind = value["kind"]
-            if str(params.token).startswith("optiml/job/"):  # a job, not a compile
-                self.job_reports.append(value)
+            if kind == "begin":  # every job's token is `optiml/job/...`: the title tells them apart
+                self.titles[str(params.token)] = value.get("title") or ""
+            if not self.titles.get(str(params.token), "").startswith("OptiML: compiling"):
+                self.job_reports.append(value)  # an optimize job, not a compile
                 return
             if kind == "begin":
                 self.compiling += 1

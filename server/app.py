@@ -25,7 +25,14 @@ from optiml.api import __version__, formula_in_comment, llm_configured, prose_in
 from server import probe, transport
 from server.capabilities import ClientCapabilities, resolve
 from server.checks import Checks
-from server.code_actions import ADD_SPEC_COMMAND, KINDS, add_spec_edit, code_actions, spec_arg
+from server.code_actions import (
+    ADD_SPEC_COMMAND,
+    KINDS,
+    add_spec_edit,
+    code_actions,
+    needs_draft,
+    spec_arg,
+)
 from server.diagnostics import diagnostics
 from server.documents import Documents, Model, Snapshot, is_cuda
 from server.hover import hover
@@ -272,7 +279,26 @@ async def code_action(
     if model is None:
         return None
     llm = ls.llm_ready(model.snapshot.path)
-    return code_actions(model, params.range, params.context.only, ls.caps, llm)
+    args = (model, params.range, params.context.only, ls.caps, llm)
+    if needs_draft(model, params.range, params.context.only, ls.caps):
+        return await asyncio.to_thread(code_actions, *args)  # a draft compiles: off the loop
+    return code_actions(*args)
+
+
+async def resolve_code_action(ls: OptimlServer, action: types.CodeAction) -> types.CodeAction:
+    """ "Add OptiML spec", picked: its edit, drafted now (off the event loop: a draft compiles)
+    against the version the action was offered for; without one if the kernel changed since."""
+    try:
+        uri, version, kernel = spec_arg(tuple(action.data or ()))
+    except JsonRpcInvalidParams:
+        return action
+    model = await ls.documents.model(uri)
+    found = [k for k in model.kernels if k.name == kernel] if model is not None else []
+    if model is None or model.snapshot.version != version or not found:
+        ls.tell(f"OptiML: `{kernel}` changed since the action was offered; ask for it again")
+        return action
+    action.edit = await asyncio.to_thread(add_spec_edit, model, found[0], ls.caps)
+    return action
 
 
 async def add_spec(ls: OptimlServer, *args: Any) -> None:
@@ -286,7 +312,7 @@ async def add_spec(ls: OptimlServer, *args: Any) -> None:
     if model.snapshot.version != version or not found:
         ls.tell(f"OptiML: `{kernel}` changed since the action was offered; ask for it again")
         return
-    edit = add_spec_edit(model, found[0], ls.caps)
+    edit = await asyncio.to_thread(add_spec_edit, model, found[0], ls.caps)  # it compiles
     if edit is not None:
         label = f"Add OptiML spec for {kernel}"
         params = types.ApplyWorkspaceEditParams(edit=edit, label=label)
@@ -539,9 +565,11 @@ def make_server(executor_factory: ExecutorFactory | None = None) -> OptimlServer
     ls.feature(types.TEXT_DOCUMENT_DID_CHANGE)(did_change)
     ls.feature(types.TEXT_DOCUMENT_DID_SAVE)(did_save)
     ls.feature(types.TEXT_DOCUMENT_DID_CLOSE)(did_close)
-    ls.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(code_action_kinds=KINDS))(
-        code_action
-    )
+    ls.feature(types.CODE_ACTION_RESOLVE)(resolve_code_action)
+    ls.feature(
+        types.TEXT_DOCUMENT_CODE_ACTION,
+        types.CodeActionOptions(code_action_kinds=KINDS, resolve_provider=True),
+    )(code_action)
     ls.command(ADD_SPEC_COMMAND)(add_spec)
     ls.command(OPTIMIZE_COMMAND)(optimize)
     ls.command(PROFILE_COMMAND)(profile)

@@ -21,6 +21,7 @@ class ClientCapabilities:
     configuration: bool  # `workspace/configuration` can be asked
     code_lens_refresh: bool  # the server may ask for code lenses again when a proposal comes
     show_document: bool  # `window/showDocument`
+    code_action_resolve: bool = False  # a code action's edit may come later (codeAction/resolve)
     creates_files: bool = False  # a versioned workspace edit may create a file
     # `experimental.optiml`, declared by the VS Code extension: it opens what
     # `optiml.compareProposal` and `optiml.openReport` answer itself
@@ -40,6 +41,10 @@ def resolve(caps: types.ClientCapabilities) -> ClientCapabilities:
             caps, "text_document.code_action.code_action_literal_support", None
         )
         is not None,
+        code_action_resolve="edit"
+        in (
+            get_capability(caps, "text_document.code_action.resolve_support.properties", None) or []
+        ),
         document_changes=bool(
             get_capability(caps, "workspace.workspace_edit.document_changes", False)
         ),

@@ -1,5 +1,7 @@
 """Code actions on the kernel under the cursor: "Add OptiML spec" for a kernel without one, an edit
-that inserts the drafted spec above the kernel, versioned against the parsed document; "Optimize
+that inserts the drafted spec above the kernel, versioned against the parsed document (drafted —
+a draft is checked with nvcc — only once the user picks it, through codeAction/resolve, where the
+client can); "Optimize
 kernel" and "Profile kernel" for a kernel whose spec is valid, and "Generate kernel from comment"
 in a comment with a formula (or prose, with an LLM configured): commands that start a job."""
 
@@ -48,9 +50,11 @@ def code_actions(
             continue
         if k.spec_range is None and _wanted(KIND, only):
             title = f"Add OptiML spec for `{k.name}`"
+            args = [model.snapshot.uri, model.snapshot.version, k.name]
             if not caps.code_action_literals:
-                args = [model.snapshot.uri, model.snapshot.version, k.name]
                 out.append(types.Command(title=title, command=ADD_SPEC_COMMAND, arguments=args))
+            elif caps.code_action_resolve:  # the draft (it compiles) once the user picks it
+                out.append(types.CodeAction(title=title, kind=KIND, data=args))
             elif (edit := add_spec_edit(model, k, caps)) is not None:
                 out.append(types.CodeAction(title=title, kind=KIND, edit=edit))
         if k.name in model.specs and _wanted(JOB_KIND, only):
@@ -87,6 +91,16 @@ def code_actions(
             else cmd
         )
     return out
+
+
+def needs_draft(model: Model, selection: types.Range, only: list[str] | None, caps) -> bool:
+    """Whether `code_actions` would draft a spec now (a client without codeAction/resolve, a
+    kernel without a spec under the selection): the draft compiles, so the server runs it off
+    its event loop."""
+    if caps.code_action_resolve or not caps.code_action_literals or not _wanted(KIND, only):
+        return False
+    start, end = model.point(selection.start), model.point(selection.end)
+    return any(k.spec_range is None and _overlaps(k, start, end) for k in model.kernels)
 
 
 def spec_arg(args: tuple[Any, ...]) -> tuple[str, int, str]:

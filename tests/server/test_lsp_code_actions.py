@@ -15,6 +15,7 @@ from tests.server.helpers import (
     eventually,
     fixture_text,
     open_document,
+    replace,
     span,
     without_spec,
 )
@@ -55,6 +56,9 @@ async def test_add_spec_inside_a_kernel_without_one(client: LanguageClient, tmp_
     (action,) = await eventually(lambda: actions(client, uri, span(10, 4, 4)), what="an action")
     assert action.title == "Add OptiML spec for `saxpy`"
     assert action.kind == types.CodeActionKind.RefactorRewrite
+    # both clients resolve: the draft (checked with nvcc) is made once the action is picked
+    assert action.edit is None and action.data == [uri, 1, "saxpy"]
+    action = await client.code_action_resolve_async(action)
 
     text = apply(BARE, action.edit, uri, version=1)
     assert "@optiml" in text
@@ -100,3 +104,32 @@ async def test_clients_without_literals_get_a_command_that_applies_the_edit(
     )
     (params,) = old_client.applied
     assert "@optiml" in apply(BARE, params.edit, uri, version=1)
+
+
+def _no_resolve() -> types.ClientCapabilities:
+    caps = client_capabilities("visual-studio-code")
+    caps.text_document.code_action.resolve_support = None
+    return caps
+
+
+@pytest_lsp.fixture(config=CONFIG)
+async def no_resolve(lsp_client: EditorClient):
+    await lsp_client.initialize_session(types.InitializeParams(capabilities=_no_resolve()))
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def test_clients_without_resolve_get_the_edit_with_the_action(no_resolve, tmp_path):
+    uri = open_document(no_resolve, tmp_path / "saxpy.cu", BARE)
+    (action,) = await eventually(lambda: actions(no_resolve, uri, span(10, 4, 4)), what="one")
+    assert "@optiml" in apply(BARE, action.edit, uri, version=1)
+
+
+async def test_a_resolve_after_an_edit_of_the_kernel_says_to_ask_again(client, tmp_path):
+    uri = open_document(client, tmp_path / "saxpy.cu", BARE)
+    (action,) = await eventually(lambda: actions(client, uri, span(10, 4, 4)), what="an action")
+    replace(client, uri, 2, span(9, 0, 0), "// edited\n")
+    await eventually(lambda: actions(client, uri, span(11, 4, 4)), what="the new version")
+    resolved = await client.code_action_resolve_async(action)
+    assert resolved.edit is None
+    assert "changed since the action was offered" in client.messages[-1].message
