@@ -14,7 +14,8 @@
   kernel checked and then optimized through the executor as an optimize job is, in a process of
   its own; the delivered kernel, inserted below the comment, is a proposal.
 
-Progress goes to the client as cancellable work-done progress. At most one optimize or profile
+Progress goes to the client as work-done progress, cancellable but for a compile's (a newer save
+ends that one; VS Code would show a cancellable one as a notification). At most one optimize or profile
 job per (document, kernel) and one generate job per comment, several at once in all.
 
 A job stops through `should_stop` (an event the search checks between evaluations, shared with
@@ -448,7 +449,9 @@ def generate_work(
     )
 
 
-def _job_process(args: tuple, make_executor: ExecutorFactory, out: Any, stop: Any) -> None:
+def _job_process(
+    kind: Kind, args: tuple, make_executor: ExecutorFactory, out: Any, stop: Any
+) -> None:
     """The job's process (an optimize or generate job): its events, then ("done", Optimized or
     Generated) or ("error", exception). A cancel (or SIGTERM) kills the runner, sanitizer and
     profiler process groups in flight at once."""
@@ -459,7 +462,7 @@ def _job_process(args: tuple, make_executor: ExecutorFactory, out: Any, stop: An
         kill_all()
 
     threading.Thread(target=watch, daemon=True).start()
-    work = generate_work if isinstance(args[2], int) else optimize_work
+    work = generate_work if kind == "generate" else optimize_work
     try:
         result = work(*args, make_executor, lambda e: out.put(("event", e)), stop.is_set)
         out.put(("done", result))
@@ -477,7 +480,7 @@ def run_in_process(job: Job, make_executor: ExecutorFactory, forward) -> Any:
     what = job.line if job.kind == "generate" else job.kernel
     args = (job.id, job.snapshot, what, job.settings, job.folder)
     proc = PROCESSES.Process(
-        target=_job_process, args=(args, make_executor, out, job.stop), daemon=True
+        target=_job_process, args=(job.kind, args, make_executor, out, job.stop), daemon=True
     )
     proc.start()
     try:

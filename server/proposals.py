@@ -1,4 +1,5 @@
-"""Proposals: what an optimize job found (the confirmed, judged variant of the whole file), held
+"""Proposals: what an optimize job found (the confirmed, judged variant of the whole file), or the
+kernel a generate job made from a comment (to go below it, with its reference as a new file), held
 until the user accepts or rejects it. Shown as code lenses over the kernel; accepted as a
 `workspace/applyEdit` with the fewest whole-line edits, versioned against the document as it is now
 (the server never writes the user's file); compared as a diff with a copy of the variant in the
