@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -37,8 +36,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from kernelbench import (  # noqa: E402
     environment,
     eval_step,
+    failure,
     geomean,
     optimize_step,
+    save,
     shard,
     speedups,
 )
@@ -554,6 +555,7 @@ def run(args: argparse.Namespace) -> dict:
     }
     i, n = args.shard
     target = args.out / ("intents.json" if n == 1 else f"intents-{i}-of-{n}.json")
+    save(table, target, summary)
     for intent in chosen(args):
         started = time.monotonic()
         row = generate_step(intent, args.out / "work" / intent.name)
@@ -564,14 +566,10 @@ def run(args: argparse.Namespace) -> dict:
                 torch_step(row, intent)
                 speedups(row)
         except Exception as e:  # never a crash: the row says what went wrong
-            first = str(e).splitlines()[0][:300] if str(e) else ""
-            row["error"] = f"{type(e).__name__}: {first}"
+            row["error"] = failure(e)
         row["wall_s"] = round(time.monotonic() - started, 1)
         table["rows"].append(row)
-        table["summary"] = summary(table["rows"])
-        target.write_text(json.dumps(table, indent=2))
-    table["summary"] = summary(table["rows"])
-    target.write_text(json.dumps(table, indent=2))
+        save(table, target, summary)
     return table
 
 

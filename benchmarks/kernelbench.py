@@ -281,6 +281,7 @@ def run(args: argparse.Namespace, gpu: bool = True) -> dict:
         else f"kernelbench-{args.shard[0]}-of-{args.shard[1]}.json"
     )
     target = args.out / name
+    save(table, target, summary)
     for path in tasks(args):
         row: dict = {"task": path.name, "number": _number(path)}
         try:
@@ -291,14 +292,23 @@ def run(args: argparse.Namespace, gpu: bool = True) -> dict:
                 torch_step(row, path)
                 speedups(row)
         except Exception as e:  # never a crash: the row says what went wrong
-            first = str(e).splitlines()[0][:300] if str(e) else ""
-            row["error"] = f"{type(e).__name__}: {first}"
+            row["error"] = failure(e)
         table["rows"].append(row)
-        table["summary"] = summary(table["rows"])
-        target.write_text(json.dumps(table, indent=2))
-    table["summary"] = summary(table["rows"])
-    target.write_text(json.dumps(table, indent=2))
+        save(table, target, summary)
     return table
+
+
+def failure(e: Exception) -> str:
+    """A step's exception as a row's `error`: its type and first line."""
+    first = str(e).splitlines()[0][:300] if str(e) else ""
+    return f"{type(e).__name__}: {first}"
+
+
+def save(table: dict, target: Path, summarize) -> None:
+    """The table with its summary of the rows so far, written (after every row: a run cut short
+    keeps what it measured)."""
+    table["summary"] = summarize(table["rows"])
+    target.write_text(json.dumps(table, indent=2))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -108,6 +108,9 @@ def check_source(
     }
     build = build_device_code(source, instantiations, arch=arch)
     found = ResourceIndex(build.all_resources)
+    device = (
+        gpu_limits() if build.ok else None
+    )  # this machine's GPU's limits, where it is the target
     for c in checks:
         c.build = build
         if c.kernel.template_params and c.kernel.name not in instantiations:
@@ -126,7 +129,7 @@ def check_source(
             resources,
             case.block if case else None,
             case.smem if case else None,
-            gpu_limits(),  # this machine's GPU's own limits, where it is the target
+            device,
         )
         c.report.notes += rounding_notes(KernelAST(source, c.kernel), c.spec)
     return CheckResult(source, arch, checks)

@@ -3,17 +3,29 @@ run as a user runs it."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 MANIFEST: list[dict] = tomllib.loads((FIXTURES / "manifest.toml").read_text())["fixture"]
 GOOD = [e for e in MANIFEST if e["verdict"] == "ok"]
 BROKEN = [e for e in MANIFEST if e["verdict"] != "ok"]
+
+
+def load_script(relative: str, name: str) -> ModuleType:
+    """A script of the tree that is not a package (`benchmarks/kernelbench.py`,
+    `tools/cli_reference.py`) as a module named `name`, registered in sys.modules."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / relative)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def fixture_ids(entries: list[dict]) -> list[str]:

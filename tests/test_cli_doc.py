@@ -4,7 +4,6 @@ on the page parses: its command exists and takes the options it gives."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shlex
 import subprocess
@@ -15,12 +14,11 @@ import click
 import pytest
 
 from optiml.cli import main
+from tests.support import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "cli.md"
-_spec = importlib.util.spec_from_file_location("cli_reference", ROOT / "tools" / "cli_reference.py")
-reference = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(reference)
+reference = load_script("tools/cli_reference.py", "cli_reference")
 
 
 def test_the_page_is_up_to_date_with_the_commands():

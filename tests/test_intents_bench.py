@@ -7,30 +7,19 @@ torch.compile, PyTorch against the reference) run on the H200."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
 from optiml.generate import generate
+from tests.support import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "intents_bench", ROOT / "benchmarks" / "intents.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _bench()
+bench = load_script("benchmarks/intents.py", "intents_bench")
 FAMILIES = {
     "map",
     "reduction",

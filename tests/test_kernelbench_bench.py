@@ -4,30 +4,20 @@ error. The GPU steps (optimize, eval, PyTorch eager and torch.compile) run on th
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 KB = ROOT.parent / "shared" / "kernelbench" / "level1"
 needs_kb = pytest.mark.skipif(not KB.is_dir(), reason=f"KernelBench's level 1 is not at {KB}")
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "kernelbench_bench", ROOT / "benchmarks" / "kernelbench.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _bench()
+bench = load_script("benchmarks/kernelbench.py", "kernelbench_bench")
 
 
 def test_defaults_are_small_and_bad_arguments_are_usage_errors(tmp_path):

@@ -40,14 +40,15 @@ def _at(array, *ax):
     return _V(array, ax)
 
 
+def _placed(v, axes):
+    """`v`'s array with its axes in the order of `axes`, a dimension of 1 for each it lacks."""
+    a = np.transpose(v.a, sorted(range(len(v.ax)), key=lambda i: axes.index(v.ax[i])))
+    return np.reshape(a, [v.a.shape[v.ax.index(x)] if x in v.ax else 1 for x in axes])
+
+
 def _align(*vs):
     axes = list(dict.fromkeys(x for v in vs for x in v.ax))
-    arrays = []
-    for v in vs:
-        a = np.transpose(v.a, sorted(range(len(v.ax)), key=lambda i: axes.index(v.ax[i])))
-        shape = [v.a.shape[v.ax.index(x)] if x in v.ax else 1 for x in axes]
-        arrays.append(np.reshape(a, shape))
-    return tuple(axes), arrays
+    return tuple(axes), [_placed(v, axes) for v in vs]
 
 
 def _op(f, *vs):
@@ -112,9 +113,7 @@ def _gather(array, subs, extents):
         if kind == "i":
             where.append(np.arange(extents[v]).reshape([-1 if m == v else 1 for m in names]))
             continue
-        (axes, (a,)) = _align(v)
-        a = np.transpose(a.astype(np.int64), [axes.index(m) for m in names if m in axes])
-        where.append(a.reshape([a.shape[[m for m in names if m in axes].index(m)] if m in axes else 1 for m in names]))
+        where.append(_placed(v, names).astype(np.int64))
     return _V(array[tuple(where)], tuple(names))
 
 
