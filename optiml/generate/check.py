@@ -816,33 +816,34 @@ def _node_pos(node: Node) -> Pos:
     return node.pos
 
 
+def _children(node: Node) -> list[Node]:
+    """The expressions right below `node` (a reduction's body, a call's arguments, ...)."""
+    if isinstance(node, Unary):
+        return [node.operand]
+    if isinstance(node, Binary):
+        return [node.left, node.right]
+    if isinstance(node, Call):
+        return list(node.args)
+    if isinstance(node, Reduce):
+        return [node.body]
+    return []
+
+
 def _accesses(node: Node):
     if isinstance(node, Access):
         yield node
-    elif isinstance(node, Unary):
-        yield from _accesses(node.operand)
-    elif isinstance(node, Binary):
-        yield from _accesses(node.left)
-        yield from _accesses(node.right)
-    elif isinstance(node, Call):
-        for a in node.args:
-            yield from _accesses(a)
-    elif isinstance(node, Reduce):
-        yield from _accesses(node.body)
+        return
+    for child in _children(node):
+        yield from _accesses(child)
 
 
 def top_reductions(node: Node):
     """The reductions of `node` not inside another reduction, in order."""
     if isinstance(node, Reduce):
         yield node
-    elif isinstance(node, Unary):
-        yield from top_reductions(node.operand)
-    elif isinstance(node, Binary):
-        yield from top_reductions(node.left)
-        yield from top_reductions(node.right)
-    elif isinstance(node, Call):
-        for a in node.args:
-            yield from top_reductions(a)
+        return
+    for child in _children(node):
+        yield from top_reductions(child)
 
 
 def _subscript_names(node: Node):
@@ -858,16 +859,9 @@ def _subscript_names(node: Node):
 def _names(node: Node):
     if isinstance(node, Name):
         yield node
-    elif isinstance(node, Unary):
-        yield from _names(node.operand)
-    elif isinstance(node, Binary):
-        yield from _names(node.left)
-        yield from _names(node.right)
-    elif isinstance(node, Call):
-        for a in node.args:
-            yield from _names(a)
-    elif isinstance(node, Reduce):
-        yield from _names(node.body)
+        return
+    for child in _children(node):
+        yield from _names(child)
 
 
 def _nonnegative(node: Node, definition) -> bool:
