@@ -3,23 +3,7 @@
 -- SNIPPET is the page's Lua blocks as written there (test_neovim_doc.py extracts them); this
 -- script only runs it, opens FILE as a user would, and writes what it saw to RESULTS for pytest.
 local snippet, file, out = arg[1], arg[2], arg[3]
-local results = { steps = {} }
-
-local function finish(ok)
-  results.ok = ok
-  local f = assert(io.open(out, "w"))
-  f:write(vim.json.encode(results))
-  f:close()
-  vim.cmd("qall!")
-end
-
-local function step(name, timeout_ms, condition)
-  local ok = vim.wait(timeout_ms, condition, 50)
-  table.insert(results.steps, { name = name, ok = ok })
-  if not ok then
-    finish(false)
-  end
-end
+local results, finish, step = dofile(vim.fs.dirname(arg[0]) .. "/neovim_steps.lua")(out)
 
 local loaded, problem = pcall(dofile, snippet)
 results.snippet_error = (not loaded) and tostring(problem) or vim.NIL

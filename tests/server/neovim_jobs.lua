@@ -16,23 +16,8 @@ local cmd = {}
 for i = 4, #arg do
   table.insert(cmd, arg[i])
 end
-local results = { steps = {}, progress = {}, confirmations = {}, messages = {} }
-
-local function finish(ok)
-  results.ok = ok
-  local f = assert(io.open(out, "w"))
-  f:write(vim.json.encode(results))
-  f:close()
-  vim.cmd("qall!")
-end
-
-local function step(name, ms, condition)
-  local ok = vim.wait(ms, condition, 50)
-  table.insert(results.steps, { name = name, ok = ok })
-  if not ok then
-    finish(false)
-  end
-end
+local results, finish, step = dofile(vim.fs.dirname(arg[0]) .. "/neovim_steps.lua")(out)
+results.progress, results.confirmations, results.messages = {}, {}, {}
 
 local function read(path)
   local f = assert(io.open(path, "r"))

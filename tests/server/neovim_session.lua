@@ -3,23 +3,7 @@
 -- It opens FILE (a kernel without a spec), applies "Add OptiML spec", breaks and fixes the spec,
 -- saves, waits for the compile's inlay hints and writes what it saw to RESULTS for pytest.
 local python, file, out = arg[1], arg[2], arg[3]
-local results = { steps = {} }
-
-local function finish(ok)
-  results.ok = ok
-  local f = assert(io.open(out, "w"))
-  f:write(vim.json.encode(results))
-  f:close()
-  vim.cmd("qall!")
-end
-
-local function step(name, timeout_ms, condition)
-  local ok = vim.wait(timeout_ms, condition, 50)
-  table.insert(results.steps, { name = name, ok = ok })
-  if not ok then
-    finish(false)
-  end
-end
+local results, finish, step = dofile(vim.fs.dirname(arg[0]) .. "/neovim_steps.lua")(out)
 
 local function text()
   return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), "\n")
