@@ -373,6 +373,12 @@ async def generate(ls: OptimlServer, *args: Any) -> dict | None:
     if model.snapshot.version != target.version:
         ls.tell("OptiML: the file changed since the action was offered; ask for it again")
         return None
+    if model.snapshot.path == "<memory>":  # an untitled buffer: nowhere to put the reference
+        ls.tell(
+            "OptiML: save the file first: a generated kernel's NumPy reference goes next to it",
+            types.MessageType.Warning,
+        )
+        return None
     text, path = model.snapshot.text, model.snapshot.path
     if formula_in_comment(text, path, target.line) is None and not (
         prose_in_comment(text, target.line) is not None and ls.llm_ready(path)

@@ -283,6 +283,8 @@ def anchor(p: Proposal, model: Model) -> Block | None:
         return model.block(kernel) if kernel is not None else None
     want = p.block.text.split("\n")
     n = len(want)
+    if model.lines[p.block.first : p.block.first + n] == want:  # where it was: no search
+        return Block(p.block.first, p.block.last, p.block.text)
     places = [i for i in range(len(model.lines) - n + 1) if model.lines[i : i + n] == want]
     if not places:
         return None

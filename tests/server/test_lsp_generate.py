@@ -118,6 +118,20 @@ async def test_generate_refuses_a_stale_version_and_a_line_without_a_formula(
     with pytest.raises(JsonRpcInvalidParams, match=r"takes \[\{uri, version, line\}\]"):
         await execute(editor, "optiml.generate", {"uri": uri, "version": 1})
 
+    untitled = "untitled:Untitled-1"  # no file: no folder for the reference
+    editor.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(
+                uri=untitled, language_id="cuda", version=1, text=FILE
+            )
+        )
+    )
+    await eventually(lambda: actions(editor, untitled, 3), what="the untitled buffer's parse")
+    assert (
+        await execute(editor, "optiml.generate", {"uri": untitled, "version": 1, "line": 3}) is None
+    )
+    assert "save the file first" in editor.messages[-1].message
+
 
 def test_the_reference_file_and_kernel_name_never_clash(tmp_path):
     from optiml.api import generate_from_comment
