@@ -74,15 +74,19 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def generate(
-    source: FormulaSource | str, name: str = "generated", ref_file: str | None = None
+    source: FormulaSource | str,
+    name: str = "generated",
+    ref_file: str | None = None,
+    checked: Checked | None = None,
 ) -> Generated:
     """The kernel, spec and reference of a formula; `FormulaError` at the first problem.
-    `ref_file` is the reference module's file name next to the kernel's (`NAME_ref.py`)."""
+    `ref_file` is the reference module's file name next to the kernel's (`NAME_ref.py`);
+    `checked`: the formula's checked model, where the caller has it already."""
     if isinstance(source, str):
         source = FormulaSource(source)
     if not _IDENT.fullmatch(name) or len(name) > 100:
         raise FormulaError(f"`{name}` is not a kernel name; use a C identifier like `softmax`")
-    checked = check(parse(source), source)
+    checked = checked or check(parse(source), source)
     if name in checked.tensors or name in checked.sizes or name in checked.scalars:
         raise FormulaError(
             f"the kernel's name `{name}` is also a name in the formula; pick another"

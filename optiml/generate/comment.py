@@ -137,7 +137,7 @@ def generate_from_comment(
     names = set(taken or ()) | set(checked.tensors) | set(checked.sizes) | set(checked.scalars)
     name = _free(f"{checked.outputs[0]}_kernel", names, Path(path).parent, path != "<memory>")
     ref_file = f"{name}_ref.py"
-    g = generate(source, name, ref_file)
+    g = generate(source, name, ref_file, checked)
     found = GeneratedKernel(
         name=name,
         formula=source.text,
