@@ -11,8 +11,9 @@ int or 64-bit indices, macros, local pointers: the model is the same.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from optiml.lift.coords import Flat, NotSplit, delinearize
 from optiml.lift.families import Affine, affine, global_indices, induction_steps, reduction_of
 from optiml.lift.model import (
     BOOL,
@@ -94,6 +95,9 @@ class Contraction:
     store: Store
     seed: Expr | None  # what the sum starts from where it is not 0
     block: dict[str, int]
+    # Where the kernel takes a flat thread index apart (`row = i / N; col = i % N`): how its
+    # launch covers the virtual 2-D/3-D one that `atoms` name (optiml.lift.coords).
+    flat: Flat | None = None
 
     @property
     def k_extent(self) -> Affine:
@@ -109,7 +113,19 @@ class Contraction:
 
 
 def contraction(lifted: Lifted) -> Contraction:
-    """The model's contraction, or `NotOne`."""
+    """The model's contraction, or `NotOne`. A kernel that takes a flat thread index apart is read
+    with its digits as coordinates (the contraction's `flat` says so)."""
+    try:
+        return _read(lifted)
+    except NotOne as direct:
+        try:
+            model, flat = delinearize(lifted)
+        except NotSplit:
+            raise direct from None
+        return replace(_read(model), flat=flat)
+
+
+def _read(lifted: Lifted) -> Contraction:
     stores = [s for s in walk_stmts(lifted.body) if isinstance(s, Store)]
     if len(stores) != 1 or stores[0] not in lifted.body:
         raise NotOne("not one store per thread outside loops")

@@ -80,6 +80,46 @@ __global__ void bgemm(const float* A, const float* B, float* C, int Z, int M, in
 
 SIZES = [{"M": 37, "N": 45, "K": 19}, {"M": 68, "N": 136, "K": 24}]
 
+# One GEMM written with a 2-D launch, and with a 1-D launch whose index is taken apart.
+GRID_2D = """
+/* @optiml
+ *   args:   A: in float[M * K], B: in float[K * N], bias: in float[N], C: out float[M * N]
+ *   launch: grid = (cdiv(N, 16), cdiv(M, 16)), block = (16, 16)
+ *   sizes:  M, N, K = (256, 192, 128), (37, 45, 19)
+ *   tol:    rtol = 1e-4, atol = 1e-4
+ */
+__global__ void mm(const float* A, const float* B, const float* bias, float* C, int M, int N,
+                   int K) {
+    int r = blockIdx.y * blockDim.y + threadIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < M && c < N) {
+        float s = 0.0f;
+        for (int k = 0; k < K; ++k) s += A[r * K + k] * B[k * N + c];
+        C[r * N + c] = s + bias[c];
+    }
+}
+"""
+
+FLAT_1D = """
+/* @optiml
+ *   args:   A: in float[M * K], B: in float[K * N], bias: in float[N], C: out float[M * N]
+ *   launch: grid = cdiv(M * N, 256), block = 256
+ *   sizes:  M, N, K = (256, 192, 128), (37, 45, 19)
+ *   tol:    rtol = 1e-4, atol = 1e-4
+ */
+__global__ void mm(const float* A, const float* B, const float* bias, float* C, int M, int N,
+                   int K) {
+    int tid = blockIdx.x * blockDim.x + threadIdx.x;
+    if (tid < M * N) {
+        int row = tid / N;
+        int col = tid % N;
+        float acc = 0;
+        for (int k = 0; k < K; k++)
+            acc += A[row * K + k] * B[k * N + col];
+        C[tid] = acc + bias[col];
+    }
+}
+"""
+
 
 def test_every_spelling_gets_the_same_kernel():
     one, other = (context(t, "bgemm") for t in (batched("NN"), BATCHED_OTHERWISE))
@@ -88,6 +128,27 @@ def test_every_spelling_gets_the_same_kernel():
     for p, q in zip(a, b, strict=True):
         assert body(variant(one, p)) == body(variant(other, q))
         assert variant(one, p).spec.launch == variant(other, q).spec.launch
+
+
+def test_a_flat_index_taken_apart_gets_the_2d_launchs_kernel():
+    two_d, flat = context(GRID_2D, "mm"), context(FLAT_1D, "mm")
+    a, b = propose(two_d), propose(flat)
+    assert a and [p.params for p in a] == [p.params for p in b]
+    for p, q in zip(a, b, strict=True):
+        assert body(variant(two_d, p)) == body(variant(flat, q))
+        assert variant(two_d, p).spec.launch == variant(flat, q).spec.launch
+
+
+@needs_gxx
+def test_a_flat_index_taken_apart_computes_what_the_original_does(tmp_path):
+    ctx = context(FLAT_1D, "mm")
+    candidates = [variant(ctx, p) for p in propose(ctx)[:3]]
+    assert run_against(ctx, candidates, SIZES, tmp_path) == [0] * len(candidates)
+
+
+def test_a_flat_launch_that_does_not_cover_the_output_is_left_alone():
+    short = FLAT_1D.replace("grid = cdiv(M * N, 256)", "grid = cdiv(M * N, 512)")
+    assert propose(context(short, "mm")) == []
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -129,6 +190,7 @@ CORPUS_CASES = [
     ("attention_bmm.cu", "bmm_qk", [{"BH": 2, "T": 37, "D": 13}]),
     ("attention_bmm.cu", "bmm_pv", [{"BH": 3, "T": 70, "D": 20}]),
     ("sgemm_colmajor.cu", "sgemm_nn_colmajor", [{"M": 45, "N": 70, "K": 9}]),
+    ("linear_fwd.cu", "fc_forward", [{"batch": 37, "in_features": 19, "out_features": 70}]),
 ]
 
 

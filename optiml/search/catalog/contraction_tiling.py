@@ -77,6 +77,10 @@ def launch_extents(ctx: Context, c: Contraction) -> tuple[list[tuple[int, int]],
         case = ctx.spec.case(sizes)
         env = {**ctx.spec.template_values, **case.sizes, **case.scalars}
         values = {}
+        if c.flat is not None:
+            values = _flat_extents(c, case, env)
+            out.append((values["m"], values.get("n", 1)))
+            continue
         for axis, atom in c.atoms.items():
             d = "xyz".index(atom[-1])
             spelled = c.block.get(atom[-1])
@@ -101,6 +105,30 @@ def launch_extents(ctx: Context, c: Contraction) -> tuple[list[tuple[int, int]],
     atom = c.atoms["batch"]
     z = f"({grid[2]})" if len(grid) > 2 else "1"
     return out, z if atom == "blockIdx.z" else f"{z} * ({block[2] if len(block) > 2 else 1})"
+
+
+def _flat_extents(c: Contraction, case, env: dict) -> dict[str, int]:
+    """The axes' extents of a contraction read from a flat index (every one bounded by the
+    guard), where the original 1-D launch runs a thread for each of their elements."""
+    flat = c.flat
+    assert flat is not None
+    if flat.block is not None and flat.block != case.block[0]:
+        raise _NoPlan("a block size the kernel spells differs from the launch's")
+    if (case.grid[1], case.block[1], case.grid[2], case.block[2]) != (1, 1, 1, 1):
+        raise _NoPlan("threads along a dimension the output does not use")
+    values, total = {}, 1
+    for axis in c.atoms:
+        extent = c.extents[axis]
+        if extent is None:
+            raise _NoPlan(f"no bound on the {axis} index")
+        value = SizeExpr.parse(render(extent)).evaluate(env)
+        if not isinstance(value, int) or value <= 0:
+            raise _NoPlan(f"the {axis} index's extent is not a positive integer")
+        values[axis] = value
+        total *= value
+    if case.grid[0] * case.block[0] < total:
+        raise _NoPlan("the launch does not cover the output")
+    return values
 
 
 class Emitter(CEmitter):
