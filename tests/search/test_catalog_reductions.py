@@ -5,6 +5,7 @@ instructions it is meant to have, and they propose nothing where they cannot pro
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -14,6 +15,7 @@ from optiml.harness.nvcc import find_toolkit
 from optiml.search.catalog import Context, Rewrite, by_name
 from optiml.search.variant import Variant
 from optiml.spec import parse_spec
+from tests.host_cuda import run_against
 from tests.support import FIXTURES
 
 REDUCE = by_name("block_reduce")
@@ -463,7 +465,46 @@ __global__ void hist_gs(const int* data, int* bins, int n, int nbins)
 }
 """
 
+# The bin through local variables and clamps, proven on the lifted model.
+CLAMPED_FLOAT_BINS = """
+/* @optiml
+ *   args:   x: in float[n], counts: inout int[nb], lo = -2.0, hi = 2.0
+ *   launch: grid = cdiv(n, 128), block = 128
+ *   sizes:  n, nb = (1 << 22, 64), (100003, 9)
+ */
+__global__ void float_bins(const float* x, int* counts, int n, int nb, float lo, float hi)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float t = (x[i] - lo) / (hi - lo);
+        int bin = (int)(t * nb);
+        bin = bin < 0 ? 0 : bin;
+        bin = min(bin, nb - 1);
+        atomicAdd(counts + bin, 1);
+    }
+}
+"""
+
+# A joint histogram: the bin from two inputs' spec ranges.
+PAIR_BINS = """
+/* @optiml
+ *   args:   u: in uint8[n] in [0, A), v: in uint8[n] in [0, B), joint: inout unsigned[A * B]
+ *   launch: grid = cdiv(n, 256), block = 256
+ *   sizes:  n, A, B = (1 << 22, 32, 16), (100003, 5, 7)
+ */
+__global__ void pair_bins(const unsigned char* u, const unsigned char* v, unsigned* joint,
+                          int n, int A, int B)
+{
+    int p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= n) return;
+    int cell = u[p] * B + v[p];
+    atomicAdd(&joint[cell], 1u);
+}
+"""
+
 HISTOGRAMS = {
+    "float_bins": CLAMPED_FLOAT_BINS,
+    "pair_bins": PAIR_BINS,
     "byte_histogram": BYTE_HISTOGRAM,
     "weighted_histogram": WEIGHTED_HISTOGRAM,
     "hist_gs": GRID_STRIDE_HISTOGRAM,
@@ -493,6 +534,23 @@ def test_privatize_histogram_proposes_on_the_fixture_and_compiles(tmp_path):
 def test_privatize_histogram_proposes_on_histograms_written_other_ways(kernel):
     proposals = HISTOGRAM.propose(context(HISTOGRAMS[kernel], kernel))
     assert_well_formed(proposals, kernel)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+@pytest.mark.parametrize(
+    "kernel,sizes",
+    [
+        ("float_bins", [{"n": 1000, "nb": 9}, {"n": 77, "nb": 64}]),
+        ("pair_bins", [{"n": 1000, "A": 5, "B": 7}, {"n": 77, "A": 3, "B": 4}]),
+    ],
+)
+def test_privatized_bins_proven_on_the_model_count_what_the_original_does(kernel, sizes, tmp_path):
+    ctx = context(HISTOGRAMS[kernel], kernel)
+    candidates = [
+        Context.of(p.variant, ctx.source.path, kernel) for p in HISTOGRAM.propose(ctx)[:3]
+    ]
+    assert candidates
+    assert run_against(ctx, candidates, sizes, tmp_path) == [0] * len(candidates)
 
 
 def test_privatize_histogram_sizes_shared_memory_from_the_spec():
@@ -538,6 +596,36 @@ __global__ void loose_check(const int* data, unsigned int* bins, int n, int nbin
         int b = data[i];
         if (b >= 0 && b < 1024) atomicAdd(&bins[b], 1u);
     }
+}
+""",
+    # a float bin clamped only from above
+    "half_clamped": """
+/* @optiml
+ *   args:   x: in float[n], counts: inout int[nb], lo = -2.0, hi = 2.0
+ *   launch: grid = cdiv(n, 128), block = 128
+ *   sizes:  n, nb = (4096, 64), (1001, 9)
+ */
+__global__ void half_clamped(const float* x, int* counts, int n, int nb, float lo, float hi)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        int bin = min((int)((x[i] - lo) / (hi - lo) * nb), nb - 1);
+        atomicAdd(counts + bin, 1);
+    }
+}
+""",
+    # a spec range wider than the bins
+    "range_too_wide": """
+/* @optiml
+ *   args:   u: in uint8[n] in [0, 9), v: in uint8[n] in [0, 4), joint: inout unsigned[32]
+ *   launch: grid = cdiv(n, 256), block = 256
+ *   sizes:  n = 4096, 1001
+ */
+__global__ void range_too_wide(const unsigned char* u, const unsigned char* v, unsigned* joint,
+                               int n)
+{
+    int p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (p < n) atomicAdd(&joint[u[p] * 4 + v[p]], 1u);
 }
 """,
     # too many bins for shared memory

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from optiml.cuda.kernel_ast import words
 from optiml.expr import Expr, ExprError
+from optiml.lift import Lifted, lift
+from optiml.lift.ranges import indices_within
 from optiml.search.catalog._reduce import (
     INDENT,
     PREFIX,
@@ -87,7 +89,9 @@ class PrivatizeHistogram(Transformation):
         bins = _bins(ek, pointer)
         if bins is None or not only_in_addresses(ek, {pointer}):
             return []
-        if not all(_in_range(ek, a, lengths, bins[0]) for a in ek.atomics):
+        if not all(_in_range(ek, a, lengths, bins[0]) for a in ek.atomics) and not _proven(
+            ctx, pointer
+        ):
             return []
         vectors = vector_reads(ek)
         width = 4 if vectors else 1
@@ -128,6 +132,13 @@ class PrivatizeHistogram(Transformation):
                 )
             )
         return out
+
+
+def _proven(ctx: Context, pointer: str) -> bool:
+    """The bins' range proven on the lifted model (a bin computed through local variables,
+    clamps, float binning), where the text's own reading cannot tell."""
+    lifted = lift(ctx.source, ctx.kernel, ctx.spec)
+    return isinstance(lifted, Lifted) and indices_within(lifted, ctx.spec, pointer)
 
 
 def _bins(ek: ElementKernel, pointer: str) -> tuple[str, str, int | None] | None:
