@@ -298,11 +298,13 @@ def induction_steps(loop: Loop) -> dict[int, Expr]:
 _IDENTITIES = {"sum": 0, "prod": 1, "max": -math.inf, "min": math.inf}
 
 
-def counted_reductions(loop: Loop) -> tuple[Carried, list[tuple[Carried, str, Expr]]]:
-    """A loop counting by one and what else it carries, each a sum, max or min of a value that
-    depends on no other carried value, in a 32- or 64-bit type: (its counter, [(carried, op,
-    operand)]); a `ValueError` that says what is not so. What a schedule that splits the loop's
-    range among threads and combines the partial results needs."""
+def counted_reductions(
+    loop: Loop, ops: tuple[str, ...] = ("sum", "max", "min")
+) -> tuple[Carried, list[tuple[Carried, str, Expr]]]:
+    """A loop counting by one and what else it carries, each a sum, max or min (or another of
+    `ops`) of a value that depends on no other carried value, in a 32- or 64-bit type: (its
+    counter, [(carried, op, operand)]); a `ValueError` that says what is not so. What a schedule
+    that splits the loop's range among threads and combines the partial results needs."""
     steps = induction_steps(loop)
     counters = [c for c in loop.carried if c.var.uid in steps]
     if len(counters) != 1 or affine(steps[counters[0].var.uid]) != {(): 1}:
@@ -314,8 +316,8 @@ def counted_reductions(loop: Loop) -> tuple[Carried, list[tuple[Carried, str, Ex
         if c is k:
             continue
         op, operand = reduction_of(c.var, c.update)
-        if op not in ("sum", "max", "min") or operand is None:
-            raise ValueError(f"`{c.var.name}` is not a sum, max or min")
+        if op not in ops or operand is None:
+            raise ValueError(f"`{c.var.name}` is not a {', '.join(ops)}")
         if c.var.type not in (FLOAT, DOUBLE, INT, LONG):
             raise ValueError("a 16-bit accumulator")
         if any(isinstance(x, Var) and x.uid in own - {k.var.uid} for x in walk_expr(operand)):

@@ -17,6 +17,7 @@ from optiml.harness.build import build_kernel
 from optiml.search.catalog import Context, by_name
 from optiml.search.variant import Variant
 from optiml.spec import parse_spec
+from tests.host_cuda import run_against
 
 ROOT = Path(__file__).resolve().parents[2] / "fixtures"
 WARP = by_name("warp_rows")
@@ -38,8 +39,35 @@ NOT_ROWS = [
     ("transpose.cu", "transpose_naive"),
     ("histogram.cu", "histogram_global"),
     ("bank_conflicts.cu", "transpose_smem"),
-    ("tricks/originals/cumsum_rows.cu", "cumsum_rows"),
+    ("corpus/cumsum_time_fp16.cu", "cumsum_dim1_half"),  # a scan down columns, thread per column
 ]
+# Scans along a row, a thread per row: inclusive, exclusive, a running max, in float and int.
+SCANS = [
+    ("tricks/originals/cumsum_rows.cu", "cumsum_rows", ["rows", "cols"]),
+    ("corpus/cumsum_exclusive.cu", "exclusive_scan_rows", ["rows", "cols"]),
+    ("corpus/cummax_rows.cu", "cummaxRows", ["R", "L"]),
+]
+# A running product, a total per row besides the scan, a row that starts at an offset.
+PRODUCT = """
+/* @optiml
+ *   args:   x: in float[R * L] in [0.5, 1.5), y: out float[R * L], last: out float[R]
+ *   launch: grid = cdiv(R, 64), block = 64
+ *   sizes:  R, L = (4096, 256), (37, 70)
+ *   tol:    rtol = 1e-4, atol = 1e-5
+ */
+__global__ void cumprod_rows(const float* x, float* y, float* last, int R, int L)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < R) {
+        float p = 1.0f;
+        for (int j = 0; j < L; j++) {
+            p = p * x[r * L + j];
+            y[r * L + j] = p;
+        }
+        last[r] = p;
+    }
+}
+"""
 
 
 def context(file: str, kernel: str) -> Context:
@@ -62,6 +90,35 @@ def test_a_row_kernel_gets_a_warp_per_row(file, kernel):
 @pytest.mark.parametrize("file,kernel", NOT_ROWS, ids=[k for _, k in NOT_ROWS])
 def test_other_kernels_get_none(file, kernel):
     assert WARP.propose(context(file, kernel)) == []
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+@pytest.mark.parametrize("file,kernel,names", SCANS, ids=[k for _, k, _ in SCANS])
+def test_a_scan_along_rows_is_scanned_by_a_warp(file, kernel, names, tmp_path):
+    ctx = context(file, kernel)
+    proposals = WARP.propose(ctx)
+    assert [p.params["threads"] for p in proposals] == [256, 128]
+    assert "__shfl_up_sync" in proposals[0].variant.text
+    candidates = [Context.of(p.variant, ctx.source.path, kernel) for p in proposals]
+    sizes = [dict(zip(names, v, strict=True)) for v in ((37, 70), (8, 33), (5, 64))]
+    assert run_against(ctx, candidates, sizes, tmp_path) == [0, 0]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+def test_a_running_product_and_the_rows_total(tmp_path):
+    ctx = Context.of(Variant(PRODUCT), str(ROOT / "kernel.cu"), "cumprod_rows")
+    (first, _) = WARP.propose(ctx)
+    text = first.variant.text
+    assert "if (optiml_lane == 0) last[" in text  # the row's total, once, after the scan
+    candidate = Context.of(first.variant, ctx.source.path, "cumprod_rows")
+    sizes = [{"R": 37, "L": 70}, {"R": 8, "L": 32}]
+    assert run_against(ctx, [candidate], sizes, tmp_path) == [0]
+
+
+def test_a_scan_that_reads_what_an_earlier_iteration_stored_is_refused():
+    text = PRODUCT.replace("p = p * x[r * L + j];", "p = p * x[r * L + j] + y[r * L + j - 1];")
+    text = text.replace("for (int j = 0;", "for (int j = 1;")
+    assert WARP.propose(Context.of(Variant(text), str(ROOT / "kernel.cu"), "cumprod_rows")) == []
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")

@@ -24,6 +24,7 @@ from optiml.lift.model import (
     LONG,
     TRUE,
     Binary,
+    Load,
     Loop,
     LoopOut,
     Param,
@@ -145,9 +146,15 @@ class _Writer:
 
     def _loop(self, loop: Loop, i: int) -> None:
         try:
-            k, reductions = counted_reductions(loop)
+            k, reductions = counted_reductions(loop, ("sum", "max", "min", "prod"))
         except ValueError as e:
             raise _NoPlan(str(e)) from None
+        carried = {c.var.uid for c, _, _ in reductions}
+        if any(_mentions(x, carried) for s in loop.body for x in _stmt_parts(s)):
+            self._scan(loop, i, k, reductions)
+            return
+        if any(op == "prod" for _, op, _ in reductions):
+            raise _NoPlan("a product")
         bound = _upper(loop.cond, k.var)
         name = f"optiml_k{i}"
         self.names[k.var.uid] = name
@@ -194,6 +201,66 @@ class _Writer:
             self.names[c.var.uid] = total
         del self.names[k.var.uid]  # the counter is not a value after the loop
 
+    def _scan(self, loop: Loop, i: int, k, reductions) -> None:
+        """A loop whose stores use its running values (a prefix sum, a running max): the row in
+        chunks of 32 elements, a lane each; each running value scanned over the lanes by
+        shuffles and carried from chunk to chunk, each lane's store given the value before its
+        element, as the original iteration sees it."""
+        stored = {}
+        for s in loop.body:
+            if not isinstance(s, Store) or s.atomic:
+                raise _NoPlan("a loop inside the row loop, or an atomic")
+            stored.setdefault(s.tensor, set()).add(s.index)
+            f = affine(s.index)
+            if not f or f.get((f"{k.var.name}#{k.var.uid}",)) != 1:
+                raise _NoPlan("a scan's store that is not at the running element")
+        # iterations share nothing but the running values: no load of what another one stored
+        for s in loop.body:
+            for part in _stmt_parts(s):
+                for x in walk_expr(part):
+                    if isinstance(x, Load) and x.index not in stored.get(x.tensor, {x.index}):
+                        raise _NoPlan("a load of what another iteration stores")
+        bound = _upper(loop.cond, k.var)
+        name, inside = f"optiml_k{i}", f"optiml_in{i}"
+        self.names[k.var.uid] = name
+        start = self.c.expr(k.init)
+        for c, _, _ in reductions:
+            t = C_TYPES[c.var.type]
+            self.lines.append(f"    {t} {c.var.name}_carry{i} = {self.c.expr(c.init)};")
+        self.lines += [
+            f"    for (long long optiml_base{i} = {start}; optiml_base{i} < {bound}; "
+            f"optiml_base{i} += 32) {{",
+            f"        const long long {name} = optiml_base{i} + optiml_lane;",
+            f"        const bool {inside} = {name} < {bound};",
+        ]
+        for c, op, operand in reductions:
+            t, v = C_TYPES[c.var.type], c.var.name
+            x, incl, excl, carry = f"{v}_x{i}", f"{v}_incl{i}", f"{v}_excl{i}", f"{v}_carry{i}"
+            identity = _identity(op, c.var.type)
+            shifted = f"__shfl_up_sync({FULL_MASK}, {x}, optiml_o)"
+            self.lines += [
+                f"        {t} {x} = {inside} ? ({t})({self.c.expr(operand)}) : {identity};",
+                "        for (int optiml_o = 1; optiml_o < 32; optiml_o <<= 1) {",
+                f"            const {t} optiml_y = {shifted};",
+                f"            if (optiml_lane >= optiml_o) "
+                f"{x} = {_combine(op, c.var.type, 'optiml_y', x)};",
+                "        }",
+                f"        const {t} {incl} = {_combine(op, c.var.type, carry, x)};",
+                f"        {t} {excl} = __shfl_up_sync({FULL_MASK}, {incl}, 1);",
+                f"        if (optiml_lane == 0) {excl} = {carry};",
+            ]
+            self.names[c.var.uid] = excl
+        for s in loop.body:
+            guard = inside if s.guard == TRUE else f"{inside} && ({self.c.expr(s.guard)})"
+            self.lines.append(f"        if ({guard}) {self._store(s)}")
+        for c, _, _ in reductions:
+            v = c.var.name
+            self.lines.append(f"        {v}_carry{i} = __shfl_sync({FULL_MASK}, {v}_incl{i}, 31);")
+        self.lines.append("    }")
+        for c, _, _ in reductions:
+            self.names[c.var.uid] = f"{c.var.name}_carry{i}"
+        del self.names[k.var.uid]
+
     def _store(self, s: Store) -> str:
         if s.atomic:
             raise _NoPlan("an atomic")
@@ -219,9 +286,25 @@ def _upper(cond, k: Var) -> str:
     raise _NoPlan("not `k < bound`")
 
 
+def _identity(op: str, t: str) -> str:
+    if op == "prod":
+        return "1.0f" if t == FLOAT else "1.0" if t == DOUBLE else "1"
+    return _IDENTITY[(op, t)]
+
+
+def _mentions(e, uids: set[int]) -> bool:
+    return any(isinstance(x, Var) and x.uid in uids for x in walk_expr(e, into_loops=False))
+
+
+def _stmt_parts(s) -> list:
+    return [s.index, s.value, s.guard] if isinstance(s, Store) else loop_exprs(s)
+
+
 def _combine(op: str, t: str, a: str, b: str) -> str:
     if op == "sum":
         return f"{a} + {b}"
+    if op == "prod":
+        return f"{a} * {b}"
     if t in (FLOAT, DOUBLE):
         fn = (
             {"max": "fmaxf", "min": "fminf"}[op]
