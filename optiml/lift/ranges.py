@@ -12,7 +12,7 @@ of the spec.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -49,6 +49,8 @@ class Env:
 
     values: dict[str, float]
     tensors: dict[str, Interval]
+    # what a guard says of an expression (`v >= lo && v < hi`): bounds it wherever it appears
+    facts: dict = field(default_factory=dict)
 
     @classmethod
     def of(cls, lifted: Lifted, spec: Spec, case: Case) -> Env:
@@ -80,6 +82,14 @@ def _trunc(x: float) -> float:
 
 def interval(e: Expr, env: Env) -> Interval:
     """Bounds of `e`'s value for every thread (ANY where nothing is known)."""
+    lo, hi = _interval(e, env)
+    if e in env.facts:
+        flo, fhi = env.facts[e]
+        lo, hi = max(lo, flo), min(hi, fhi)
+    return (lo, hi)
+
+
+def _interval(e: Expr, env: Env) -> Interval:
     match e:
         case Const(value=v):
             return (float(v), float(v))
@@ -148,26 +158,35 @@ def _binary(op: str, a: Interval, b: Interval, integral: bool) -> Interval:
 
 def _narrowed(index: Expr, guard: Expr, span: Interval, env: Env) -> Interval:
     """`span` narrowed by the guard's conjuncts that compare the index itself with a bound."""
-    lo, hi = span
-    for c in _conjuncts(guard):
-        if not isinstance(c, Binary):
-            continue
-        if c.a == index:
-            op, bound = c.op, interval(c.b, env)
-        elif c.b == index:
-            op = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}.get(c.op, "")
-            bound = interval(c.a, env)
-        else:
-            continue
+    fact = _facts(guard, env).get(index)
+    return span if fact is None else (max(span[0], fact[0]), min(span[1], fact[1]))
+
+
+def _facts(guard: Expr, env: Env) -> dict:
+    """Bounds the guard's conjuncts put on expressions: `x < b` bounds x by b's upper end (less
+    one for an integer), `x >= b` by its lower end; on either side of the comparison."""
+    facts: dict = {}
+
+    def bound(x: Expr, op: str, other: Expr) -> None:
+        lo, hi = facts.get(x, ANY)
+        b = interval(other, env)
+        step = 1 if x.type in INTS else 0
         if op == "<":
-            hi = min(hi, bound[1] - 1)
+            hi = min(hi, b[1] - step)
         elif op == "<=":
-            hi = min(hi, bound[1])
+            hi = min(hi, b[1])
         elif op == ">":
-            lo = max(lo, bound[0] + 1)
+            lo = max(lo, b[0] + step)
         elif op == ">=":
-            lo = max(lo, bound[0])
-    return (lo, hi)
+            lo = max(lo, b[0])
+        facts[x] = (lo, hi)
+
+    flip = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
+    for c in _conjuncts(guard):
+        if isinstance(c, Binary):
+            bound(c.a, c.op, c.b)
+            bound(c.b, flip[c.op], c.a)
+    return facts
 
 
 def _conjuncts(g: Expr, negated: bool = False):
@@ -198,7 +217,8 @@ def indices_within(lifted: Lifted, spec: Spec, tensor: str) -> bool:
         env = Env.of(lifted, spec, case)
         length = case.lengths[tensor]
         for s in stores:
-            lo, hi = _narrowed(s.index, s.guard, interval(s.index, env), env)
+            here = replace(env, facts=_facts(s.guard, env))
+            lo, hi = interval(s.index, here)
             if not (lo >= 0 and hi <= length - 1):
                 return False
     return True

@@ -34,6 +34,9 @@ __global__ void dot(const float* a, const float* b, float* out, int n)
 }
 """
 
+# Only positive partial sums are added: the others give the identity.
+GUARDED = DOT.replace("    atomicAdd(&out[0], s);", "    if (s > 0.0f) atomicAdd(&out[0], s);")
+
 # Two totals per thread (a mean and a variance's sums), an int max, a while loop.
 MOMENTS = """
 /* @optiml
@@ -75,8 +78,12 @@ def test_proposes_on_the_corpus_reduction():
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 @pytest.mark.parametrize(
     "text,kernel,sizes",
-    [(DOT, "dot", [{"n": 1001}, {"n": 64}]), (MOMENTS, "moments", [{"n": 777}, {"n": 5000}])],
-    ids=["dot", "moments"],
+    [
+        (DOT, "dot", [{"n": 1001}, {"n": 64}]),
+        (GUARDED, "dot", [{"n": 1001}, {"n": 64}]),
+        (MOMENTS, "moments", [{"n": 777}, {"n": 5000}]),
+    ],
+    ids=["dot", "guarded", "moments"],
 )
 def test_combined_totals_equal_the_originals(text, kernel, sizes, tmp_path):
     ctx = context(text, kernel)
@@ -99,14 +106,17 @@ def test_compiles():
 @pytest.mark.parametrize(
     "old,new",
     [
-        ("    atomicAdd(&out[0], s);", "    if (s != 0) atomicAdd(&out[0], s);"),  # guarded
+        (
+            "    atomicAdd(&out[0], s);",
+            "    if (s > 0) atomicAdd(&out[0], s);\n    else atomicAdd(&out[0], -s);",
+        ),  # two atomics under if / else
         ("    float s = 0;", "    float s = 0;\n    if (n == 0) return;"),  # a return
         ("block = 128", "block = 100"),  # a partial warp
         ("block = 128", "block = (32, 4)"),  # a 2-D block
         ("atomicAdd(&out[0], s);", "atomicAdd(&out[blockIdx.x % 1], s);"),  # the address moves
         ("    atomicAdd(&out[0], s);", "    atomicAdd(&out[0], s);\n    s = 0;"),  # not last
     ],
-    ids=["guarded", "return", "partial-warp", "2d-block", "moving-address", "not-last"],
+    ids=["if-else", "return", "partial-warp", "2d-block", "moving-address", "not-last"],
 )
 def test_refused(old, new):
     assert old in DOT

@@ -9,7 +9,8 @@ block. Exact for max, min and the bit operations; a sum is reordered, as the ori
 already land in any order (the spec's tolerance, or the harness's float64 oracle, decides).
 Only for 1-D blocks whose size is a multiple of 32 at every problem size (every lane of every
 warp takes part in the shuffles), and kernels with no `return` (every thread reaches the
-barrier)."""
+barrier). A closing atomic under an `if` (`if (local != INT_MIN) atomicMax(...)`) gives the
+operation's identity where its condition fails."""
 
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ def _propose(ctx: Context) -> list[Rewrite]:
     # the model's last stores: atomic, reached by every thread, at a thread-invariant index
     tail: list[Store] = []
     for s in reversed(lifted.body):
-        if not (isinstance(s, Store) and s.atomic and s.guard == TRUE):
+        if not (isinstance(s, Store) and s.atomic):
             break
         if any(isinstance(x, Builtin | Var | LoopOut | Load) for x in walk_expr(s.index)):
             return []
@@ -97,7 +98,11 @@ def _propose(ctx: Context) -> list[Rewrite]:
     if len(statements) < len(tail):
         return []
     replace = {}
+    functions: set[str] = set()
     for n, (stmt, store) in enumerate(zip(statements[-len(tail) :], tail, strict=True)):
+        condition, stmt = _guarded(ast, stmt)
+        if (condition is None) != (store.guard == TRUE):
+            return []
         call = _atomic_call(ast, stmt)
         if call is None or call[0] not in FUNCTIONS or stmt.start_point[0] + 1 != store.line:
             return []
@@ -106,11 +111,12 @@ def _propose(ctx: Context) -> list[Rewrite]:
         if buffer is None or DTYPES[buffer.dtype].code not in C_TYPES:
             return []
         code = DTYPES[buffer.dtype].code
-        indent = ast.indent_of(stmt)
-        replace[(stmt.start_byte, stmt.end_byte)] = _combined(
-            n, FUNCTIONS[function], code, function, address, value, indent
+        outer = statements[len(statements) - len(tail) + n]
+        replace[(outer.start_byte, outer.end_byte)] = _combined(
+            n, FUNCTIONS[function], code, function, address, value, condition, ast.indent_of(outer)
         )
-    ops = ", ".join(sorted({_atomic_call(ast, s)[0] for s in statements[-len(tail) :]}))
+        functions.add(function)
+    ops = ", ".join(sorted(functions))
     return [
         Rewrite(
             params={"atomics": len(tail)},
@@ -118,6 +124,20 @@ def _propose(ctx: Context) -> list[Rewrite]:
             variant=ctx.rewrite(ast.definition(replace)),
         )
     ]
+
+
+def _guarded(ast, stmt):
+    """(condition text, the atomic's statement) of `if (cond) atomic(...);` with no else (None
+    and the statement itself for any other statement)."""
+    if stmt.type != "if_statement" or stmt.child_by_field_name("alternative") is not None:
+        return None, stmt
+    body = stmt.child_by_field_name("consequence")
+    inner = ast.statements(body)
+    if len(inner) != 1:
+        return None, stmt
+    cond = stmt.child_by_field_name("condition")
+    text = ast.text(cond).strip()
+    return (text if text.startswith("(") else f"({text})"), inner[0]
 
 
 def _atomic_call(ast, stmt) -> tuple[str, str, str] | None:
@@ -134,7 +154,16 @@ def _atomic_call(ast, stmt) -> tuple[str, str, str] | None:
     return fn, ast.text(args[0]), ast.text(args[1])
 
 
-def _combined(n: int, op: str, code: str, function: str, address: str, value: str, ind: str):
+def _combined(
+    n: int,
+    op: str,
+    code: str,
+    function: str,
+    address: str,
+    value: str,
+    condition: str | None,
+    ind: str,
+) -> str:
     t = C_TYPES[code]
     v, part = f"optiml_v{n}", f"optiml_part{n}"
     if op in ("add", "and", "or", "xor"):
@@ -151,7 +180,9 @@ def _combined(n: int, op: str, code: str, function: str, address: str, value: st
             "{",
             f"{i2}// the block's threads combine their values first: one {function} per block",
             f"{i2}__shared__ {t} {part}[32];",
-            f"{i2}{t} {v} = ({t})({value});",
+            f"{i2}{t} {v} = ({t})({value});"
+            if condition is None
+            else f"{i2}{t} {v} = {condition} ? ({t})({value}) : {identity};",
             f"{i2}for (int o = 16; o > 0; o >>= 1) {join}",
             f"{i2}if ((threadIdx.x & 31) == 0) {part}[threadIdx.x >> 5] = {v};",
             f"{i2}__syncthreads();",

@@ -150,7 +150,8 @@ def _bins(ek: ElementKernel, pointer: str) -> tuple[str, str, int | None] | None
     except ExprError:
         return None
     names = expr.names()
-    if not names and not words(buf.length) & {"cdiv", "min", "max"}:
+    # a length of literals and the file's constants (`NUM_BINS`) is one number at every size
+    if not names - set(ek.ctx.spec.constants) and not words(buf.length) & {"cdiv", "min", "max"}:
         values = spec_values(ek.ctx, buf.length)
         if values is None or len(set(values)) != 1:
             return None
