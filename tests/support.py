@@ -39,6 +39,13 @@ WILD: list[dict] = [
     for e in tomllib.loads((FIXTURES / "wild" / "manifest.toml").read_text())["fixture"]
 ]
 
+# Kernels written apart from the catalog, to measure it on code it was not shaped to
+# (fixtures/holdout/): `file` relative to fixtures/.
+HOLDOUT: list[dict] = [
+    {**e, "file": f"holdout/{e['file']}", "verdict": "ok"}
+    for e in tomllib.loads((FIXTURES / "holdout" / "manifest.toml").read_text())["kernel"]
+]
+
 
 # `optiml` as a user runs it: this checkout's package, in a process of its own.
 OPTIML = [sys.executable, "-m", "optiml.cli"]
