@@ -1,6 +1,6 @@
 """Every transformation's proposals (the first two, as the GPU catalog test takes them) on the
-fixtures, the wild kernels and the holdout kernels (written apart from the catalog), run as host C++ against their originals at small sizes
-(tests/host_cuda.py): what the GPU's checks will say, known before a GPU is at hand. The GPU's
+fixtures, the wild kernels and the holdout kernels (written apart from the catalog), run as host
+C++ against their originals at small sizes (tests/host_cuda.py): what the GPU's checks will say, known before a GPU is at hand. The GPU's
 checks stay the authority (tests/search/test_gpu_catalog.py); this catches a wrong rewrite in CI.
 The host code of a file (after its last kernel) is left out; kernels the host cannot run (16-bit
 floats, cooperative groups, C linkage) are left to the GPU."""
