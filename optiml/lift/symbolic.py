@@ -1008,6 +1008,14 @@ class Lifter:
         arg_nodes = list(args_node.named_children) if args_node is not None else []
         if name in _OPAQUE_CALLS:
             raise Opaque(node, _OPAQUE_CALLS[name])
+        if fn_node.type == "parenthesized_expression" and len(arg_nodes) == 1:
+            # `(T)(x)` with T a template's type parameter or a typedef: the parser reads a call
+            try:
+                t = self._type_of(name[1:-1].strip(), node)
+            except Opaque:
+                pass
+            else:
+                return _cast(self._scalar(arg_nodes[0], st), t)
         if name in _ATOMICS:
             if node.parent is None or node.parent.type != "expression_statement":
                 raise Opaque(node, f"the value `{name}` returns is used")

@@ -539,3 +539,22 @@ def test_a_read_another_iteration_of_the_loop_wrote_is_not_answered_from_an_earl
     )
     lifted, _ = lifted_of(shifted)
     assert isinstance(lifted, Unlifted) and "after this loop wrote it" in lifted.message()
+
+
+def test_a_cast_to_a_template_type_parameter_written_as_a_call():
+    text = """
+/* @optiml
+ *   args:     x: in float[n], y: out float[n]
+ *   launch:   grid = cdiv(n, 64), block = 64
+ *   sizes:    n = 100, 7
+ *   template: T = float
+ */
+template <typename T>
+__global__ void half_it(const T* x, T* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = (T)((float)x[i] * 0.5f);
+}
+"""
+    x = uniform(100)
+    out, _ = model_outputs(text, {"n": 100}, {"x": x})
+    assert np.allclose(out["y"], x * 0.5)
