@@ -270,3 +270,52 @@ def loops_of(lifted: Lifted) -> list[Loop]:
                 if isinstance(x, LoopOut):
                     found.setdefault(x.loop.uid, x.loop)
     return list(found.values())
+
+
+def conjuncts(guard: Expr) -> list[Expr]:
+    """The conditions a guard's `&&` requires, in order."""
+    if isinstance(guard, Binary) and guard.op == "&&":
+        return conjuncts(guard.a) + conjuncts(guard.b)
+    return [] if guard == TRUE else [guard]
+
+
+def merge_complementary(stores: list[Store]) -> list[Store]:
+    """Two plain stores to the same element under conditions that differ in one conjunct, `c` for
+    one and `!c` for the other (`if (bad) { out[i] = 0; return; } out[i] = v;`), as one store of
+    `c ? first : second` under what they share: exactly one of them ran, and the select evaluates
+    only the value it picks."""
+    out = list(stores)
+    i = 0
+    while i < len(out):
+        a = out[i]
+        for j in range(i + 1, len(out)):
+            b = out[j]
+            if not (isinstance(a, Store) and isinstance(b, Store)) or a.atomic or b.atomic:
+                continue
+            if (a.tensor, a.index) != (b.tensor, b.index):
+                continue
+            ca, cb = conjuncts(a.guard), conjuncts(b.guard)
+            shared = [c for c in ca if c in cb]
+            ra, rb = [c for c in ca if c not in shared], [c for c in cb if c not in shared]
+            if len(ra) != 1 or len(rb) != 1:
+                continue
+            if rb[0] == Unary("!", ra[0], BOOL):
+                cond = ra[0]
+            elif ra[0] == Unary("!", rb[0], BOOL):
+                cond = rb[0]
+                a, b = b, a
+            else:
+                continue
+            guard: Expr = TRUE
+            for c in shared:
+                guard = c if guard == TRUE else Binary("&&", guard, c, BOOL)
+            t = arith_type(a.value.type, b.value.type) if a.value.type != b.value.type else None
+            va = a.value if t is None else Cast(a.value, t)
+            vb = b.value if t is None else Cast(b.value, t)
+            value = Select(cond, va, vb, t or a.value.type)
+            out[i] = Store(a.tensor, a.index, value, guard, "=", False, min(a.line, b.line))
+            del out[j]
+            break
+        else:
+            i += 1
+    return out

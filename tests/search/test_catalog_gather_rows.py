@@ -93,3 +93,37 @@ def test_the_first_proposal_compiles_for_sm90_without_spills(file, kernel):
     b = build_kernel(v, k, instantiation=parse_spec(v, k).instantiation, arch="sm_90")
     assert b.ok, b.log[-2000:]
     assert b.resources.spill_store_bytes == 0 and b.resources.spill_load_bytes == 0
+
+
+# Row numbers out of range give a zero row: two stores under complementary conditions.
+CHECKED = """
+/* @optiml
+ *   args:   ids: in int[T] in [-3, 40), table: in float[V * D], out: out float[T * D], V = 37
+ *   launch: grid = cdiv(T * D, 128), block = 128
+ *   sizes:  T, D = (4096, 768), (29, 12)
+ */
+__global__ void checked_lookup(const int* ids, const float* table, float* out, int T, int D,
+                               int V)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= T * D) return;
+    int id = ids[i / D];
+    if (id < 0 || id >= V) {
+        out[i] = 0.0f;
+        return;
+    }
+    out[i] = table[id * D + i % D];
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+def test_a_bounds_checked_lookup_reads_the_table_only_for_rows_in_range(tmp_path):
+    ctx = Context.of(Variant(CHECKED), str(ROOT / "fixtures" / "kernel.cu"), "checked_lookup")
+    proposals = GATHER.propose(ctx)
+    assert proposals and all(p.params["vector"] == 1 for p in proposals)
+    text = proposals[0].variant.text
+    assert "reinterpret_cast" not in text  # no wide read of a row that may not exist
+    candidates = [Context.of(p.variant, ctx.source.path, "checked_lookup") for p in proposals]
+    sizes = [{"T": 29, "D": 12}, {"T": 40, "D": 33}]
+    assert run_against(ctx, candidates, sizes, tmp_path) == [0] * len(candidates)

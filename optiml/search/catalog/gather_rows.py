@@ -27,6 +27,7 @@ from optiml.lift.model import (
     Store,
     Var,
     children,
+    merge_complementary,
     walk_expr,
 )
 from optiml.search.catalog.base import Context, Rewrite, Transformation
@@ -111,7 +112,7 @@ class _Writer:
         self.width = 1
 
     def write(self) -> str:
-        stores = list(self.m.body)
+        stores = merge_complementary(list(self.m.body))
         if not stores or not all(isinstance(s, Store) and not s.atomic for s in stores):
             raise _NoPlan("a loop, or an atomic")
         guard = stores[0].guard
@@ -240,6 +241,10 @@ class _Writer:
             for x in walk_expr(s.value, into_loops=False):
                 if isinstance(x, Load) and _mentions_col(x.index):
                     moving.append(x)
+            # a load a select may skip (a row number out of range) is read only where chosen
+            always = set(_unconditional(s.value))
+            if any(x not in always for x in moving if isinstance(x, Load)):
+                return []
         sizes = set()
         for x in moving:
             code = self.m.tensors[x.tensor].code
