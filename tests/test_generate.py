@@ -309,12 +309,14 @@ def test_the_bf16_and_half_types_are_the_specs():
 # ---- what is generated ---------------------------------------------------------------------------
 
 
-def test_softmax_is_one_kernel_whose_row_max_and_sum_are_computed_once_per_thread():
+def test_softmax_is_one_kernel_whose_row_max_and_sum_are_computed_once_per_row():
     g = generate(FORMULAS[10][1], "softmax")
     body = g.kernel.split("__global__", 1)[1]
-    assert body.count("for (") == 2  # the max and the sum; `e[r, c]` in the loop, recomputed
-    assert body.count("fmaxf") == 1
-    assert "y[idx1] = " in body
+    # a thread per row: the max, the sum, then the row's elements (`e[r, c]` in both loops)
+    assert "grid = cdiv(R, 256)" in g.kernel
+    assert body.count("for (") == 3 and body.count("fmaxf") == 1 and body.count("expf") == 2
+    # the row's elements at the row's offset plus the column: no division per element
+    assert "y[(row1 * ((long long)C) + col2)] = " in body
     assert "sums of up to 1024 terms" in g.kernel  # the sum of exp cannot cancel: a small atol
     _, spec_line = next(
         (line, line) for line in g.kernel.splitlines() if line.lstrip(" *").startswith("tol:")

@@ -1,6 +1,8 @@
 """The plain kernel of a checked formula, with its `@optiml` spec.
 
-One thread per element of the output domain (a 1-D flattened index with a bounds check). Every
+One thread per element of the output domain (a 1-D flattened index with a bounds check) — or,
+where the outputs' reductions depend on some of the output's indices only (a softmax's row), one
+thread per row of those, which computes the row's reductions once and loops over its elements. Every
 value is computed in `float` (`double` where a tensor or scalar is double), half and bf16 loaded
 and stored through cuda_fp16.h / cuda_bf16.h. A temporary is never stored: a thread computes the
 elements of it that it needs, once each — a reduction or temporary that depends only on indices
@@ -101,6 +103,23 @@ class _Kernel:
         self.f = 1 if self.T == "double" else 0
         self.taken = set(c.tensors) | set(c.scalars) | set(c.sizes) | set(c.ranges)
         self.counter = 0
+        # index variables taken apart from one flat variable (`_decode`): their tuple -> (the flat
+        # variable, their extents); a subscript ending in them is that flat variable's offset
+        self.flat: dict[tuple[str, ...], tuple[str, tuple[str, ...]]] = {}
+
+    def offset(self, dims: list[str], idx: list[str]) -> str:
+        """`_offset`, with indices taken apart from a flat variable put back together as it:
+        `x[b, f, h, w]` with (f, h, w) from `r` is `b * (F * H * W) + r` (affine in `r`, and
+        no division per element)."""
+        for cut in range(len(idx)):
+            found = self.flat.get(tuple(idx[cut:]))
+            if found is None or found[1] != tuple(dims[cut:]):
+                continue
+            flat, inner = found
+            if cut == 0:
+                return flat
+            return f"({self.offset(dims[:cut], idx[:cut])} * ({_total(list(inner))}) + {flat})"
+        return _offset(dims, idx)
 
     def fresh(self, base: str) -> str:
         while True:
@@ -202,7 +221,7 @@ class _Kernel:
                 text = f"({text} / {ix.div})"
             guards += [f"{text} >= 0", f"{text} < {dim}"]
             idx.append(text)
-        load = f"{a.tensor}[{_offset(t.dims, idx)}]"
+        load = f"{a.tensor}[{self.offset(t.dims, idx)}]"
         if t.dtype in _LOAD:
             load = _LOAD[t.dtype].format(load)
         elif t.dtype != self.T:
@@ -238,10 +257,15 @@ class _Kernel:
         inner_block = _Block()
         inner_env = dict(env)
         loops = []
-        for ix in node.indices:
-            var = self.fresh(f"{ix.name}_")
-            bound = self.c.ranges[ix.name]
-            loops.append(f"for (int {var} = 0; {var} < {bound}; ++{var}) {{")
+        names = [self.fresh(f"{ix.name}_") for ix in node.indices]
+        dims = [self.c.ranges[ix.name] for ix in node.indices]
+        if len(names) == 1:
+            loops.append(f"for (int {names[0]} = 0; {names[0]} < {dims[0]}; ++{names[0]}) {{")
+        else:  # one loop over all the reduced indices, each taken apart from the flat one
+            flat = self.fresh("r")
+            loops.append(f"for (long long {flat} = 0; {flat} < {_total(dims)}; ++{flat}) {{")
+            inner_block.lines += _decode(self, flat, names, dims)
+        for ix, var in zip(node.indices, names, strict=True):
             inner_env[ix.name] = (var, level + 1)
         v = self.emit(node.body, inner_env, stack[: level + 1] + [inner_block], k)
         acc = self.fresh("acc")
@@ -317,10 +341,18 @@ def scan_of(c: Checked) -> tuple[Statement, Reduce] | None:
 
 def thread_dims(c: Checked) -> list[str]:
     """The extents one thread each covers: the output's, less a scanned index (a thread runs
-    along it); none for a result of one number (one block computes it)."""
+    along it) and the indices a row's reductions do not depend on (a thread loops over them,
+    `row_indices`); none for a result of one number (one block computes it)."""
     scan = scan_of(c)
     if scan is None:
-        return list(c.domain)
+        if not c.domain:
+            return []
+        first = c.statement_of(c.outputs[0])
+        names = [i.name for i in first.target.indices]
+        rows = row_indices(c, names)
+        if rows is None:
+            return list(c.domain)
+        return [d for n, d in zip(names, c.domain, strict=True) if n in rows]
     st, node = scan
     at = [i.name for i in st.target.indices].index(node.indices[0].name)
     return [d for n, d in enumerate(c.domain) if n != at]
@@ -328,6 +360,7 @@ def thread_dims(c: Checked) -> list[str]:
 
 def _decode(k: _Kernel, flat: str, names: list[str], dims: list[str]) -> list[str]:
     """Lines splitting a flat index into `names` (row-major over `dims`)."""
+    k.flat[tuple(names)] = (flat, tuple(dims))
     if len(dims) == 1:
         return [f"const int {names[0]} = (int){flat};"]
     rest = k.fresh("rest")
@@ -359,6 +392,9 @@ def kernel_body(c: Checked) -> list[str]:
     names = [i.name for i in c.formula.statements[first.statement].target.indices]
     cvars = [k.fresh(f"{n}_") if n in RESERVED_C else n for n in names]
     scan = scan_of(c)
+    rows = row_indices(c, names) if scan is None else None
+    if rows is not None:
+        return _rows_body(c, k, names, cvars, rows)
     scanned = scan[1].indices[0].name if scan else None
     threaded = [(cv, d) for n, cv, d in zip(names, cvars, c.domain, strict=True) if n != scanned]
     idx = k.fresh("idx")
@@ -379,6 +415,116 @@ def kernel_body(c: Checked) -> list[str]:
         value = k.emit(st.rhs, env, [top], t.statement)
         stores.append(f"{o}[{idx}] = {_store(c, t.dtype, value)};")
     return lines + top.lines + stores
+
+
+def row_indices(c: Checked, names: list[str]) -> list[str] | None:
+    """The output indices that the outputs' reductions and temporaries depend on, where they are
+    some of the output's indices but not all (softmax's row `b`, not its column `d`): a thread
+    then computes them once for its row and loops over the other indices, instead of every
+    element's thread computing its row's reductions again. None where every index is needed
+    (a matrix product's sum depends on both) or none is (a map)."""
+    used: set[str] = set()
+    for o in c.outputs:
+        st = c.statement_of(o)
+        targets = [i.name for i in st.target.indices]
+        if targets != names:
+            return None
+        used |= _shared_indices(c, st.rhs, set(names), c.tensors[o].statement)
+    rows = [n for n in names if n in used]
+    return rows if rows and len(rows) < len(names) else None
+
+
+def _shared_indices(c: Checked, node: Node, names: set[str], k: int) -> set[str]:
+    """The indices of `names` that the reductions under `node` depend on, through temporaries
+    too: softmax's `e[r, c] = exp(x[r, c] - m[r])` depends on its row `r` for its reduction
+    (`m[r]`), not on `c`."""
+    if isinstance(node, Reduce):
+        return _free(node, names)
+    if isinstance(node, Access):
+        t = c.tensors[node.tensor]
+        out: set[str] = set()
+        if t.statement is not None and t.statement < k:
+            st = c.formula.statements[t.statement]
+            own = [i.name for i in st.target.indices]
+            inner = _shared_indices(c, st.rhs, set(own), t.statement)
+            for name, ix in zip(own, node.indices, strict=True):
+                if name in inner:
+                    out |= _free(Access(node.tensor, [ix], node.pos), names)
+            return out
+        for ix in node.indices:
+            if ix.gather is not None:
+                out |= _shared_indices(c, ix.gather, names, k)
+        return out
+    out = set()
+    for child in _children(node):
+        out |= _shared_indices(c, child, names, k)
+    return out
+
+
+def _free(node: Node, names: set[str]) -> set[str]:
+    """The names of `names` that `node` reads (a reduction's own indices are its own)."""
+    if isinstance(node, Name):
+        return {node.name} & names if node.kind == "index" else set()
+    if isinstance(node, Access):
+        out: set[str] = set()
+        for ix in node.indices:
+            if ix.gather is not None:
+                out |= _free(ix.gather, names)
+            elif ix.affine:
+                out |= {f for _, fs in ix.terms for f in fs if f in names}
+            elif ix.name in names:
+                out.add(ix.name)
+        return out
+    if isinstance(node, Reduce):
+        return _free(node.body, names - {i.name for i in node.indices})
+    out = set()
+    for child in _children(node):
+        out |= _free(child, names)
+    return out
+
+
+def _children(node: Node) -> list[Node]:
+    if isinstance(node, Unary):
+        return [node.operand]
+    if isinstance(node, Binary):
+        return [node.left, node.right]
+    if isinstance(node, Call):
+        return list(node.args)
+    if isinstance(node, Reduce):
+        return [node.body]
+    return []
+
+
+def _rows_body(c: Checked, k: _Kernel, names, cvars, rows: list[str]) -> list[str]:
+    """A thread per row (the indices the reductions depend on): the row's reductions and
+    temporaries once, then a loop over the row's elements (the other indices, flattened)."""
+    dims = dict(zip(names, c.domain, strict=True))
+    cv = dict(zip(names, cvars, strict=True))
+    cols = [n for n in names if n not in rows]
+    row = k.fresh("row")
+    lines = [
+        f"const long long {row} = (long long)blockIdx.x * blockDim.x + threadIdx.x;",
+        f"if ({row} >= {_total([dims[n] for n in rows])}) return;",
+        *_decode(k, row, [cv[n] for n in rows], [dims[n] for n in rows]),
+    ]
+    top, inner = _Block(), _Block()
+    col = k.fresh("col")
+    inner.lines += _decode(k, col, [cv[n] for n in cols], [dims[n] for n in cols])
+    env = {n: (cv[n], 0 if n in rows else 1) for n in names}
+    stores = []
+    for o in c.outputs:
+        t = c.tensors[o]
+        st = c.formula.statements[t.statement]
+        value = k.emit(st.rhs, env, [top, inner], t.statement)
+        at = k.offset(c.domain, cvars)
+        stores.append(f"{o}[{at}] = {_store(c, t.dtype, value)};")
+    return [
+        *lines,
+        *top.lines,
+        f"for (long long {col} = 0; {col} < {_total([dims[n] for n in cols])}; ++{col}) {{",
+        *(f"    {line}" for line in inner.lines + stores),
+        "}",
+    ]
 
 
 _SCAN_INIT = {"cumsum": 0.0, "cumprod": 1.0, "cummax": float("-inf"), "cummin": float("inf")}

@@ -130,3 +130,29 @@ def test_the_first_proposal_compiles_without_spills(file, kernel):
         b = build_kernel(v, k, instantiation=parse_spec(v, k).instantiation, arch="sm_90")
         assert b.ok, b.log[-2000:]
         assert b.resources.spill_store_bytes == 0 and b.resources.spill_load_bytes == 0
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+def test_a_generated_instance_norm_gets_a_warp_per_row_of_two_indices(tmp_path):
+    """OptiML-G's plain kernel of a norm over the last two axes: a thread per (n, c), the row
+    count a product of sizes; a warp per row computes what it does."""
+    from optiml.generate import generate
+
+    g = generate(
+        "float x[N, C, H, W]; mu[n, c] = mean(h, w) x[n, c, h, w]; "
+        "v[n, c] = mean(h2, w2) (x[n, c, h2, w2] - mu[n, c]) ** 2; "
+        "y[n, c, h, w] = (x[n, c, h, w] - mu[n, c]) / sqrt(v[n, c] + 1e-5)",
+        "inorm",
+        ref_file="inorm_ref.py",
+    )
+    path = tmp_path / "inorm.cu"
+    path.write_text(g.kernel)
+    (tmp_path / "inorm_ref.py").write_text(g.reference)
+    ctx = Context.of(Variant(g.kernel), str(path), "inorm")
+    assert "cdiv(N * C, 256)" in g.kernel
+    proposals = WARP.propose(ctx)
+    assert [p.params["threads"] for p in proposals] == [256, 128]
+    assert "cdiv(N * C, 8)" in proposals[0].variant.text
+    candidates = [Context.of(p.variant, str(path), "inorm") for p in proposals]
+    sizes = [{"N": 2, "C": 3, "H": 5, "W": 7}, {"N": 3, "C": 2, "H": 4, "W": 9}]
+    assert run_against(ctx, candidates, sizes, tmp_path) == [0, 0]

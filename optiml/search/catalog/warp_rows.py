@@ -24,6 +24,8 @@ from optiml.lift.model import (
     LONG,
     TRUE,
     Binary,
+    Cast,
+    Const,
     Load,
     Loop,
     LoopOut,
@@ -128,7 +130,7 @@ class _Writer:
             "    const int optiml_lane = threadIdx.x & 31;",
             "    const long long optiml_row = (long long)blockIdx.x * (blockDim.x >> 5) + "
             "(threadIdx.x >> 5);",
-            f"    if (!(optiml_row < {rows})) return;  // a whole warp: the row is the warp's",
+            f"    if (!(optiml_row < {self.c.expr(guard.b)})) return;  // the row is the warp's",
         ]
         for i, item in enumerate(items):
             if isinstance(item, Store):
@@ -268,13 +270,26 @@ class _Writer:
 
 
 def _rows_bound(guard: Binary) -> str:
-    """`row < R` with R a scalar parameter: R's name."""
-    if guard.op != "<" or not isinstance(guard.b, Param):
+    """`row < R` with R a product of scalar parameters and whole numbers: R as a spec
+    expression."""
+    if guard.op != "<":
         raise _NoPlan("not `row < R`")
     f = affine(guard.a)
     if f is None or global_indices(f) != {("g.x",): 1}:
         raise _NoPlan("the guarded index is not the thread's row")
-    return guard.b.name
+    return _size_text(guard.b)
+
+
+def _size_text(e) -> str:
+    while isinstance(e, Cast):
+        e = e.a
+    if isinstance(e, Param):
+        return e.name
+    if isinstance(e, Const) and e.type in (INT, LONG) and int(e.value) > 0:
+        return str(int(e.value))
+    if isinstance(e, Binary) and e.op == "*":
+        return f"{_size_text(e.a)} * {_size_text(e.b)}"
+    raise _NoPlan("not `row < R` with R a product of sizes")
 
 
 def _upper(cond, k: Var) -> str:
