@@ -385,7 +385,7 @@ def _program(source: SourceFile, kernel: str, spec: Spec, cases: list[Case]) -> 
                 ctype = CTYPES[b.dtype]
                 length = case.lengths[b.name]
                 body.append(
-                    f'auto {p.name} = load<{ctype}>((in + "/{n}.{b.name}").c_str(), {length});'
+                    f'auto {p.name} = load<{ctype}>((optiml_in_dir + "/{n}.{b.name}").c_str(), {length});'
                 )
                 args.append(f"{p.name}.data()")
             else:
@@ -398,7 +398,7 @@ def _program(source: SourceFile, kernel: str, spec: Spec, cases: list[Case]) -> 
         )
         for b in spec.buffers:
             if b.role != "in":
-                body.append(f'save((out + "/{n}.{b.name}").c_str(), {b.name});')
+                body.append(f'save((optiml_out_dir + "/{n}.{b.name}").c_str(), {b.name});')
         body.append("}")
     return "\n".join(
         [
@@ -407,7 +407,7 @@ def _program(source: SourceFile, kernel: str, spec: Spec, cases: list[Case]) -> 
             "#include <string>",
             f"namespace kernel {{\n{host_text(source.text)}\n}}",
             "int main(int argc, char** argv) {",
-            "const std::string in = argv[1], out = argv[2];",
+            "const std::string optiml_in_dir = argv[1], optiml_out_dir = argv[2];",
             *body,
             "}",
         ]

@@ -78,8 +78,9 @@ def context(file: str, kernel: str) -> Context:
 @pytest.mark.parametrize("file,kernel", ROWS, ids=[k for _, k in ROWS])
 def test_a_row_kernel_gets_a_warp_per_row(file, kernel):
     proposals = WARP.propose(context(file, kernel))
-    assert [p.params["threads"] for p in proposals] == [256, 128]
-    text = proposals[0].variant.text
+    warps = [p for p in proposals if p.params["per_row"] == "warp"]
+    assert [p.params["threads"] for p in warps] == [256, 128]
+    text = warps[0].variant.text
     # every one of these reduces over its row: lanes stride over it, partials are all-reduced
     assert "optiml_k0 += 32" in text and "__shfl_xor_sync" in text
     v = SourceFile(text, str(ROOT / file))
@@ -150,9 +151,56 @@ def test_a_generated_instance_norm_gets_a_warp_per_row_of_two_indices(tmp_path):
     (tmp_path / "inorm_ref.py").write_text(g.reference)
     ctx = Context.of(Variant(g.kernel), str(path), "inorm")
     assert "cdiv(N * C, 256)" in g.kernel
-    proposals = WARP.propose(ctx)
+    proposals = [p for p in WARP.propose(ctx) if p.params["per_row"] == "warp"]
     assert [p.params["threads"] for p in proposals] == [256, 128]
     assert "cdiv(N * C, 8)" in proposals[0].variant.text
     candidates = [Context.of(p.variant, str(path), "inorm") for p in proposals]
     sizes = [{"N": 2, "C": 3, "H": 5, "W": 7}, {"N": 3, "C": 2, "H": 4, "W": 9}]
     assert run_against(ctx, candidates, sizes, tmp_path) == [0, 0]
+
+
+# Few, long rows (a layer norm over all but the batch axis): warps would leave the GPU idle.
+FEW_ROWS = """
+/* @optiml
+ *   args:   x: in float[B * L], y: out float[B * L]
+ *   launch: grid = cdiv(B, 64), block = 64
+ *   sizes:  B, L = (16, 1 << 22), (3, 4099)
+ *   tol:    rtol = 1e-4, atol = 1e-5
+ */
+__global__ void norm_rows(const float* x, float* y, int B, int L)
+{
+    int b = blockIdx.x * blockDim.x + threadIdx.x;
+    if (b >= B) return;
+    const float* r = x + (size_t)b * L;
+    float s = 0.f, m = -INFINITY;
+    for (int i = 0; i < L; i++) { s += r[i]; m = fmaxf(m, r[i]); }
+    float mean = s / L, q = 0.f;
+    for (int i = 0; i < L; i++) q += (r[i] - mean) * (r[i] - mean);
+    float inv = rsqrtf(q / L + 1e-5f);
+    for (int i = 0; i < L; i++) y[(size_t)b * L + i] = (r[i] - mean) * inv + 0.01f * m;
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+def test_few_long_rows_get_a_block_and_a_cluster_per_row(tmp_path):
+    ctx = Context.of(Variant(FEW_ROWS), str(ROOT / "kernel.cu"), "norm_rows", sm_count=132)
+    by = {p.params["per_row"]: p for p in WARP.propose(ctx)}
+    assert set(by) == {"warp", "block", "cluster"}
+    assert by["cluster"].params["cluster"] == 8 and by["cluster"].weight > by["warp"].weight
+    text = by["cluster"].variant.text
+    assert "cluster_dims(8, 1, 1)" in text and "grid = (B) * 8, block = 512" in text
+    candidates = [Context.of(by[k].variant, ctx.source.path, "norm_rows") for k in by]
+    sizes = [{"B": 3, "L": 4099}, {"B": 2, "L": 37}]
+    assert run_against(ctx, candidates, sizes, tmp_path) == [0, 0, 0]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_a_cluster_per_row_compiles_for_sm90_without_spills():
+    ctx = Context.of(Variant(FEW_ROWS), str(ROOT / "kernel.cu"), "norm_rows", sm_count=132)
+    (p,) = [p for p in WARP.propose(ctx) if p.params["per_row"] == "cluster"]
+    v = SourceFile(p.variant.text, str(ROOT / "kernel.cu"))
+    k = v.kernel("norm_rows")
+    b = build_kernel(v, k, instantiation="", arch="sm_90")
+    assert b.ok, b.log[-2000:]
+    assert b.resources.spill_store_bytes == 0 and b.resources.spill_load_bytes == 0

@@ -8,6 +8,9 @@ back by optiml.lift.emit, so any spelling of the same computation gives the same
 
 Applies to what `row_parallel` reads in the text and to what it does not (16-bit rows, macros,
 `while` loops, a row written and normalized in place); it has no float4 path or row cache.
+Rows too few for their warps to fill the GPU get a block per row too, and a cluster of up to 8
+blocks per row (sm_90), whose blocks combine their values through distributed shared memory in
+the same order, so that each holds the row's value bit for bit. A scan is scanned by a warp.
 """
 
 from __future__ import annotations
@@ -39,6 +42,11 @@ from optiml.lift.model import (
 from optiml.search.catalog.base import Context, Rewrite, Transformation
 
 THREADS = (256, 128)
+# A block (or each block of a cluster) per row: its threads; a GPU is busy with this many threads
+# per SM in flight; clusters of at most the portable 8 blocks.
+BLOCK_THREADS = 512
+BUSY_THREADS_PER_SM = 1024
+MAX_CLUSTER = 8
 FULL_MASK = "0xffffffffu"
 _IDENTITY = {
     ("sum", FLOAT): "0.0f",
@@ -72,9 +80,13 @@ class WarpRows(Transformation):
                 return []
             rows, body = _Writer(lifted).write()
             _check_launch(ctx, rows)
+            count = _row_count(ctx, rows)
         except (_NoPlan, NotEmittable, ExprError, KeyError, ValueError):
             return []
         head = ctx.source.text[ctx.kernel.span.start : ctx.kernel.body_span.start]
+        name_at = head.rindex(ctx.kernel.name)
+        # few rows leave warps idle: a block per row, or a cluster of blocks, fills the GPU
+        few = count * 32 < ctx.sm_count * BUSY_THREADS_PER_SM
         out = []
         for threads in THREADS:
             variant = ctx.rewrite(
@@ -84,10 +96,58 @@ class WarpRows(Transformation):
                 f"warp per row ({threads // 32} rows per {threads}-thread block), from the lifted "
                 "model: lanes stride over the row, shuffle all-reduce"
             )
+            weight = (1.0 if threads == 256 else 0.8) * (0.6 if few else 1.0)
+            out.append(Rewrite({"threads": threads, "per_row": "warp"}, summary, variant, weight))
+        if not few:
+            return out
+        cluster = 1
+        while cluster < MAX_CLUSTER and count * cluster * BLOCK_THREADS < ctx.sm_count * (
+            BUSY_THREADS_PER_SM
+        ):
+            cluster *= 2
+        for per_row, cl, weight in (("block", 1, 0.9), ("cluster", cluster, 1.0)):
+            if per_row == "cluster" and cl == 1:
+                continue
+            try:
+                _, body = _Writer(lifted, BLOCK_THREADS, cl).write()
+            except (_NoPlan, NotEmittable):
+                continue
+            attribute = f"__attribute__((cluster_dims({cl}, 1, 1))) " if cl > 1 else ""
+            definition = (
+                head[:name_at]
+                + attribute
+                + f"__launch_bounds__({BLOCK_THREADS}) "
+                + head[name_at:]
+                + body
+            )
+            variant = ctx.rewrite(
+                definition, launch=([f"({rows}) * {cl}"], [str(BLOCK_THREADS)], "0")
+            )
+            summary = (
+                f"a {'cluster of ' + str(cl) + ' blocks' if cl > 1 else 'block'} per row "
+                f"({BLOCK_THREADS} threads each), from the lifted model: threads stride over the "
+                "row, shuffle and shared-memory all-reduce"
+                + (", combined across the cluster in distributed shared memory" if cl > 1 else "")
+            )
             out.append(
-                Rewrite({"threads": threads}, summary, variant, 1.0 if threads == 256 else 0.8)
+                Rewrite(
+                    {"threads": BLOCK_THREADS, "per_row": per_row, "cluster": cl},
+                    summary,
+                    variant,
+                    weight,
+                )
             )
         return out
+
+
+def _row_count(ctx: Context, rows: str) -> int:
+    case = ctx.case
+    value = SizeExpr.parse(rows).evaluate(
+        {**ctx.spec.constants, **ctx.spec.template_values, **case.sizes, **case.scalars}
+    )
+    if not isinstance(value, int):
+        raise _NoPlan("a row count that is not an integer")
+    return value
 
 
 def _check_launch(ctx: Context, rows: str) -> None:
@@ -103,11 +163,70 @@ def _check_launch(ctx: Context, rows: str) -> None:
 
 
 class _Writer:
-    def __init__(self, lifted: Lifted):
+    """The kernel's body with a warp per row (`threads` None), or a block of `threads` per row,
+    or a cluster of `cluster` such blocks per row: the row's loops strided over the lanes, each
+    reduction all-reduced so that every lane holds the row's value."""
+
+    def __init__(self, lifted: Lifted, threads: int | None = None, cluster: int = 1):
         self.m = lifted
         self.names: dict[int, str] = {}
         self.c = CEmitter(self.names, gx="optiml_row")
         self.lines: list[str] = []
+        self.threads, self.cluster = threads, cluster
+        self.stride = 32 if threads is None else threads * cluster
+
+    def _head(self) -> list[str]:
+        if self.threads is None:
+            return [
+                "    const int optiml_lane = threadIdx.x & 31;",
+                "    const long long optiml_row = (long long)blockIdx.x * (blockDim.x >> 5) + "
+                "(threadIdx.x >> 5);",
+            ]
+        if self.cluster == 1:
+            return [
+                "    const int optiml_lane = threadIdx.x;",
+                "    const long long optiml_row = blockIdx.x;",
+            ]
+        return [
+            "    const unsigned optiml_rank = __clusterRelativeBlockRank();",
+            f"    const int optiml_lane = optiml_rank * {self.threads} + threadIdx.x;",
+            f"    const long long optiml_row = blockIdx.x / {self.cluster};",
+        ]
+
+    def _all_reduce(self, op: str, t: str, ct: str, part: str, key: str) -> None:
+        """Every lane's `part` combined into the row's value, in every lane."""
+        shuffled = f"__shfl_xor_sync({FULL_MASK}, {part}, optiml_o)"
+        self.lines.append(
+            f"    for (int optiml_o = 16; optiml_o > 0; optiml_o >>= 1) "
+            f"{part} = {_combine(op, t, part, shuffled)};"
+        )
+        if self.threads is None:
+            return
+        warps = self.threads // 32
+        smem = f"optiml_s_{key}"
+        self.lines += [
+            f"    __shared__ {ct} {smem}[{warps + 1}];  // the warps' values, then the block's",
+            f"    if ((threadIdx.x & 31) == 0) {smem}[threadIdx.x >> 5] = {part};",
+            "    __syncthreads();",
+            f"    {part} = {smem}[0];",
+            f"    for (int optiml_w = 1; optiml_w < {warps}; ++optiml_w) "
+            f"{part} = {_combine(op, t, part, f'{smem}[optiml_w]')};",
+        ]
+        if self.cluster == 1:
+            self.lines.append("    __syncthreads();  // the slots are free for the next value")
+            return
+        # every block in the same order: the same total, bit for bit, in every block
+        mapped = f"*static_cast<{ct}*>(__cluster_map_shared_rank(&{smem}[{warps}], optiml_b))"
+        self.lines += [
+            f"    if (threadIdx.x == 0) {smem}[{warps}] = {part};",
+            "    __cluster_barrier_arrive();",
+            "    __cluster_barrier_wait();",
+            f"    {part} = *static_cast<{ct}*>(__cluster_map_shared_rank(&{smem}[{warps}], 0));",
+            f"    for (int optiml_b = 1; optiml_b < {self.cluster}; ++optiml_b) "
+            f"{part} = {_combine(op, t, part, mapped)};",
+            "    __cluster_barrier_arrive();  // no block reuses or leaves its slots while read",
+            "    __cluster_barrier_wait();",
+        ]
 
     def write(self) -> tuple[str, str]:
         top = list(self.m.body)
@@ -125,12 +244,13 @@ class _Writer:
         if not any(isinstance(s, Loop) for s in top) and not value_loops:
             raise _NoPlan("no loop over a row")
         items = sorted(top + value_loops, key=lambda x: x.line)
+        whose = (
+            "warp's" if self.threads is None else "block's" if self.cluster == 1 else "cluster's"
+        )
         self.lines = [
             "{",
-            "    const int optiml_lane = threadIdx.x & 31;",
-            "    const long long optiml_row = (long long)blockIdx.x * (blockDim.x >> 5) + "
-            "(threadIdx.x >> 5);",
-            f"    if (!(optiml_row < {self.c.expr(guard.b)})) return;  // the row is the warp's",
+            *self._head(),
+            f"    if (!(optiml_row < {self.c.expr(guard.b)})) return;  // the row is the {whose}",
         ]
         for i, item in enumerate(items):
             if isinstance(item, Store):
@@ -153,6 +273,8 @@ class _Writer:
             raise _NoPlan(str(e)) from None
         carried = {c.var.uid for c, _, _ in reductions}
         if any(_mentions(x, carried) for s in loop.body for x in _stmt_parts(s)):
+            if self.threads is not None:
+                raise _NoPlan("a scan is scanned by a warp")
             self._scan(loop, i, k, reductions)
             return
         if any(op == "prod" for _, op, _ in reductions):
@@ -166,7 +288,8 @@ class _Writer:
             self.lines.append(f"    {t[c.var.uid]} {part} = {_IDENTITY[(op, c.var.type)]};")
         start = self.c.expr(k.init)
         self.lines.append(
-            f"    for (long long {name} = {start} + optiml_lane; {name} < {bound}; {name} += 32) {{"
+            f"    for (long long {name} = {start} + optiml_lane; {name} < {bound}; "
+            f"{name} += {self.stride}) {{"
         )
         for c, op, operand in reductions:
             part = f"{c.var.name}_part{i}"
@@ -192,10 +315,7 @@ class _Writer:
         for c, op, _ in reductions:
             part = f"{c.var.name}_part{i}"
             total = f"{c.var.name}_{i}"
-            self.lines.append(
-                f"    for (int optiml_o = 16; optiml_o > 0; optiml_o >>= 1) "
-                f"{part} = {_combine(op, c.var.type, part, f'__shfl_xor_sync({FULL_MASK}, {part}, optiml_o)')};"
-            )
+            self._all_reduce(op, c.var.type, t[c.var.uid], part, f"{c.var.name}{i}")
             init = self.c.expr(c.init)
             self.lines.append(
                 f"    const {t[c.var.uid]} {total} = {_combine(op, c.var.type, f'({init})', part)};"
