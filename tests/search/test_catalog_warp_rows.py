@@ -204,3 +204,42 @@ def test_a_cluster_per_row_compiles_for_sm90_without_spills():
     b = build_kernel(v, k, instantiation="", arch="sm_90")
     assert b.ok, b.log[-2000:]
     assert b.resources.spill_store_bytes == 0 and b.resources.spill_load_bytes == 0
+
+
+# Where a row's max (first) and min (last, `<=`) are met, over values with many ties.
+ARG = """
+/* @optiml
+ *   args:   x: in int[R * C] in [0, 3), first_max: out int[R], last_min: out int[R]
+ *   launch: grid = cdiv(R, 128), block = 128
+ *   sizes:  R, C = (1 << 16, 1024), (37, 70)
+ */
+__global__ void arg_rows(const int* x, int* first_max, int* last_min, int R, int C)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= R) return;
+    float hi = -1.0f, lo = 1e9f;
+    int at_hi = -1, at_lo = -1;
+    for (int c = 0; c < C; ++c) {
+        float v = (float)x[r * C + c];
+        if (v > hi) { hi = v; at_hi = c; }
+        if (v <= lo) { lo = v; at_lo = c; }
+    }
+    first_max[r] = at_hi;
+    last_min[r] = at_lo;
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+def test_argmax_and_argmin_keep_the_loops_choice_among_ties(tmp_path):
+    ctx = Context.of(Variant(ARG), str(ROOT / "kernel.cu"), "arg_rows")
+    proposals = WARP.propose(ctx)
+    assert [p.params["per_row"] for p in proposals] == ["warp", "warp"]
+    candidates = [Context.of(p.variant, ctx.source.path, "arg_rows") for p in proposals]
+    sizes = [{"R": 37, "C": 70}, {"R": 9, "C": 33}, {"R": 5, "C": 1}]
+    assert run_against(ctx, candidates, sizes, tmp_path) == [0, 0]
+    # the check can fail: ties taken the other way differ
+    wrong = proposals[0].variant.text.replace("optiml_ok < at_hi_k0", "optiml_ok > at_hi_k0")
+    assert wrong != proposals[0].variant.text
+    broken = Context.of(Variant(wrong), ctx.source.path, "arg_rows")
+    assert run_against(ctx, [broken], sizes[:1], tmp_path) != [0]

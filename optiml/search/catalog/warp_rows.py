@@ -15,11 +15,13 @@ the same order, so that each holds the row's value bit for bit. A scan is scanne
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from optiml.expr import Expr as SizeExpr
 from optiml.expr import ExprError
 from optiml.lift import Lifted, lift
 from optiml.lift.emit import C_TYPES, CEmitter, NotEmittable
-from optiml.lift.families import affine, counted_reductions, global_indices
+from optiml.lift.families import affine, counted_reductions, global_indices, induction_steps
 from optiml.lift.model import (
     DOUBLE,
     FLOAT,
@@ -33,6 +35,7 @@ from optiml.lift.model import (
     Loop,
     LoopOut,
     Param,
+    Select,
     Store,
     Var,
     loop_exprs,
@@ -267,10 +270,15 @@ class _Writer:
         return first
 
     def _loop(self, loop: Loop, i: int) -> None:
+        args = _arg_pairs(loop)
+        if args and self.threads is not None:
+            raise _NoPlan("an argmax is combined by a warp")
+        plain = replace(loop, carried=tuple(c for c in loop.carried if c not in args))
         try:
-            k, reductions = counted_reductions(loop, ("sum", "max", "min", "prod"))
+            k, reductions = counted_reductions(plain, ("sum", "max", "min", "prod"))
         except ValueError as e:
             raise _NoPlan(str(e)) from None
+        paired = {best.var.uid: (arg, cmp) for arg, (best, cmp) in args.items()}
         carried = {c.var.uid for c, _, _ in reductions}
         if any(_mentions(x, carried) for s in loop.body for x in _stmt_parts(s)):
             if self.threads is not None:
@@ -286,6 +294,12 @@ class _Writer:
         for c, op, _ in reductions:
             part = f"{c.var.name}_part{i}"
             self.lines.append(f"    {t[c.var.uid]} {part} = {_IDENTITY[(op, c.var.type)]};")
+            if c.var.uid in paired:
+                arg, _ = paired[c.var.uid]
+                init = self.c.expr(arg.init)
+                self.lines.append(f"    {C_TYPES[arg.var.type]} {arg.var.name}_part{i} = {init};")
+                # the iteration that set it: ties go to the earlier one, as in the loop
+                self.lines.append(f"    long long {arg.var.name}_k{i} = {_NEVER};")
         start = self.c.expr(k.init)
         self.lines.append(
             f"    for (long long {name} = {start} + optiml_lane; {name} < {bound}; "
@@ -293,6 +307,16 @@ class _Writer:
         )
         for c, op, operand in reductions:
             part = f"{c.var.name}_part{i}"
+            if c.var.uid in paired:
+                arg, cmp = paired[c.var.uid]
+                ap, kp = f"{arg.var.name}_part{i}", f"{arg.var.name}_k{i}"
+                index = self.c.expr(arg.update.a)  # where it was met: the counter, or a form of it
+                self.lines.append(
+                    f"        {{ const {t[c.var.uid]} optiml_v = {self.c.expr(operand)}; "
+                    f"if (optiml_v {cmp} {part}) {{ {part} = optiml_v; {ap} = {index}; "
+                    f"{kp} = {name}; }} }}"
+                )
+                continue
             self.lines.append(
                 f"        {part} = {_combine(op, c.var.type, part, self.c.expr(operand))};"
             )
@@ -315,6 +339,9 @@ class _Writer:
         for c, op, _ in reductions:
             part = f"{c.var.name}_part{i}"
             total = f"{c.var.name}_{i}"
+            if c.var.uid in paired:
+                self._arg_all_reduce(c, *paired[c.var.uid], i, t[c.var.uid])
+                continue
             self._all_reduce(op, c.var.type, t[c.var.uid], part, f"{c.var.name}{i}")
             init = self.c.expr(c.init)
             self.lines.append(
@@ -322,6 +349,33 @@ class _Writer:
             )
             self.names[c.var.uid] = total
         del self.names[k.var.uid]  # the counter is not a value after the loop
+
+    def _arg_all_reduce(self, best, arg, cmp: str, i: int, ct: str) -> None:
+        """The warp's best value and where it was: a larger (`>`: or smaller) value wins, a tie
+        goes to the earlier iteration (`>=`, `<=`: the later), as the loop would have it; then
+        the value before the loop, which the loop's first iteration met first."""
+        v, a, k = f"{best.var.name}_part{i}", f"{arg.var.name}_part{i}", f"{arg.var.name}_k{i}"
+        at = C_TYPES[arg.var.type]
+        tie = "<" if cmp in (">", "<") else ">"
+        self.lines += [
+            "    for (int optiml_o = 16; optiml_o > 0; optiml_o >>= 1) {",
+            f"        const {ct} optiml_ov = __shfl_xor_sync({FULL_MASK}, {v}, optiml_o);",
+            f"        const {at} optiml_oa = __shfl_xor_sync({FULL_MASK}, {a}, optiml_o);",
+            f"        const long long optiml_ok = __shfl_xor_sync({FULL_MASK}, {k}, optiml_o);",
+            f"        if (optiml_ok != {_NEVER} && ({k} == {_NEVER} || optiml_ov {cmp[0]} {v} || "
+            f"(optiml_ov == {v} && optiml_ok {tie} {k}))) {{",
+            f"            {v} = optiml_ov; {a} = optiml_oa; {k} = optiml_ok;",
+            "        }",
+            "    }",
+        ]
+        init_v, init_a = self.c.expr(best.init), self.c.expr(arg.init)
+        won = f"{k} != {_NEVER} && {v} {cmp} ({init_v})"
+        self.lines += [
+            f"    const {ct} {best.var.name}_{i} = ({won}) ? {v} : ({ct})({init_v});",
+            f"    const {at} {arg.var.name}_{i} = ({won}) ? {a} : ({at})({init_a});",
+        ]
+        self.names[best.var.uid] = f"{best.var.name}_{i}"
+        self.names[arg.var.uid] = f"{arg.var.name}_{i}"
 
     def _scan(self, loop: Loop, i: int, k, reductions) -> None:
         """A loop whose stores use its running values (a prefix sum, a running max): the row in
@@ -419,6 +473,35 @@ def _upper(cond, k: Var) -> str:
         text = CEmitter({}, gx="optiml_row").expr(cond.b)
         return text if cond.op == "<" else f"({text}) + 1"
     raise _NoPlan("not `k < bound`")
+
+
+_NEVER = "9223372036854775807LL"  # an argmax's iteration where no value has won yet
+
+
+def _arg_pairs(loop: Loop) -> dict:
+    """Carried values that record where a max or min was met: `a = cond ? index : a` with the
+    same `cond` as the value's `m = cond ? v : m` (`v > m`, `v >= m`, `v < m`, `v <= m`), the
+    index free of other carried values: arg -> (value, comparison as `v cmp m`)."""
+    own = {c.var.uid for c in loop.carried}
+    out = {}
+    for a in loop.carried:
+        u = a.update
+        if not (isinstance(u, Select) and u.b == a.var and isinstance(u.cond, Binary)):
+            continue
+        cond = u.cond
+        for best in loop.carried:
+            if best is a or best.update != Select(cond, cond.a, best.var, best.var.type):
+                continue
+            if cond.b != best.var or cond.op not in (">", ">=", "<", "<="):
+                continue
+            if any(isinstance(x, Var) and x.uid in own - _counters(loop) for x in walk_expr(u.a)):
+                continue
+            out[a] = (best, cond.op)
+    return out
+
+
+def _counters(loop: Loop) -> set[int]:
+    return set(induction_steps(loop))
 
 
 def _identity(op: str, t: str) -> str:
