@@ -175,6 +175,8 @@ class _Kernel:
             a = self.emit(node.left, env, stack, k)
             b = self.emit(node.right, env, stack, k)
             if node.op == "**":
+                if isinstance(node.right, Num) and node.right.value == 2:
+                    return f"({a} * {a})"  # a square: one multiply, not a call to pow
                 return f"{_MATH['pow'][self.f]}({a}, {b})"
             return f"({a} {node.op} {b})"
         if isinstance(node, Call):
