@@ -1,0 +1,138 @@
+"""vector_map: maps emitted from the lifted model with wide accesses, whatever their spelling (an
+index through a macro, a grid-stride `for (;;)` or `while` with the stride in a variable, 64-bit
+counts, double, half beside float, a broadcast read, a condition on the element). Every proposal
+is run as host C++ against the original at sizes with a scalar tail; the refusals are maps that
+are not: a read of another element of an output, an atomic, a loop per element."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from optiml.cuda.source import SourceFile
+from optiml.harness.build import build_kernel
+from optiml.search.catalog import Context, by_name
+from optiml.search.variant import Variant
+from optiml.spec import parse_spec
+from tests.host_cuda import run_against
+from tests.support import FIXTURES
+
+MAP = by_name("vector_map")
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+
+# Spellings the text's `vectorize` does not read, each a map.
+MAPS = {
+    "macro_index": """
+#define TID() (blockIdx.x * 128 + threadIdx.x)
+/* @optiml
+ *   args:   g: in float[n], x: in float[n], dx: out float[n], slope = 0.1
+ *   launch: grid = cdiv(n, 128), block = 128
+ *   sizes:  n = 1 << 22, 1001
+ */
+__global__ void macro_index(const float* g, const float* x, float* dx, float slope, int n)
+{
+    int i = TID();
+    if (i < n) { dx[i] = x[i] > 0.f ? g[i] : g[i] * slope; }
+}
+""",
+    # an update in place: the second value reads what the first store will have replaced
+    "in_place": """
+/* @optiml
+ *   args:   p: inout float[count], s: inout float[count] in [0, 1), g: in float[count],
+ *           lr = 0.01
+ *   launch: grid = 40, block = 64
+ *   sizes:  count = 1 << 22, 1003
+ */
+__global__ void in_place(float* p, float* s, const float* g, unsigned long long count, float lr)
+{
+    unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    unsigned long long step = (unsigned long long)blockDim.x * gridDim.x;
+    for (; i < count; i += step) {
+        s[i] = s[i] + g[i] * g[i];
+        p[i] -= lr * g[i] / (sqrtf(s[i]) + 1e-8f);
+    }
+}
+""",
+    # a while loop over 64-bit elements, a broadcast bias read at `i % C`, double
+    "broadcast": """
+/* @optiml
+ *   args:   x: in double[R * C], b: in double[C], y: out double[R * C]
+ *   launch: grid = 30, block = 128
+ *   sizes:  R, C = (4096, 1024), (37, 13)
+ */
+__global__ void broadcast(const double* x, const double* b, double* y, int R, int C)
+{
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    while (i < (long long)R * C) {
+        y[i] = x[i] * 2.0 + b[i % C];
+        i += (long long)gridDim.x * blockDim.x;
+    }
+}
+""",
+    # a store under a condition of its element: the others keep their values
+    "masked": """
+/* @optiml
+ *   args:   s: inout float[n], m: in int[n] in [0, 2)
+ *   launch: grid = cdiv(n, 256), block = 256
+ *   sizes:  n = 1 << 22, 999
+ */
+__global__ void masked(float* s, const int* m, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    if (m[i] == 0) s[i] = -1e9f;
+}
+""",
+}
+
+
+def context(name: str, text: str | None = None) -> Context:
+    return Context.of(Variant(text or MAPS[name]), str(FIXTURES / "kernel.cu"), name)
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", sorted(MAPS))
+def test_a_map_spelled_any_way_gets_wide_accesses_that_compute_the_same(name, tmp_path):
+    ctx = context(name)
+    proposals = MAP.propose(ctx)
+    assert [p.weight for p in proposals] == [1.0, 0.8]
+    assert "reinterpret_cast<const optiml_pack<" in proposals[0].variant.text
+    names = ctx.spec.size_vars
+    values = [(1003,), (64,), (5,)] if len(names) == 1 else [(37, 13), (5, 8)]
+    sizes = [dict(zip(names, v, strict=True)) for v in values]
+    candidates = [Context.of(p.variant, ctx.source.path, name) for p in proposals]
+    assert run_against(ctx, candidates, sizes, tmp_path) == [0, 0]
+
+
+def test_lanes_follow_the_widest_element():
+    assert MAP.propose(context("broadcast"))[0].params["lanes"] == 2  # double: 2 per 16 bytes
+    assert MAP.propose(context("masked"))[0].params["lanes"] == 4
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_half_beside_float_compiles_without_spills():
+    path = FIXTURES / "holdout" / "clamp_to_half.cu"
+    ctx = Context.of(Variant(path.read_text()), str(path), "clamp_to_half")
+    (p, _) = MAP.propose(ctx)
+    assert p.params["lanes"] == 4  # 16 bytes of float, 8 of half
+    v = SourceFile(p.variant.text, str(path))
+    k = v.kernel("clamp_to_half")
+    b = build_kernel(v, k, instantiation=parse_spec(v, k).instantiation, arch="sm_90")
+    assert b.ok, b.log[-2000:]
+    assert b.resources.spill_store_bytes == 0
+
+
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        ("if (m[i] == 0) s[i] = -1e9f;", "if (m[i] == 0 && i > 0) s[i] = s[i - 1];"),
+        ("if (m[i] == 0) s[i] = -1e9f;", "if (m[i] == 0) atomicAdd(&s[i], 1.0f);"),
+        ("if (m[i] == 0) s[i] = -1e9f;", "for (int k = 0; k < 3; ++k) s[i] += (float)k;"),
+    ],
+    ids=["another-element", "atomic", "loop"],
+)
+def test_refused(old, new):
+    text = MAPS["masked"].replace(old, new)
+    assert text != MAPS["masked"]
+    assert MAP.propose(context("masked", text)) == []
