@@ -45,3 +45,14 @@ def test_the_language_server_latency_benchmark_runs(tmp_path):
     for result in report["results"]:
         assert result["requests"]["textDocument/codeAction"]["n"] > 0
         assert result["while_optimizing"]["evaluated"] == "1/1"
+
+
+def test_the_catalog_coverage_benchmark_runs(tmp_path):
+    out = tmp_path / "coverage.json"
+    done = _run(["benchmarks/catalog_coverage.py", "--out", str(out), "--sets", "wild"], 600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    wild = report["sets"]["wild"]
+    assert wild["kernels"] == len(wild["rows"]) > 0
+    assert wild["with_a_rewrite"] == sum(bool(r["rewrites"]) for r in wild["rows"])
+    assert report["date"] and report["commit"]
