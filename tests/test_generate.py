@@ -564,10 +564,17 @@ def test_scans_and_results_of_one_number_match_numpy(generated):
     assert np.isclose(got[0], x.max() - x.min())
 
 
-def test_a_result_of_one_number_is_one_block_and_a_scan_one_thread_per_row(generated):
+def test_a_sum_of_everything_is_shared_by_the_grid_and_a_scan_one_thread_per_row(generated):
     mse = (generated / "mse.cu").read_text()
-    assert "grid = 1, block = 256" in mse and "loss: out float[1]" in mse
-    assert "__syncthreads()" in mse and "double acc" in mse  # a tree over the block, in double
+    # one sum over everything: the grid's blocks each add their tree's total (in double); the
+    # last to arrive writes the result and resets the state it kept (the spec says so)
+    assert "grid = min(cdiv(N * M, 1024), 4 * sm_count), block = 256" in mse
+    assert "loss: out float[1]" in mse and "state:     kept" in mse
+    assert "__device__ double mse_total = 0.0;" in mse and "atomicAdd(&mse_total, partial" in mse
+    assert "mse_total = 0.0;" in mse.split("__global__", 1)[1]  # reset for the next launch
+    # anything else of one number (a max, a sum that needs another's result) is one block
+    top = generate("float x[N]; m = max(i) x[i]", "top").kernel
+    assert "grid = 1, block = 256" in top and "__device__" not in top
     scan = (generated / "cummax.cu").read_text()
     assert "grid = cdiv(R, 256)" in scan  # a thread per row runs along the row
     conv = (generated / "conv2d.cu").read_text()

@@ -386,9 +386,12 @@ def _store(c: Checked, dtype: str, value: str) -> str:
     return value
 
 
-def kernel_body(c: Checked) -> list[str]:
+def kernel_body(c: Checked, name: str = "kernel") -> list[str]:
     k = _Kernel(c)
     if not c.domain:
+        spread = spread_reduction(c)
+        if spread is not None:
+            return _spread_body(c, k, spread, name)
         return _scalar_body(c, k)
     first = c.tensors[c.outputs[0]]
     names = [i.name for i in c.formula.statements[first.statement].target.indices]
@@ -560,6 +563,85 @@ def _scan_body(c: Checked, k: _Kernel, scan, names, cvars, top: _Block) -> list[
     ]
 
 
+def spread_reduction(c: Checked) -> Reduce | None:
+    """The one sum or mean a result of one number reduces (a loss), which the whole grid shares:
+    None where the result has another shape (several reductions, one that needs another's
+    result, a max), which one block computes."""
+    if c.domain or len(c.outputs) != 1:
+        return None
+    found = list(top_reductions(c.statement_of(c.outputs[0]).rhs))
+    if len(found) != 1 or found[0].op not in ("sum", "mean"):
+        return None
+    return found[0]
+
+
+def device_state(c: Checked, name: str) -> list[str]:
+    """File-scope state of a spread reduction: the grid's total and its blocks' arrivals, which
+    the last block to arrive reads and resets for the next launch."""
+    if spread_reduction(c) is None:
+        return []
+    return [
+        f"// {name}'s grid-wide sum and how many blocks have added to it; the last block resets both",
+        f"__device__ double {name}_total = 0.0;",
+        f"__device__ unsigned int {name}_arrived = 0u;",
+        "",
+    ]
+
+
+def _spread_body(c: Checked, k: _Kernel, node: Reduce, name: str) -> list[str]:
+    """A result of one number from one sum or mean over the whole grid: each thread strides over
+    the flattened indices accumulating in double, each block combines its threads by a tree in
+    shared memory and adds its total atomically; the last block to arrive (the arrivals counted
+    after a fence) writes the result and resets the state."""
+    red, acc, flat = k.fresh("partial"), k.fresh("acc"), k.fresh("flat")
+    names = [k.fresh(f"{i.name}_") for i in node.indices]
+    dims = [c.ranges[i.name] for i in node.indices]
+    env = {i.name: (v, 1) for i, v in zip(node.indices, names, strict=True)}
+    top, inner = _Block(), _Block()
+    decode = _decode(k, flat, names, dims)  # first: the element's reads are then at `flat`
+    value = k.emit(node.body, env, [top, inner], c.tensors[c.outputs[0]].statement)
+    tid = "threadIdx.x"
+    total = f"{name}_total"
+    lines = [
+        f"__shared__ double {red}[{BLOCK}];",
+        "__shared__ bool optiml_last;",
+        *top.lines,
+        f"double {acc} = 0.0;",
+        f"for (long long {flat} = (long long)blockIdx.x * blockDim.x + {tid}; "
+        f"{flat} < {_total(dims)}; {flat} += (long long)gridDim.x * blockDim.x) {{",
+        *(f"    {line}" for line in decode),
+        *(f"    {line}" for line in inner.lines),
+        f"    {acc} += (double)({value});",
+        "}",
+        f"{red}[{tid}] = {acc};",
+        "__syncthreads();",
+        "for (int s = blockDim.x / 2; s > 0; s >>= 1) {",
+        f"    if ({tid} < s) {red}[{tid}] += {red}[{tid} + s];",
+        "    __syncthreads();",
+        "}",
+        f"if ({tid} == 0) {{",
+        f"    atomicAdd(&{total}, {red}[0]);",
+        "    __threadfence();  // the sum is added before the arrival is counted",
+        f"    optiml_last = atomicAdd(&{name}_arrived, 1u) == gridDim.x - 1;",
+        "}",
+        "__syncthreads();",
+        f"if (!optiml_last || {tid} != 0) return;",
+        f"const double {acc}_all = atomicAdd(&{total}, 0.0);  // every block's, read once",
+        f"{total} = 0.0;",
+        f"{name}_arrived = 0u;",
+    ]
+    T = k.T
+    result = (
+        f"({T})({acc}_all / (double)({_total(dims)}))" if node.op == "mean" else f"({T}){acc}_all"
+    )
+    o = c.outputs[0]
+    st = c.statement_of(o)
+    k_top = _Block()
+    k_top.memo[("r", id(node), ())] = result
+    out = k.emit(st.rhs, {}, [k_top], c.tensors[o].statement)
+    return [*lines, *k_top.lines, f"{o}[0] = {_store(c, c.tensors[o].dtype, out)};"]
+
+
 def _scalar_body(c: Checked, k: _Kernel) -> list[str]:
     """A result of one number: one block; each top-level reduction is shared by its threads
     (each strides over the flattened indices, accumulating in double for sums, means and
@@ -587,8 +669,9 @@ def _cooperative(c: Checked, k: _Kernel, node: Reduce, red: str, top: _Block, st
     dims = [c.ranges[i.name] for i in node.indices]
     env = {i.name: (v, 1) for i, v in zip(node.indices, names, strict=True)}
     inner = _Block()
-    value = k.emit(node.body, env, [top, inner], st)
     acc, flat, res = k.fresh("acc"), k.fresh("flat"), k.fresh("total")
+    decode = _decode(k, flat, names, dims)  # first: the element's reads are then at `flat`
+    value = k.emit(node.body, env, [top, inner], st)
     init = {"sum": "0.0", "mean": "0.0", "prod": "1.0", "max": "-INFINITY", "min": "INFINITY"}
     if node.op not in init:
         raise AssertionError(node.op)  # the checker refuses argmax/argmin of everything
@@ -604,7 +687,7 @@ def _cooperative(c: Checked, k: _Kernel, node: Reduce, red: str, top: _Block, st
     lines = [
         f"{A} {acc} = {init[node.op]};",
         f"for (long long {flat} = {tid}; {flat} < {_total(dims)}; {flat} += blockDim.x) {{",
-        *(f"    {line}" for line in _decode(k, flat, names, dims)),
+        *(f"    {line}" for line in decode),
         *(f"    {line}" for line in inner.lines),
         f"    {acc} = {combine.format(a=acc, b=f'({A})({value})')};",
         "}",
@@ -653,7 +736,14 @@ def spec_comment(
             args.append(f"{pname} = {c.scalars[pname].value!r}")
         elif pname in fixed:
             args.append(f"{pname} = {fixed[pname]}")
-    grid = f"cdiv({' * '.join(thread_dims(c)) or '1'}, {BLOCK})" if c.domain else "1"
+    spread = spread_reduction(c)
+    if c.domain:
+        grid = f"cdiv({' * '.join(thread_dims(c)) or '1'}, {BLOCK})"
+    elif spread is not None:  # the grid shares the sum: a few blocks per SM, a stride apart
+        extent = " * ".join(c.ranges[i.name] for i in spread.indices)
+        grid = f"min(cdiv({extent}, {BLOCK * 4}), 4 * sm_count)"
+    else:
+        grid = "1"
     if len(names) == 1:
         sizes_text = f"{names[0]} = " + ", ".join(str(s[names[0]]) for s in cases)
     else:
@@ -668,6 +758,10 @@ def spec_comment(
     ]
     if tol is not None:
         lines.append(f" *   tol:       rtol = {tol[0]:g}, atol = {tol[1]:g}  # {why}")
+    if spread is not None:
+        lines.append(
+            " *   state:     kept  # the grid's sum, reset by the last block of each launch"
+        )
     lines.append(f" *   reference: {ref_file}:{name}")
     lines.append(" */")
     return "\n".join(lines)
@@ -699,8 +793,9 @@ def headers(c: Checked) -> list[str]:
 
 def kernel_text(c: Checked, name: str, tol, why: str, ref_file: str) -> str:
     decls = ",\n    ".join(d for _, d in params(c))
-    body = "\n".join(f"    {line}" for line in kernel_body(c))
+    body = "\n".join(f"    {line}" for line in kernel_body(c, name))
+    state = "\n".join(device_state(c, name))
     return (
-        f"{spec_comment(c, name, tol, why, ref_file)}\n"
+        (f"{state}\n" if state else "") + f"{spec_comment(c, name, tol, why, ref_file)}\n"
         f"__global__ void {name}(\n    {decls})\n{{\n{body}\n}}\n"
     )
