@@ -488,6 +488,37 @@ FEATURES = {
         {"A": (10, 10), "C": (10, 7)},
         lambda A, C: np.diag(np.diag(A)) @ C + np.tril(A, -1) @ C,
     ),
+    "cosine similarity loss (each norm clamped at eps)": (
+        module(
+            "p, t",
+            "return torch.mean(1 - F.cosine_similarity(p, t, dim=1))",
+            "[torch.rand(B, N), torch.rand(B, N)]",
+        ),
+        {"p": (6, 10), "t": (6, 10)},
+        lambda p, t: np.mean(
+            1
+            - (p * t).sum(1)
+            / (
+                np.maximum(np.linalg.norm(p, axis=1), 1e-8)
+                * np.maximum(np.linalg.norm(t, axis=1), 1e-8)
+            )
+        ),
+    ),
+    "nn.TripletMarginLoss (pairwise distances with eps)": (
+        module(
+            "a, p, n",
+            "return self.loss(a, p, n)",
+            "[torch.rand(B, N), torch.rand(B, N), torch.rand(B, N)]",
+            "self.loss = nn.TripletMarginLoss(margin=0.5)",
+        ),
+        {"a": (6, 10), "p": (6, 10), "n": (6, 10)},
+        lambda a, p, n: np.mean(
+            np.maximum(
+                np.linalg.norm(a - p + 1e-6, axis=1) - np.linalg.norm(a - n + 1e-6, axis=1) + 0.5,
+                0,
+            )
+        ),
+    ),
 }
 
 

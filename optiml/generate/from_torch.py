@@ -1152,6 +1152,12 @@ class _Task:
             return self.dims_of(node.value, env)
         if isinstance(node, ast.Tuple | ast.List):
             return [d for e in node.elts for d in self.dims_of(e, env)]
+        # another input's shape: `torch.randint(0, 2, x.shape)`, `x.size()`
+        of = node.func if isinstance(node, ast.Call) and not node.args else node
+        if isinstance(of, ast.Attribute) and of.attr in ("shape", "size"):
+            base = self.shape(of.value, env)
+            if isinstance(base, InputSpec):
+                return list(base.dims)
         v = self.const(node, env)
         if isinstance(v, Unknown):
             self.fail(f"cannot tell a size of an input: {v.why}", v.node or node)
@@ -1179,6 +1185,10 @@ class _Task:
         """An input's shape from the expression that makes it, or a constant, or `Unknown`."""
         if isinstance(node, ast.Name) and isinstance(env.get(node.id), InputSpec):
             return env[node.id]
+        if isinstance(node, ast.Attribute) and node.attr in ("T", "mT"):
+            base = self.shape(node.value, env)
+            if isinstance(base, InputSpec) and len(base.dims) == 2:
+                return InputSpec(base.dims[::-1], base.dtype, node, False)
         if isinstance(node, ast.Tuple | ast.List):
             return tuple(self.shape(e, env) for e in node.elts)
         if isinstance(node, ast.Call):
@@ -2922,6 +2932,56 @@ def _f_kl_div(
     return fw.loss(fw.ew(fn, input, target), r, fw.node, batchmean_ok=True)
 
 
+@_fn("torch.nn.functional.cosine_similarity", "torch.cosine_similarity")
+def _f_cosine_similarity(fw, x1, x2, dim=1, eps=1e-8):
+    """x1 · x2 / (max(‖x1‖, eps) · max(‖x2‖, eps)) along `dim` (each norm clamped, as torch's)."""
+    a, b = fw.val(x1), fw.val(x2)
+    dot = fw.reduce("sum", fw.ew(lambda v: _bin("*", v[0], v[1]), a, b), dim, False, fw.node)
+    na, nb = _f_norm(fw, a, 2, dim, False), _f_norm(fw, b, 2, dim, False)
+    eps = _named_default(eps, "eps")
+    return fw.ew(
+        lambda v: _bin("/", v[0], _bin("*", _call("max", v[1], v[3]), _call("max", v[2], v[3]))),
+        dot,
+        na,
+        nb,
+        eps,
+    )
+
+
+@_fn("torch.nn.functional.pairwise_distance", "torch.pairwise_distance")
+def _f_pairwise_distance(fw, x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    """‖x1 − x2 + eps‖_p along the last dimension."""
+    eps = _named_default(eps, "eps")
+    diff = fw.ew(lambda v: _bin("+", _bin("-", v[0], v[1]), v[2]), x1, x2, eps)
+    return _f_norm(fw, diff, p, -1, keepdim)
+
+
+@_fn("torch.nn.functional.triplet_margin_loss")
+def _f_triplet_margin(
+    fw,
+    anchor,
+    positive,
+    negative,
+    margin=1.0,
+    p=2,
+    eps=1e-6,
+    swap=False,
+    size_average=None,
+    reduce=None,
+    reduction="mean",
+):
+    r = _reduction_arg(fw, size_average, reduce, reduction)
+    if swap:
+        fw.fail("triplet_margin_loss with swap=True is not covered")
+    near = _f_pairwise_distance(fw, anchor, positive, p, eps)
+    far = _f_pairwise_distance(fw, anchor, negative, p, eps)
+    margin = _named_default(margin, "margin")
+    out = fw.ew(
+        lambda v: _call("max", _bin("+", _bin("-", v[0], v[1]), v[2]), _num(0)), near, far, margin
+    )
+    return fw.loss(out, r, fw.node)
+
+
 @_fn("torch.nn.functional.binary_cross_entropy")
 def _f_bce(fw, input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
     r = _reduction_arg(fw, size_average, reduce, reduction)
@@ -3038,6 +3098,34 @@ def _softmax_ctor(log: bool, negate: bool = False):
         return apply
 
     return ctor
+
+
+@_module("CosineSimilarity")
+def _m_cosine_similarity(fw, dim=1, eps=1e-8):
+    def apply(fw, x1, x2):
+        return _f_cosine_similarity(fw, x1, x2, dim, eps)
+
+    return apply
+
+
+@_module("PairwiseDistance")
+def _m_pairwise_distance(fw, p=2.0, eps=1e-6, keepdim=False):
+    def apply(fw, x1, x2):
+        return _f_pairwise_distance(fw, x1, x2, p, eps, keepdim)
+
+    return apply
+
+
+@_module("TripletMarginLoss")
+def _m_triplet_margin(
+    fw, margin=1.0, p=2.0, eps=1e-6, swap=False, size_average=None, reduce=None, reduction="mean"
+):
+    def apply(fw, anchor, positive, negative):
+        return _f_triplet_margin(
+            fw, anchor, positive, negative, margin, p, eps, swap, size_average, reduce, reduction
+        )
+
+    return apply
 
 
 _MODULES["Softmax"] = _softmax_ctor(False)
@@ -3206,6 +3294,10 @@ def _window_axes(fw, x: Val, rank: int, kernel, stride, padding, dilation, out_p
         if out < 1:
             fw.fail(f"the window leaves no output along dimension {x.rank - rank + a}")
         name = _AXIS_NAMES[rank][a]
+        if k == 1 and st == 1 and p == 0 and op == 0 and dim is not None:
+            # the window is the input's own element: the output axis is the input's
+            axes.append(Axis(k, st, p, d, dim, fw.t.sym(f"K{name}", k)))
+            continue
         axes.append(Axis(k, st, p, d, fw.t.sym(f"O{name}", out), fw.t.sym(f"K{name}", k)))
     return axes
 
