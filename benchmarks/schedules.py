@@ -1,0 +1,302 @@
+"""On a GPU: what the catalog's rewrites are worth on kernels it was not written against. For every
+kernel of the given sets, every rewrite the catalog proposes (up to --per-transform parameter
+choices each, in the catalog's own order) is evaluated against the kernel as written by the
+harness — checked at every declared size and seed, timed at the first (largest) size — and the
+first size's physical floor (the bytes the work must move over the measured bandwidth) is kept.
+For fixtures/corpus, the kernel's PyTorch equivalent (fixtures/corpus/torch_equivalents.py) is
+timed on the same inputs the same way (CUDA events, an L2 flush before each call, TF32 off).
+
+    python3 benchmarks/schedules.py --out DIR [--sets corpus,holdout,wild] [--per-transform 2]
+        [--only KERNEL ...] [--shard i/n] [--seconds S]
+
+Writes DIR/schedules.json after every kernel (a run cut short keeps what it measured): per kernel
+the original's time and floor, PyTorch's time where there is an equivalent, and per proposal its
+verdict, time and speedup; and a summary per set: kernels with a correct rewrite, with one ≥ 1.2×,
+the geometric mean of the best correct speedup, the best's share of the floor, and on the corpus
+the geometric mean of (best time / PyTorch time). Light touches (qualifiers, launch bounds,
+unrolling, block size) are left out: they are the search's refinements, not schedules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import importlib.util
+import json
+import math
+import platform
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from optiml import __version__  # noqa: E402
+from optiml.cuda.source import SourceFile  # noqa: E402
+from optiml.errors import OptimlError  # noqa: E402
+from optiml.executors import LocalExecutor  # noqa: E402
+from optiml.executors.base import Job  # noqa: E402
+from optiml.harness.evaluate import EvalOptions  # noqa: E402
+from optiml.search.catalog import CATALOG, Context  # noqa: E402
+from optiml.search.variant import Variant  # noqa: E402
+from optiml.spec import load  # noqa: E402
+
+SETS = {
+    "corpus": ("fixtures/corpus", "kernel"),
+    "holdout": ("fixtures/holdout", "kernel"),
+    "wild": ("fixtures/wild", "fixture"),
+}
+GAIN = 1.2  # a rewrite that counts as a real gain
+
+
+def kernels(sets: list[str]) -> list[dict]:
+    out = []
+    for name in sets:
+        folder, table = SETS[name]
+        for e in tomllib.loads((ROOT / folder / "manifest.toml").read_text())[table]:
+            out.append({"set": name, "path": ROOT / folder / e["file"], **e})
+    return out
+
+
+def proposals(path: Path, kernel: str, per_transform: int) -> list:
+    ctx = Context.of(Variant(path.read_text()), str(path), kernel)
+    out = []
+    for name, t in sorted(CATALOG.items()):
+        if t.gain < 1.0:
+            continue
+        try:
+            found = list(t.propose(ctx))
+        except Exception as e:  # a transformation that breaks on a kernel is a finding, not a stop
+            out.append((name, {"error": f"{type(e).__name__}: {e}"}))
+            continue
+        out += [(name, p) for p in found[:per_transform]]
+    return out
+
+
+def first_case(verdict) -> dict:
+    """The timed case's candidate and reference medians and its floor, in ms."""
+    for c in verdict.cases:
+        if c.timing is not None:
+            return {
+                "case": c.label,
+                "ms": c.timing.candidate.median_ms,
+                "original_ms": c.timing.reference.median_ms if c.timing.reference else None,
+                "floor_ms": c.floor.ms if c.floor else None,
+            }
+    return {}
+
+
+def torch_ms(entry: dict, spec) -> float | None:
+    """The PyTorch equivalent's median time at the spec's first size, on the harness's inputs."""
+    if entry["set"] != "corpus" or not entry.get("torch"):
+        return None
+    import numpy as np
+    import torch
+    from torch_baselines import timed
+
+    from optiml.cuda.types import DTYPES
+    from optiml.harness import inputs
+    from optiml.harness.evaluate import default_dist
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    path = ROOT / "fixtures" / "corpus" / "torch_equivalents.py"
+    mod_spec = importlib.util.spec_from_file_location("corpus_torch", path)
+    module = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(module)
+    fn = getattr(module, entry["torch"])
+    case = spec.cases()[0]
+    arrays = {}
+    for bi, b in enumerate(spec.buffers):
+        n = case.lengths[b.name]
+        if b.role == "out":
+            arr = np.zeros(n, dtype=DTYPES[b.dtype].np_dtype())
+        else:
+            dist = default_dist(spec, case, b.name)
+            arr = inputs.generate(
+                b.dtype, bi, n, 1, dist.lo, dist.hi, inputs.Mode(dist.mode), dist.extra
+            )
+        t = torch.from_numpy(arr.view(np.int16) if b.dtype == "bf16" else arr).cuda()
+        arrays[b.name] = t.view(torch.bfloat16) if b.dtype == "bf16" else t
+    args = [arrays[p] if p in arrays else case.scalars[p] for p in spec.params]
+    return timed(lambda: fn(*args), reps=30)
+
+
+async def measure(entry: dict, args, ex: LocalExecutor) -> dict:
+    path, name = entry["path"], entry["kernel"]
+    source, kernel, spec = load(path, name)
+    row: dict = {"set": entry["set"], "file": str(path.relative_to(ROOT)), "kernel": name}
+    opts = EvalOptions(time_all_sizes=False, target_ms=150.0, reps_max=100, timeout_s=240)
+    found = proposals(path, name, args.per_transform)
+
+    async def one(transform: str, p) -> dict:
+        if isinstance(p, dict):
+            return {"transform": transform, "status": "proposal-error", "message": p["error"]}
+        job = Job(
+            source,
+            kernel,
+            spec,
+            candidate=SourceFile(p.variant.text, source.path),
+            flags=p.variant.flags,
+        )
+        try:
+            v = await ex.evaluate(job, opts)
+        except OptimlError as e:
+            return {
+                "transform": transform,
+                "params": p.params,
+                "status": "error",
+                "message": str(e),
+            }
+        return {
+            "transform": transform,
+            "params": p.params,
+            "status": v.status,
+            "message": v.message[:300],
+            "speedup": v.speedup,
+            **first_case(v),
+        }
+
+    row["proposals"] = list(await asyncio.gather(*(one(t, p) for t, p in found)))
+    ok = [p for p in row["proposals"] if p["status"] == "ok" and p.get("speedup")]
+    timed_any = next((p for p in row["proposals"] if p.get("original_ms")), None)
+    if timed_any is None:  # nothing proposed (or nothing ran): the kernel as written, timed alone
+        v = await ex.evaluate(Job(source, kernel, spec), opts)
+        timed_any = {"original_ms": first_case(v).get("ms"), **first_case(v)}
+    row["original_ms"] = timed_any["original_ms"]
+    row["floor_ms"] = timed_any.get("floor_ms")
+    best = max(ok, key=lambda p: p["speedup"], default=None)
+    row["best"] = (
+        {k: best.get(k) for k in ("transform", "params", "speedup", "ms")} if best else None
+    )
+    try:
+        row["torch_ms"] = torch_ms(entry, spec)
+    except Exception as e:  # the comparison is a measurement; a failure is recorded, not fatal
+        row["torch_ms"], row["torch_error"] = None, f"{type(e).__name__}: {e}"[:300]
+    return row
+
+
+def geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def summary(rows: list[dict]) -> dict:
+    out = {}
+    for name in dict.fromkeys(r["set"] for r in rows):
+        rs = [r for r in rows if r["set"] == name]
+        proposed = [r for r in rs if r["proposals"]]
+        best = [r for r in rs if r["best"]]
+
+        def kept_ms(r: dict) -> float | None:  # the kernel as delivered: the best, else as written
+            return r["best"]["ms"] if r["best"] else r["original_ms"]
+
+        floors = [kept_ms(r) / r["floor_ms"] for r in rs if r.get("floor_ms") and kept_ms(r)]
+        torch_ratio = [kept_ms(r) / r["torch_ms"] for r in rs if r.get("torch_ms") and kept_ms(r)]
+        out[name] = {
+            "kernels": len(rs),
+            "with_a_proposal": len(proposed),
+            "proposals": sum(len(r["proposals"]) for r in rs),
+            "proposals_ok": sum(p["status"] == "ok" for r in rs for p in r["proposals"]),
+            "proposals_wrong": [
+                f"{r['kernel']}: {p['transform']} {p.get('params')}: {p['status']}"
+                for r in rs
+                for p in r["proposals"]
+                if p["status"] != "ok"
+            ],
+            "with_a_correct_rewrite": len(best),
+            f"with_a_gain_of_{GAIN}": sum(r["best"]["speedup"] >= GAIN for r in best),
+            "geomean_best_speedup": geomean([r["best"]["speedup"] for r in best]),
+            "geomean_kept_over_floor": geomean(floors),
+            "within_1.3_of_floor": sum(f <= 1.3 for f in floors),
+            "with_a_floor": len(floors),
+            "geomean_kept_over_torch": geomean(torch_ratio),
+            "with_torch": len(torch_ratio),
+        }
+    return out
+
+
+def environment() -> dict:
+    def tool(cmd: list[str]) -> str | None:
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+
+    gpu = tool(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"])
+    nvcc = tool(["nvcc", "--version"]) or ""
+    try:
+        import torch
+
+        torch_version = torch.__version__
+    except ImportError:
+        torch_version = None
+    return {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "optiml": __version__,
+        "commit": tool(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]),
+        "gpu": gpu.splitlines()[0] if gpu else None,
+        "nvcc": nvcc.splitlines()[-1] if nvcc else None,
+        "torch": torch_version,
+        "python": platform.python_version(),
+    }
+
+
+async def main(args) -> dict:
+    entries = kernels(args.sets)
+    if args.only:
+        entries = [e for e in entries if e["kernel"] in args.only]
+    i, n = args.shard
+    entries = entries[i - 1 :: n]
+    report = {**environment(), "per_transform": args.per_transform, "rows": []}
+    out = args.out / "schedules.json"
+    args.out.mkdir(parents=True, exist_ok=True)
+    ex = LocalExecutor()
+    start = time.monotonic()
+    try:
+        for entry in entries:
+            if args.seconds and time.monotonic() - start > args.seconds:
+                report["cut_short"] = f"stopped after {args.seconds} s"
+                break
+            row = await measure(entry, args, ex)
+            report["rows"].append(row)
+            report["summary"] = summary(report["rows"])
+            out.write_text(json.dumps(report, indent=1, default=str))
+            b = row["best"]
+            print(
+                f"{row['set']:8} {row['kernel']:32} {len(row['proposals']):3} proposals, "
+                + (f"best {b['transform']} {b['speedup']:.2f}x" if b else "no correct rewrite")
+                + (f", torch {row['torch_ms']:.4f} ms" if row.get("torch_ms") else ""),
+                flush=True,
+            )
+    finally:
+        await ex.close()
+    print(json.dumps(report.get("summary", {}), indent=1))
+    return report
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--sets", default="corpus,holdout,wild")
+    p.add_argument("--per-transform", type=int, default=2)
+    p.add_argument("--only", nargs="*")
+    p.add_argument("--shard", default="1/1")
+    p.add_argument("--seconds", type=float, default=0.0, help="stop starting kernels after this")
+    args = p.parse_args(argv)
+    args.sets = [s for s in args.sets.split(",") if s]
+    bad = [s for s in args.sets if s not in SETS]
+    if bad:
+        p.error(f"--sets: unknown set {bad[0]} (known: {', '.join(SETS)})")
+    i, _, n = args.shard.partition("/")
+    args.shard = (int(i), int(n))
+    return args
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    asyncio.run(main(parse_args()))
