@@ -177,3 +177,48 @@ def test_an_output_kept_for_inputs_that_look_the_same_is_caught_at_a_near_repeat
     v = run(keyed, sizes=[{"n": 4096}], timed_checks=1.0)
     assert v.status == "wrong_result" and v.check == "timed launches' outputs", v.message
     assert "one element changed" in v.message
+
+
+EDGE = """
+/* @optiml
+ *   args:   y: out float[n], x: in float[n] in [0, 1)
+ *   launch: grid = cdiv(n, 256), block = 256
+ *   sizes:  n = 1 << 22
+ */
+__global__ void bins(float* y, const float* x, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = floorf(x[i] * 4096.0f);
+}
+"""
+
+
+def _bins(tmp_path, expr: str, **options):
+    original = tmp_path / "bins.cu"
+    original.write_text(EDGE)
+    source, kernel, spec = load(original, "bins")
+    cand = SourceFile(EDGE.replace("floorf(x[i] * 4096.0f)", expr), str(tmp_path / "variant.cu"))
+    options = {"time": False, "seeds": (1, 2), **options}
+    return evaluate(source, kernel, spec, cand, EvalOptions(arch=default_arch(), **options))
+
+
+def test_a_result_within_rounding_of_its_edge_is_not_held_against_a_candidate(tmp_path):
+    # The reference's product is exact (a power of two), so it is never off; the candidate's
+    # factor is one unit in the last place larger: it differs where 4096x lies within rounding of
+    # an integer, where the exact result itself jumps when x moves by rounding — about a thousand
+    # of the 2^22 inputs, each off by a whole bin, far outside the tolerance.
+    v = _bins(tmp_path, "floorf(x[i] * 4096.0005f)")
+    assert v.status == "ok", v.message
+    # and on the timed launches' fresh inputs, every one of them checked
+    v = _bins(
+        tmp_path, "floorf(x[i] * 4096.0005f)", time=True, timed_checks=1.0, reps_min=8, reps_max=8
+    )
+    assert v.status == "ok", v.message
+    assert v.cases[0].timing.checked_launches >= 8
+
+
+def test_a_wrong_result_near_an_edge_is_still_wrong(tmp_path):
+    # Off by far more than rounding: the edges move by a hundredth of a bin.
+    v = _bins(tmp_path, "floorf(x[i] * 4096.0f + 0.01f)")
+    assert v.status == "wrong_result", v.message
+    assert "where the exact result's own movement under rounding" in v.message

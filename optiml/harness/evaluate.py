@@ -898,6 +898,11 @@ def _mismatch_message(c: CaseResult, s, b, tolerance: tuple[float, float]) -> st
                 f"{_tolerances(b.oracle.candidate)} tolerances, the reference by "
                 f"{_tolerances(b.oracle.reference)}"
             )
+            if b.oracle.conditioned is not None:
+                message += (
+                    f", and by {_tolerances(b.oracle.conditioned)} where the exact result's own "
+                    "movement under rounding of the inputs is allowed"
+                )
         elif isinstance(b.need_atol, float) and isinstance(b.need_rtol, float):
             message += (
                 f"; it would pass with atol = {b.need_atol:.2g} (rtol {rtol:g}) or rtol = "
