@@ -34,6 +34,10 @@ NOT_GATHERS = [
     ("fixtures/corpus/embedding_backward.cu", "encoder_backward_kernel"),
     ("fixtures/histogram.cu", "histogram_global"),
     ("fixtures/softmax.cu", "softmax_rows"),
+    # torch.gather along a dimension: the row number read from memory moves with the column, so
+    # there is no row to copy (measured on the H200, a warp per row was 0.89x and 0.03x)
+    ("fixtures/corpus/gather_dim1.cu", "gather_cols"),
+    ("fixtures/holdout/gather_dim1.cu", "gather_dim1"),
 ]
 
 
@@ -84,7 +88,7 @@ def test_proposals_equal_the_original_on_the_host(file, kernel, sizes, tmp_path)
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize(
     "file,kernel",
-    [(f, k) for f, k, _ in HOST] + [("fixtures/corpus/gather_dim1.cu", "gather_cols")],
+    [(f, k) for f, k, _ in HOST],
 )
 def test_the_first_proposal_compiles_for_sm90_without_spills(file, kernel):
     p = GATHER.propose(context(file, kernel))[0]

@@ -33,7 +33,6 @@ KERNELS = {
     ],
     "gather_rows": [
         ("fixtures/corpus/embedding_pos.cu", "encoder_forward_kernel"),
-        ("fixtures/corpus/gather_dim1.cu", "gather_cols"),
         ("tests/data/schedules/embed_scaled.cu", "embed_scaled"),
     ],
     "permute_tiles": [

@@ -153,6 +153,17 @@ class _Writer:
             for x in _unconditional(s.value):
                 if isinstance(x, Load) and _row_only(x) and x not in hoisted:
                     hoisted[x] = f"optiml_h{len(hoisted)}"
+        # a gather by rows reads its row number once per row: where every row number read from
+        # memory moves with the column (torch.gather along a dimension), each element goes its
+        # own way and the map's schedules are the ones that fit
+        indirect = [
+            y
+            for s in stores
+            for y in walk_expr(s.value, into_loops=False)
+            if isinstance(y, Load) and any(isinstance(z, Load) for z in walk_expr(y.index))
+        ]
+        if not any(x in walk_expr(y.index) for y in indirect for x in hoisted):
+            raise _NoPlan("no row number read once per row")
         for x, name in hoisted.items():
             lines.append(f"    const {C_TYPES[x.type]} {name} = {c.expr(x)};")
         body = _Hoisted(self.names, hoisted)
