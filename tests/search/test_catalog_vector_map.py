@@ -136,3 +136,16 @@ def test_refused(old, new):
     text = MAPS["masked"].replace(old, new)
     assert text != MAPS["masked"]
     assert MAP.propose(context("masked", text)) == []
+
+
+def test_a_conditional_store_to_an_output_nothing_reads_is_not_read_to_be_written_back():
+    # `masked` reads m and writes s under a condition: s is not loaded 16 bytes at a time only
+    # to be written back where the condition fails (twice its bytes for a mask)
+    text = MAP.propose(context("masked"))[0].variant.text
+    wide = text[: text.index("optiml_tail + optiml_t")]
+    assert "optiml_p_m" in wide and "optiml_p_s" not in wide
+    assert "if ((optiml_p_m.v[optiml_j] == 0)) s[optiml_e] = " in wide
+    # with nothing read at the element (a causal mask's fill), nothing is left to widen
+    path = FIXTURES / "holdout" / "causal_mask.cu"
+    ctx = Context.of(Variant(path.read_text()), str(path), "causal_mask_fill")
+    assert MAP.propose(ctx) == []

@@ -238,10 +238,13 @@ class _Plan:
             f"reinterpret_cast<unsigned long long>({t}) % {size * v} == 0"
             for t, size in sorted(self.wide.items())
         )
-        loads = sorted(
-            {x.tensor for s in self.stores for x in _element_loads(s, self.element)}
-            | {s.tensor for s in self.stores if s.guard != TRUE}  # kept where the condition fails
-        )
+        read = {x.tensor for s in self.stores for x in _element_loads(s, self.element)}
+        # A conditional store to an output the element's values read anyway is a select between
+        # the new value and the one read, stored whole; one to an output nothing reads stays a
+        # store per element under its condition (reading the output only to write it back would
+        # move its bytes twice where the condition is often false: a mask, a fill).
+        merged = {s.tensor for s in self.stores if s.guard != TRUE and s.tensor in read}
+        loads = sorted(read | merged)
         lines = [
             "{",
             f"    const long long optiml_n = {bound};",
@@ -259,7 +262,10 @@ class _Plan:
                 f"            const {pack} {packs[t]} = "
                 f"*reinterpret_cast<const {pack}*>({t} + optiml_b);"
             )
-        for s in self.stores:
+        whole = [s for s in self.stores if s.guard == TRUE or s.tensor in merged]
+        if not whole and not loads:
+            raise _NoPlan("nothing to move 16 bytes at a time: only conditional stores")
+        for s in whole:
             lines.append(f"            optiml_pack<{ct[s.tensor]}, {v}> optiml_q_{s.tensor};")
         lines += [
             "#pragma unroll",
@@ -269,11 +275,16 @@ class _Plan:
         dtype = {t.name: t.dtype for t in self.m.tensors.values()}
         for s in self.stores:
             value = lane.cast(lane.expr(s.value), s.value.type, dtype[s.tensor])
+            if s not in whole:
+                lines.append(
+                    f"                if ({lane.expr(s.guard)}) {s.tensor}[{ELEMENT}] = {value};"
+                )
+                continue
             if s.guard != TRUE:
                 value = f"({lane.expr(s.guard)}) ? {value} : {packs[s.tensor]}.v[optiml_j]"
             lines.append(f"                optiml_q_{s.tensor}.v[optiml_j] = {value};")
         lines.append("            }")
-        for s in self.stores:
+        for s in whole:
             pack = f"optiml_pack<{ct[s.tensor]}, {v}>"
             lines.append(
                 f"            *reinterpret_cast<{pack}*>({s.tensor} + optiml_b) = "
