@@ -22,11 +22,17 @@ import contextlib
 import itertools
 import json
 import os
+import warnings
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import asyncssh
 from pydantic import ValidationError
+
+with warnings.catch_warnings():
+    # cryptography 51 deprecates DSA, which asyncssh still registers at import: a warning on
+    # every command's stderr for an algorithm OptiML never offers (its keys are Ed25519/ECDSA/RSA)
+    warnings.filterwarnings("ignore", message="DSA is deprecated")
+    import asyncssh
 
 from optiml import __version__
 from optiml.errors import (
