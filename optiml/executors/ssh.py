@@ -29,8 +29,8 @@ from urllib.parse import urlsplit
 from pydantic import ValidationError
 
 with warnings.catch_warnings():
-    # cryptography 51 deprecates DSA, which asyncssh still registers at import: a warning on
-    # every command's stderr for an algorithm OptiML never offers (its keys are Ed25519/ECDSA/RSA)
+    # cryptography 51 deprecates DSA, which asyncssh registers at import: without this, every
+    # command would print that warning on stderr, whether or not any DSA key is in use
     warnings.filterwarnings("ignore", message="DSA is deprecated")
     import asyncssh
 
