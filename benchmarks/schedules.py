@@ -96,23 +96,30 @@ def memory_bound(row: dict) -> bool:
     return not row["family"].startswith("contraction (matrix-matrix)")
 
 
-def moved_bytes(spec, case) -> int:
-    """What the operation must move at `case`: every input read once, every output written
-    once (an `inout` buffer both)."""
+def moved_bytes(spec, case, dependence) -> int:
+    """What the operation must move at `case`: every output (and `inout` buffer) written once,
+    and every input read once — as much of it as the outputs were seen to depend on (the
+    harness's dependence probes: a gather reads the rows it looks up, not its whole table)."""
     from optiml.cuda.types import DTYPES
+    from optiml.harness.work import read_fraction
 
-    total = 0
+    probed = {d.buffer: d for d in dependence}
+    total = 0.0
     for b in spec.buffers:
-        size = case.lengths[b.name] * DTYPES[b.dtype].size * b.lanes
-        total += size * (2 if b.role == "inout" else 1)
-    return total
+        size = case.lengths[b.name] * DTYPES[b.dtype].size
+        if b.role != "out":
+            d = probed.get(b.name)
+            total += size * (read_fraction(d) if d is not None else 1.0)
+        if b.role != "in":
+            total += size
+    return int(total)
 
 
 def first_case(verdict, spec) -> dict:
     """The timed case's candidate and reference medians, in ms, and two floors: the harness's
-    (the least DRAM traffic the outputs were seen to depend on, over the best bandwidth the
-    device could have, a bound no honest kernel is under) and the memory-bound one (every input
-    read and every output written once, over the device-to-device copy bandwidth measured on
+    (the least DRAM traffic the outputs were seen to depend on, writes that fit the L2 left
+    out, over the best bandwidth the device could have: a bound no honest kernel is under) and
+    the memory-bound one (`moved_bytes` over the device-to-device copy bandwidth measured on
     it: what a kernel bound by memory reaches at best)."""
     from optiml.harness.ceilings import device_ceilings
 
@@ -120,7 +127,7 @@ def first_case(verdict, spec) -> dict:
     cases = {c.label: c for c in spec.cases()}
     for c in verdict.cases:
         if c.timing is not None:
-            moved = moved_bytes(spec, cases[c.label]) if c.label in cases else None
+            moved = moved_bytes(spec, cases[c.label], c.dependence) if c.label in cases else None
             return {
                 "case": c.label,
                 "ms": c.timing.candidate.median_ms,
