@@ -695,3 +695,40 @@ def test_privatize_histogram_refuses_reductions_and_its_own_output():
     assert HISTOGRAM.propose(fixture("reduce_sum.cu", "reduce_sum")) == []
     done = HISTOGRAM.propose(fixture("histogram.cu", "histogram_global"))[0].variant
     assert HISTOGRAM.propose(context(done.text, "histogram_global")) == []
+
+
+WHILE_SUM = """
+/* @optiml
+ *   args:   x: in float[n], total: inout float[1]
+ *   launch: grid = min(cdiv(n, 256), 512), block = 256
+ *   sizes:  n = 1 << 22, 40001
+ *   tol:    rtol = 1e-3
+ */
+__global__ void while_sum(const float* x, float* total, long long n)
+{
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    while (i < n) {
+        atomicAdd(total, x[i]);
+        i += stride;
+    }
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+def test_a_while_grid_stride_loop_is_a_loop_over_elements(tmp_path):
+    # the same loop as a `for`, spelled `while` with the step last and the stride in a variable:
+    # block_reduce reads it, and so does privatize_histogram (fixtures/holdout/byte_histogram.cu)
+    ctx = context(WHILE_SUM, "while_sum")
+    proposals = by_name("block_reduce").propose(ctx)
+    assert proposals
+    candidates = [Context.of(p.variant, ctx.source.path, "while_sum") for p in proposals[:2]]
+    sizes = [{"n": 40001}, {"n": 777}]
+    assert run_against(ctx, candidates, sizes, tmp_path) == [0, 0]
+    path = FIXTURES / "holdout" / "byte_histogram.cu"
+    hist = Context.of(Variant(path.read_text()), str(path), "byte_histogram")
+    assert by_name("privatize_histogram").propose(hist)
+    # a loop whose index also moves in the body is not one element per step
+    moved = WHILE_SUM.replace("atomicAdd(total, x[i]);", "atomicAdd(total, x[i]); i += 1;")
+    assert by_name("block_reduce").propose(context(moved, "while_sum")) == []

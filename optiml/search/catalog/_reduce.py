@@ -161,7 +161,7 @@ def _analyse(ctx: Context) -> ElementKernel | None:
     if any(PREFIX in name for name in ast.identifiers(ast.body) | set(ast.params)):
         return None
     stmts = ast.statements()
-    shape = _guarded(ast, stmts) or _grid_stride(ast, stmts)
+    shape = _guarded(ast, stmts) or _grid_stride(ast, stmts) or _while_grid_stride(ast, stmts)
     if shape is None:
         return None
     decl, index, before, cond, bound, body = (
@@ -181,14 +181,15 @@ def _analyse(ctx: Context) -> ElementKernel | None:
     bound_spec, values = _spec_values(ctx, _expand(ast, bound, uniform))
     if values is None or any(not isinstance(v, int) for v in values):
         return None
-    if decl.type != "for_statement" and any(
+    loops = ("for_statement", "while_statement")
+    if decl.type not in loops and any(
         c.grid[0] * c.block[0] < v for c, v in zip(launch, values, strict=True)
     ):
         return None  # the original leaves elements out; a grid-stride loop would not
     early = _early_returns(ast, body)
     if early is None:
         return None
-    if decl.type == "for_statement":
+    if decl.type in loops:
         # In a loop over elements, what is declared before it lives across elements, and a
         # return ends all of the thread's elements: neither is "one element".
         carried = set().union(*(_declared_names(ast, d) for d in pre)) if pre else set()
@@ -348,6 +349,62 @@ def _grid_stride(ast: KernelAST, stmts: list[Node]) -> _Shape | None:
     return _Shape(
         loop, name, type_text, block, before, cond, True, True, bound, ast.statements(body)
     )
+
+
+def _while_grid_stride(ast: KernelAST, stmts: list[Node]) -> _Shape | None:
+    """`T i = global index; ... while (i < n) { body; i += blockDim.x * gridDim.x; }` as the last
+    statement (the stride may be a variable declared before the loop)."""
+    if not stmts or stmts[-1].type != "while_statement":
+        return None
+    loop = stmts[-1]
+    before = stmts[:-1]
+    if any(s.type != "declaration" for s in before):
+        return None
+    cond = unparen(loop.child_by_field_name("condition"))
+    if cond.type == "condition_clause":
+        inner = [c for c in cond.named_children if c.type != "comment"]
+        if len(inner) != 1:
+            return None
+        cond = unparen(inner[0])
+    if cond.type != "binary_expression" or operator_of(cond) != "<":
+        return None
+    left = unparen(cond.child_by_field_name("left"))
+    if left.type != "identifier":
+        return None
+    name = ast.text(left)
+    env: dict = {}
+    index_decl = None
+    for st in before:
+        found = _single_init(ast, st)
+        if found is None:
+            continue
+        if found[0] == name:
+            index_decl = (st, found)
+            continue
+        form = ast.affine(found[1], env)
+        if form is not None:
+            env[found[0]] = form
+    if index_decl is None:
+        return None
+    decl, (_, value, type_text) = index_decl
+    block = _global_index(ast, value, env)
+    if block is None:
+        return None
+    body = ast.statements(loop.child_by_field_name("body"))
+    if not body or body[-1].type != "expression_statement" or not body[-1].named_children:
+        return None
+    step = _step(ast, body[-1].named_children[0], name, env)
+    if (
+        step is None
+        or step != {tuple(sorted((block, "gridDim.x"))): 1}
+        and not (block.isdigit() and step == {("gridDim.x",): int(block)})
+    ):
+        return None
+    if any(name in ast.assigned(b) for b in body[:-1]):
+        return None
+    bound = ast.text(cond.child_by_field_name("right"))
+    rest = [st for st in before if st is not decl]
+    return _Shape(loop, name, type_text, block, rest, cond, True, True, bound, body[:-1])
 
 
 def _step(ast: KernelAST, update: Node, name: str, env: dict) -> dict | None:
