@@ -29,6 +29,7 @@ import datetime as dt
 import importlib.util
 import json
 import math
+import os
 import platform
 import subprocess
 import sys
@@ -108,8 +109,10 @@ def moved_bytes(spec, case, dependence) -> int:
     for b in spec.buffers:
         size = case.lengths[b.name] * DTYPES[b.dtype].size
         if b.role != "out":
+            # a probe that saw no output move (one element rarely moves a maximum) cannot say
+            # how much is read: all of it, as a reduction does
             d = probed.get(b.name)
-            total += size * (read_fraction(d) if d is not None else 1.0)
+            total += size * (read_fraction(d) if d is not None and d.sensitive else 1.0)
         if b.role != "in":
             total += size
     return int(total)
@@ -298,7 +301,9 @@ def environment() -> dict:
     return {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "optiml": __version__,
-        "commit": tool(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]),
+        # OPTIML_COMMIT where the tree was copied without its history
+        "commit": os.environ.get("OPTIML_COMMIT")
+        or tool(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]),
         "gpu": gpu.splitlines()[0] if gpu else None,
         "nvcc": nvcc.splitlines()[-1] if nvcc else None,
         "torch": torch_version,

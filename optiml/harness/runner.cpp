@@ -706,26 +706,21 @@ static double error_in_tolerances(const Buffer& b, const std::vector<unsigned ch
   return *std::max_element(parts.begin(), parts.end());
 }
 
-// The largest error of `got` in units of the tolerance widened, element by element, by how far
-// the exact result moves when the inputs move by rounding (`up`, `down`: the oracle on inputs
-// moved both ways); elements whose exact values are not all finite are skipped.
+// The largest error of `got` in units of the tolerance widened, element by element, by
+// `spread` (how far the exact result moves when the inputs move by rounding); elements where it
+// or the exact result is not finite are skipped.
 static double error_beyond_conditioning(const Buffer& b, const std::vector<unsigned char>& got,
                                         const std::vector<unsigned char>& exact,
-                                        const std::vector<unsigned char>& up,
-                                        const std::vector<unsigned char>& down, size_t n,
-                                        double atol) {
+                                        const std::vector<double>& spread, size_t n, double atol) {
   size_t chunks = worker_count(n);
   std::vector<double> parts(chunks, 0);
   parallel_chunks(n, chunks, [&](size_t begin, size_t end, size_t k) {
     double worst = 0;
     for (size_t i = begin; i < end; ++i) {
       double x = load_float(b.oracle.code, exact.data() + i * b.oracle.size);
-      double u = load_float(b.oracle.code, up.data() + i * b.oracle.size);
-      double d = load_float(b.oracle.code, down.data() + i * b.oracle.size);
-      if (!std::isfinite(x) || !std::isfinite(u) || !std::isfinite(d)) continue;
+      if (!std::isfinite(x) || !std::isfinite(spread[i])) continue;
       double g = load_float(b.dtype.code, got.data() + i * b.dtype.size);
-      double spread = std::max(std::fabs(u - x), std::fabs(d - x));
-      double tol = atol + b.rtol * std::fabs(x) + spread, err = std::fabs(g - x);
+      double tol = atol + b.rtol * std::fabs(x) + spread[i], err = std::fabs(g - x);
       double e = !std::isfinite(g) ? INFINITY : tol > 0 ? err / tol : (err > 0 ? INFINITY : 0);
       worst = std::max(worst, e);
     }
@@ -736,8 +731,16 @@ static double error_beyond_conditioning(const Buffer& b, const std::vector<unsig
 
 // The oracle's outputs on one set of inputs: as they are, and moved by rounding both ways.
 struct OracleRuns {
-  std::vector<std::vector<unsigned char>> exact, up, down;
+  std::vector<std::vector<unsigned char>> exact;
+  // per output buffer and element: the most the exact result moved over the runs on moved
+  // inputs (NaN where a run's result was not finite); empty until those runs are made
+  std::vector<std::vector<double>> spread;
 };
+
+// Runs of the oracle on inputs moved by rounding: pairs moved opposite ways, each pair by its own
+// pseudorandom amounts (with several inputs, one pair's moves can nearly cancel where they meet,
+// as in a * x + b * y near zero; three pairs leave that to a few in a thousand).
+constexpr int MOVED_PAIRS = 3;
 
 // ---- NVML, loaded at run time so that the runner needs no NVML headers or link ---------------
 
@@ -1160,9 +1163,10 @@ int main(int argc, char** argv) {
 
     // The oracle: the reference with its floating-point types promoted, run on the same inputs
     // when a candidate's output falls outside the tolerance of the reference's.
-    // `perturb` (+1 or -1, 0 for none) moves every floating-point input by a few units in the
-    // last place of float, the same pseudorandom amounts with the opposite sign for -1: how far
-    // the exact result moves under that is how far rounding alone can move a float computation.
+    // `perturb` (±k for the k-th pair, 0 for none) moves every floating-point input by a few
+    // units in the last place of float, by the k-th pseudorandom amounts, the opposite way for
+    // -k: how far the exact result moves under that is how far rounding alone can move a float
+    // computation.
     auto run_oracle = [&](const std::vector<std::vector<unsigned char>>& inputs,
                           std::vector<std::vector<unsigned char>>& exact, int perturb) {
       std::vector<void*> obufs(nb, nullptr);
@@ -1185,10 +1189,12 @@ int main(int argc, char** argv) {
           for (size_t i = 0; i < n; ++i) {
             double v = load_float(buf.dtype.code, inputs[b].data() + i * buf.dtype.size);
             if (perturb) {
-              uint64_t h = splitmix64(plan.key ^ (b * 0x9E3779B97F4A7C15ull) ^ i);
-              // between half and all of `ulps`, up or down, the opposite way for perturb = -1
+              const uint64_t pair = (uint64_t)std::abs(perturb);
+              uint64_t h = splitmix64(plan.key ^ (pair * 0xD1B54A32D192ED03ull) ^
+                                      (b * 0x9E3779B97F4A7C15ull) ^ i);
+              // between half and all of `ulps`, up or down; the opposite way for -k
               double r = 0.5 + (double)(h >> 12) * 0x1p-53;
-              v *= 1.0 + ((h & 1) ? 1 : -1) * perturb * ulps * r;
+              v *= 1.0 + ((h & 1) ? 1 : -1) * (perturb > 0 ? 1 : -1) * ulps * r;
             }
             store(buf.oracle.code, host.data() + i * buf.oracle.size, v, 0);
           }
@@ -1239,13 +1245,34 @@ int main(int argc, char** argv) {
       bool accepted = ce <= std::max(1.0, re);
       std::string conditioned = "null";
       if (!accepted && std::isfinite(ce)) {
-        if (runs.up.empty()) {
+        if (runs.spread.empty()) {
           phase("case=%zu %s kernel=oracle on inputs moved by rounding", ci, where.c_str());
-          run_oracle(inputs, runs.up, 1);
-          run_oracle(inputs, runs.down, -1);
+          runs.spread.assign(nb, {});
+          for (size_t o = 0; o < nb; ++o)
+            if (!is_in(o)) runs.spread[o].assign(c.lengths[o], 0.0);
+          std::vector<std::vector<unsigned char>> moved;
+          for (int k = -MOVED_PAIRS; k <= MOVED_PAIRS; ++k) {
+            if (k == 0) continue;
+            run_oracle(inputs, moved, k);
+            for (size_t o = 0; o < nb; ++o) {
+              if (is_in(o)) continue;
+              const Buffer& ob = plan.buffers[o];
+              std::vector<double>& sp = runs.spread[o];
+              const auto& ex = runs.exact[o];
+              const auto& mv = moved[o];
+              size_t n = c.lengths[o];
+              parallel_chunks(n, worker_count(n), [&](size_t begin, size_t end, size_t) {
+                for (size_t i = begin; i < end; ++i) {
+                  double d = load_float(ob.oracle.code, mv.data() + i * ob.oracle.size) -
+                             load_float(ob.oracle.code, ex.data() + i * ob.oracle.size);
+                  sp[i] = std::isfinite(d) ? std::max(sp[i], std::fabs(d)) : NAN;
+                }
+              });
+            }
+          }
         }
-        double cc = error_beyond_conditioning(buf, cand_b, runs.exact[b], runs.up[b],
-                                              runs.down[b], c.lengths[b], atol);
+        double cc = error_beyond_conditioning(buf, cand_b, runs.exact[b], runs.spread[b],
+                                              c.lengths[b], atol);
         conditioned = num(cc);
         accepted = cc <= 1.0;
       }
