@@ -1,6 +1,6 @@
 """On a GPU: what the catalog's rewrites are worth on kernels it was not written against. For every
 kernel of the given sets, every rewrite the catalog proposes (up to --per-transform parameter
-choices each, in the catalog's own order) is evaluated against the kernel as written by the
+choices each, the ones its own weights rank first) is evaluated against the kernel as written by the
 harness — checked at every declared size and seed, timed at the first (largest) size — and the
 first size's memory-bound floor (every input read and every output written once, over the
 device-to-device copy bandwidth measured on it) is kept with the harness's own floor (the least
@@ -78,7 +78,9 @@ def proposals(path: Path, kernel: str, per_transform: int) -> list:
         except Exception as e:  # a transformation that breaks on a kernel is a finding, not a stop
             out.append((name, {"error": f"{type(e).__name__}: {e}"}))
             continue
-        out += [(name, p) for p in found[:per_transform]]
+        # the ones the search would try first: the transformation's own weights, highest first
+        ranked = sorted(found, key=lambda p: -p.weight)
+        out += [(name, p) for p in ranked[:per_transform]]
     return out
 
 

@@ -183,7 +183,7 @@ EDGE = """
 /* @optiml
  *   args:   y: out float[n], x: in float[n] in [0, 1)
  *   launch: grid = cdiv(n, 256), block = 256
- *   sizes:  n = 1 << 22
+ *   sizes:  n = 1 << 22, 262147
  */
 __global__ void bins(float* y, const float* x, int n)
 {

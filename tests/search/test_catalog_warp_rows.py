@@ -243,3 +243,16 @@ def test_argmax_and_argmin_keep_the_loops_choice_among_ties(tmp_path):
     assert wrong != proposals[0].variant.text
     broken = Context.of(Variant(wrong), ctx.source.path, "arg_rows")
     assert run_against(ctx, [broken], sizes[:1], tmp_path) != [0]
+
+
+def test_many_long_rows_also_get_a_block_per_row_and_short_ones_do_not():
+    # 16384 rows fill the GPU with warps, but rows of 8192 keep each warp's lanes walking them
+    # pass after pass: a block per row is proposed beside the warps (after them, no cluster)
+    many = FEW_ROWS.replace("(16, 1 << 22)", "(16384, 8192)")
+    ctx = Context.of(Variant(many), str(ROOT / "kernel.cu"), "norm_rows", sm_count=132)
+    found = WARP.propose(ctx)
+    assert [p.params["per_row"] for p in found] == ["warp", "warp", "block"]
+    assert found[2].weight < found[0].weight
+    short = FEW_ROWS.replace("(16, 1 << 22)", "(16384, 1024)")
+    ctx = Context.of(Variant(short), str(ROOT / "kernel.cu"), "norm_rows", sm_count=132)
+    assert [p.params["per_row"] for p in WARP.propose(ctx)] == ["warp", "warp"]

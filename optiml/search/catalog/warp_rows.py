@@ -50,6 +50,7 @@ THREADS = (256, 128)
 BLOCK_THREADS = 512
 BUSY_THREADS_PER_SM = 1024
 MAX_CLUSTER = 8
+LONG_ROW = 4096  # elements: 128 per lane of a warp, a pass of 8 per thread of a block
 FULL_MASK = "0xffffffffu"
 _IDENTITY = {
     ("sum", FLOAT): "0.0f",
@@ -90,6 +91,9 @@ class WarpRows(Transformation):
         name_at = head.rindex(ctx.kernel.name)
         # few rows leave warps idle: a block per row, or a cluster of blocks, fills the GPU
         few = count * 32 < ctx.sm_count * BUSY_THREADS_PER_SM
+        # a long row keeps a warp's lanes walking it pass after pass (a softmax over a
+        # vocabulary): a block per row is worth measuring however many rows there are
+        long = _row_elements(ctx, count) >= LONG_ROW
         out = []
         for threads in THREADS:
             variant = ctx.rewrite(
@@ -101,11 +105,13 @@ class WarpRows(Transformation):
             )
             weight = (1.0 if threads == 256 else 0.8) * (0.6 if few else 1.0)
             out.append(Rewrite({"threads": threads, "per_row": "warp"}, summary, variant, weight))
-        if not few:
+        if not (few or long):
             return out
         cluster = 1
-        while cluster < MAX_CLUSTER and count * cluster * BLOCK_THREADS < ctx.sm_count * (
-            BUSY_THREADS_PER_SM
+        while (
+            few
+            and cluster < MAX_CLUSTER
+            and count * cluster * BLOCK_THREADS < ctx.sm_count * (BUSY_THREADS_PER_SM)
         ):
             cluster *= 2
         for per_row, cl, weight in (("block", 1, 0.9), ("cluster", cluster, 1.0)):
@@ -141,6 +147,13 @@ class WarpRows(Transformation):
                 )
             )
         return out
+
+
+def _row_elements(ctx: Context, count: int) -> int:
+    """Elements per row of the largest input at the spec's first size: what a row's loops read."""
+    case = ctx.case
+    inputs = [case.lengths[b.name] for b in ctx.spec.buffers if b.role != "out"]
+    return max(inputs, default=0) // max(count, 1)
 
 
 def _row_count(ctx: Context, rows: str) -> int:
