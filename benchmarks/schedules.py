@@ -41,7 +41,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from optiml import __version__  # noqa: E402
-from optiml.cuda.source import SourceFile  # noqa: E402
 from optiml.errors import OptimlError  # noqa: E402
 from optiml.executors import LocalExecutor  # noqa: E402
 from optiml.executors.base import Job  # noqa: E402
@@ -195,13 +194,7 @@ async def measure(entry: dict, args, ex: LocalExecutor) -> dict:
     async def one(transform: str, p) -> dict:
         if isinstance(p, dict):
             return {"transform": transform, "status": "proposal-error", "message": p["error"]}
-        job = Job(
-            source,
-            kernel,
-            spec,
-            candidate=SourceFile(p.variant.text, source.path),
-            flags=p.variant.flags,
-        )
+        job = Job.of_variant(source, kernel, spec, p.variant)
         try:
             v = await ex.evaluate(job, opts)
         except OptimlError as e:

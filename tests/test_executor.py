@@ -100,3 +100,15 @@ def test_pinned_runs_share_the_first_gpu():
         )
 
     assert asyncio.run(main()) == ["2"] * 5
+
+
+def test_a_catalog_variant_is_a_job_whose_target_is_the_variant():
+    from optiml.executors.base import Job
+
+    source, kernel, spec = load(FIXTURES / "saxpy.cu", "saxpy")
+    ctx = Context.of(Variant(source.text), source.path, "saxpy")
+    proposal = CATALOG["vector_map"].propose(ctx)[0]
+    job = Job.of_variant(source, kernel, spec, proposal.variant)
+    assert job.candidate.text == proposal.variant.text and job.candidate.path == source.path
+    assert job.flags == proposal.variant.flags
+    assert job.target[0] is job.candidate and job.target[1].name == "saxpy"

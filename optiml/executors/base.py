@@ -32,6 +32,18 @@ class Job:
     candidate: SourceFile | None = None
     flags: tuple[str, ...] = DEFAULT_FLAGS
 
+    @classmethod
+    def of_variant(cls, source: SourceFile, kernel: Kernel, spec: Spec, variant) -> Job:
+        """The job of a catalog variant (`optiml.search.variant.Variant`: its text and flags) of
+        `kernel` in `source`."""
+        return cls(
+            source,
+            kernel,
+            spec,
+            candidate=SourceFile(variant.text, source.path),
+            flags=variant.flags,
+        )
+
     @property
     def target(self) -> tuple[SourceFile, Kernel, Spec]:
         """What runs: the candidate's file, its kernel and its spec (its launch, its instantiation)."""

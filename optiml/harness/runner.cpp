@@ -686,41 +686,22 @@ static Comparison compare(const Buffer& b, const std::vector<unsigned char>& exp
 }
 
 // The largest error of `got` against an oracle's double values, in units of the tolerance
-// (|got - exact| / (atol + rtol |exact|)), over elements whose exact value is finite.
+// (|got - exact| / (atol + rtol |exact|)), over elements whose exact value is finite. With
+// `spread` (how far the exact result moves, element by element, when the inputs move by
+// rounding), the tolerance widens by it, and elements where it is not finite are skipped.
 static double error_in_tolerances(const Buffer& b, const std::vector<unsigned char>& got,
-                                  const std::vector<unsigned char>& exact, size_t n, double atol) {
+                                  const std::vector<unsigned char>& exact, size_t n, double atol,
+                                  const std::vector<double>* spread = nullptr) {
   size_t chunks = worker_count(n);
   std::vector<double> parts(chunks, 0);
   parallel_chunks(n, chunks, [&](size_t begin, size_t end, size_t k) {
     double worst = 0;
     for (size_t i = begin; i < end; ++i) {
       double x = load_float(b.oracle.code, exact.data() + i * b.oracle.size);
-      if (!std::isfinite(x)) continue;
+      double widen = spread ? (*spread)[i] : 0.0;
+      if (!std::isfinite(x) || !std::isfinite(widen)) continue;
       double g = load_float(b.dtype.code, got.data() + i * b.dtype.size);
-      double tol = atol + b.rtol * std::fabs(x), err = std::fabs(g - x);
-      double e = !std::isfinite(g) ? INFINITY : tol > 0 ? err / tol : (err > 0 ? INFINITY : 0);
-      worst = std::max(worst, e);
-    }
-    parts[k] = worst;
-  });
-  return *std::max_element(parts.begin(), parts.end());
-}
-
-// The largest error of `got` in units of the tolerance widened, element by element, by
-// `spread` (how far the exact result moves when the inputs move by rounding); elements where it
-// or the exact result is not finite are skipped.
-static double error_beyond_conditioning(const Buffer& b, const std::vector<unsigned char>& got,
-                                        const std::vector<unsigned char>& exact,
-                                        const std::vector<double>& spread, size_t n, double atol) {
-  size_t chunks = worker_count(n);
-  std::vector<double> parts(chunks, 0);
-  parallel_chunks(n, chunks, [&](size_t begin, size_t end, size_t k) {
-    double worst = 0;
-    for (size_t i = begin; i < end; ++i) {
-      double x = load_float(b.oracle.code, exact.data() + i * b.oracle.size);
-      if (!std::isfinite(x) || !std::isfinite(spread[i])) continue;
-      double g = load_float(b.dtype.code, got.data() + i * b.dtype.size);
-      double tol = atol + b.rtol * std::fabs(x) + spread[i], err = std::fabs(g - x);
+      double tol = atol + b.rtol * std::fabs(x) + widen, err = std::fabs(g - x);
       double e = !std::isfinite(g) ? INFINITY : tol > 0 ? err / tol : (err > 0 ? INFINITY : 0);
       worst = std::max(worst, e);
     }
@@ -1271,8 +1252,8 @@ int main(int argc, char** argv) {
             }
           }
         }
-        double cc = error_beyond_conditioning(buf, cand_b, runs.exact[b], runs.spread[b],
-                                              c.lengths[b], atol);
+        double cc =
+            error_in_tolerances(buf, cand_b, runs.exact[b], c.lengths[b], atol, &runs.spread[b]);
         conditioned = num(cc);
         accepted = cc <= 1.0;
       }

@@ -43,13 +43,7 @@ def proposals():
 @pytest.mark.parametrize("entry,proposal", list(proposals()))
 def test_proposal_is_correct(entry, proposal):
     source, kernel, spec = load(FIXTURES / entry["file"], entry["kernel"])
-    job = Job(
-        source,
-        kernel,
-        spec,
-        candidate=SourceFile(proposal.variant.text, source.path),
-        flags=proposal.variant.flags,
-    )
+    job = Job.of_variant(source, kernel, spec, proposal.variant)
 
     async def run():
         ex = LocalExecutor()

@@ -51,13 +51,7 @@ def proposals():
 def test_proposal_is_correct(text, kernel, proposal):
     source = SourceFile(text, str(FIXTURES / "kernel.cu"))
     k = source.kernel(kernel)
-    job = Job(
-        source,
-        k,
-        parse_spec(source, k),
-        candidate=SourceFile(proposal.variant.text, source.path),
-        flags=proposal.variant.flags,
-    )
+    job = Job.of_variant(source, k, parse_spec(source, k), proposal.variant)
 
     async def run():
         ex = LocalExecutor()

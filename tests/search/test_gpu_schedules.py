@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from optiml.cuda.source import SourceFile
 from optiml.executors import LocalExecutor
 from optiml.executors.base import Job
 from optiml.harness.evaluate import EvalOptions
@@ -70,13 +69,7 @@ def proposals():
 @pytest.mark.parametrize("file,kernel,proposal", list(proposals()))
 def test_schedule_is_correct_and_timed(file, kernel, proposal):
     source, k, spec = load(ROOT / file, kernel)
-    job = Job(
-        source,
-        k,
-        spec,
-        candidate=SourceFile(proposal.variant.text, source.path),
-        flags=proposal.variant.flags,
-    )
+    job = Job.of_variant(source, k, spec, proposal.variant)
 
     async def run():
         ex = LocalExecutor()
