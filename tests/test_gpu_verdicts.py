@@ -222,3 +222,21 @@ def test_a_wrong_result_near_an_edge_is_still_wrong(tmp_path):
     v = _bins(tmp_path, "floorf(x[i] * 4096.0f + 0.01f)")
     assert v.status == "wrong_result", v.message
     assert "where the exact result's own movement under rounding" in v.message
+
+
+def test_a_timed_launch_that_is_wrong_only_every_other_launch_stays_wrong():
+    # The oracle's second look at a timed launch runs both kernels again on its inputs; a
+    # candidate whose wrong answers depend on a launch count would be right in that run. The
+    # difference must come back as it was, or it stands.
+    alternate = candidate(
+        """
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    bool odd = launches & 1u;
+    __syncthreads();
+    if (i == 0 && blockIdx.x == 0) atomicAdd(&launches, 1u);
+    if (i < n) y[i] = a * x[i] + y[i] + (odd && launches > 8 ? 1.0f : 0.0f);
+""",
+        before="__device__ unsigned launches;\n",
+    )
+    v = run(alternate, timed_checks=1.0)
+    assert v.status == "wrong_result", v.message

@@ -1458,9 +1458,11 @@ int main(int argc, char** argv) {
       int arbitrated = 0;
       // A checked timed launch's inputs made again (its seed, and its poke for a near repeat),
       // both kernels run on them, and every output that differs beyond the tolerance judged by
-      // the oracle: true where all are accepted.
+      // the oracle: true where all are accepted. The run again must differ exactly as the timed
+      // launch did (`slot`: its counts and first bad index per buffer), or the difference came
+      // from something other than the inputs (state kept across launches, a race) and stands.
       auto oracle_accepts_launch = [&](uint64_t seed, bool is_near, size_t poke_b, size_t poke_i,
-                                       size_t g, int nth) -> bool {
+                                       size_t g, int nth, const unsigned long long* slot) -> bool {
         if (!have_oracle || plan.numpy_reference) return false;
         std::vector<std::vector<unsigned char>> ins(nb), r_out, c_out;
         for (size_t b = 0; b < nb; ++b) {
@@ -1491,6 +1493,9 @@ int main(int argc, char** argv) {
           double atol = buf.atol * atol_scale;
           Comparison cmp = compare(buf, r_out[b], c_out[b], c.lengths[b], plan.max_mismatches,
                                    atol, c.lenient);
+          if (cmp.mismatches != slot[3 * b] ||
+              (cmp.mismatches && (cmp.first.empty() || cmp.first[0].index != slot[3 * nb + b])))
+            return false;
           if (!cmp.mismatches) continue;
           if (cmp.unwritten || !buf.dtype.is_float ||
               !oracle_accepts(b, ins, r_out[b], c_out[b], atol, runs, nullptr, where))
@@ -1630,7 +1635,8 @@ int main(int argc, char** argv) {
           for (size_t b = 0; b < nb; ++b) differs |= !is_in(b) && compare_timed && slot[3 * b];
           const bool accepted = differs && arbitrated < 64 &&
                                 oracle_accepts_launch(rep_seed[r], near[r], rep_poke_b[r],
-                                                      rep_poke_i[r], rep_global[r], ++arbitrated);
+                                                      rep_poke_i[r], rep_global[r], ++arbitrated,
+                                                      slot);
           for (size_t b = 0; b < nb; ++b) {
             const std::string& name = plan.buffers[b].name;
             if (!is_in(b) && compare_timed && slot[3 * b] && !accepted) {
