@@ -279,6 +279,26 @@ def conjuncts(guard: Expr) -> list[Expr]:
     return [] if guard == TRUE else [guard]
 
 
+_NEGATED = {"<": ">=", ">=": "<", ">": "<=", "<=": ">", "==": "!=", "!=": "=="}
+
+
+def required(guard: Expr) -> list[Expr]:
+    """The conditions a guard requires, as `conjuncts`, with a negation pushed through `||` and
+    into comparisons: `!(r >= R || c >= C)` (an early return's) requires `r < R` and `c < C`.
+    (Integer comparisons: a float comparison's negation also holds for NaN, so it stays.)"""
+    if isinstance(guard, Unary) and guard.op == "!":
+        a = guard.a
+        if isinstance(a, Unary) and a.op == "!":
+            return required(a.a)
+        if isinstance(a, Binary) and a.op == "||":
+            return required(Unary("!", a.a, BOOL)) + required(Unary("!", a.b, BOOL))
+        if isinstance(a, Binary) and a.op in _NEGATED and a.a.type in INTS and a.b.type in INTS:
+            return [Binary(_NEGATED[a.op], a.a, a.b, BOOL)]
+    if isinstance(guard, Binary) and guard.op == "&&":
+        return required(guard.a) + required(guard.b)
+    return [] if guard == TRUE else [guard]
+
+
 def merge_complementary(stores: list[Store]) -> list[Store]:
     """Two plain stores to the same element under conditions that differ in one conjunct, `c` for
     one and `!c` for the other (`if (bad) { out[i] = 0; return; } out[i] = v;`), as one store of

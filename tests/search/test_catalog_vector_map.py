@@ -70,6 +70,19 @@ __global__ void broadcast(const double* x, const double* b, double* y, int R, in
     }
 }
 """,
+    # bytes in, floats out: the bytes' pack holds bytes (the model computes them in int)
+    "bytes": """
+/* @optiml
+ *   args:   y: out float[n], q: in uint8[n], s = 0.5
+ *   launch: grid = cdiv(n, 256), block = 256
+ *   sizes:  n = 1 << 20, 1001
+ */
+__global__ void bytes(float* y, const unsigned char* q, float s, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = (float)q[i] * s;
+}
+""",
     # a store under a condition of its element: the others keep their values
     "masked": """
 /* @optiml
@@ -149,3 +162,110 @@ def test_a_conditional_store_to_an_output_nothing_reads_is_not_read_to_be_writte
     path = FIXTURES / "holdout" / "causal_mask.cu"
     ctx = Context.of(Variant(path.read_text()), str(path), "causal_mask_fill")
     assert MAP.propose(ctx) == []
+
+
+# Maps over 2-D launches: x is the column, y (or y and z) the row.
+MAPS_2D = {
+    # a bias per column (a pack of its own), a scale per row (read once), rows by blockIdx.y
+    "bias_rows": """
+/* @optiml
+ *   args:   y: out float[R * C], x: in float[R * C], b: in float[C], s: in float[R]
+ *   launch: grid = (cdiv(C, 64), R), block = 64
+ *   sizes:  R, C = (512, 4096), (7, 1001)
+ */
+__global__ void bias_rows(float* y, const float* x, const float* b, const float* s, int R, int C)
+{
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    int row = blockIdx.y;
+    if (col < C && row < R) y[row * C + col] = x[row * C + col] * s[row] + b[col];
+}
+""",
+    # rows by blockIdx.y * blockDim.y + threadIdx.y, a leading dimension, a neighbour's read
+    "pitched": """
+/* @optiml
+ *   args:   y: out float[R * C], x: in float[R * ld]
+ *   launch: grid = (cdiv(C, 32), cdiv(R, 8)), block = (32, 8)
+ *   sizes:  R, C, ld = (1024, 2048, 2056), (9, 37, 41)
+ */
+__global__ void pitched(float* y, const float* x, int R, int C, int ld)
+{
+    int c = threadIdx.x + blockDim.x * blockIdx.x;
+    int r = threadIdx.y + blockDim.y * blockIdx.y;
+    if (r >= R || c >= C) return;
+    y[(long long)r * C + c] = 0.5f * x[(long long)r * ld + c] + 0.25f * x[(long long)r * ld + c + 1];
+}
+""",
+    # int8 weights dequantized by a scale per row, rows by g.y, an early return
+    "dequant": """
+/* @optiml
+ *   args:   Wq: in int8[rows * cols], scales: in float[rows], W: out float[rows * cols]
+ *   launch: grid = (cdiv(cols, 32), cdiv(rows, 8)), block = (32, 8)
+ *   sizes:  rows, cols = (1024, 4096), (9, 173)
+ */
+__global__ void dequant(const signed char* Wq, const float* scales, float* W, int rows, int cols)
+{
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    int row = blockIdx.y * blockDim.y + threadIdx.y;
+    if (row >= rows || col >= cols) return;
+    W[(size_t)row * cols + col] = (float)Wq[(size_t)row * cols + col] * scales[row];
+}
+""",
+    # an update in place over a 3-D launch (batch along z)
+    "in_place_3d": """
+/* @optiml
+ *   args:   a: inout float[B * R * C], g: in float[B * R * C], lr = 0.5
+ *   launch: grid = (cdiv(C, 128), R, B), block = 128
+ *   sizes:  B, R, C = (4, 256, 1024), (2, 3, 45)
+ */
+__global__ void in_place_3d(float* a, const float* g, float lr, int B, int R, int C)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    size_t at = ((size_t)blockIdx.z * R + blockIdx.y) * C + c;
+    if (c < C) a[at] = a[at] - lr * g[at] * g[at];
+}
+""",
+}
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", sorted(MAPS_2D))
+def test_a_map_over_rows_gets_consecutive_columns_per_thread(name, tmp_path):
+    ctx = Context.of(Variant(MAPS_2D[name]), str(FIXTURES / "kernel.cu"), name)
+    proposals = MAP.propose(ctx)
+    assert [p.params["grid"] for p in proposals] == ["columns per thread, rows as launched"]
+    text = proposals[0].variant.text
+    assert "reinterpret_cast<const optiml_pack<" in text and "optiml_pack<float, 4>" in text
+    assert "blockIdx.x" not in text[text.index("optiml_c =") + 60 :]
+    names = ctx.spec.size_vars
+    small = [
+        dict(zip(names, v, strict=True))
+        for v in ([7, 45, 49][: len(names)], [2, 5, 9][: len(names)])
+    ]
+    candidates = [Context.of(p.variant, ctx.source.path, name) for p in proposals]
+    assert run_against(ctx, candidates, small, tmp_path) == [0]
+
+
+def test_a_map_over_rows_that_does_not_move_with_the_column_is_refused():
+    for old, new in (
+        ("y[row * C + col] =", "y[col * R + row] ="),  # a transpose: permute_tiles' work
+        ("if (col < C && row < R)", "if (col < C && row < R && col % 2 == 0)"),  # a column mask
+    ):
+        text = MAPS_2D["bias_rows"].replace(old, new)
+        assert text != MAPS_2D["bias_rows"]
+        ctx = Context.of(Variant(text), str(FIXTURES / "kernel.cu"), "bias_rows")
+        assert MAP.propose(ctx) == []
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_a_half_map_over_rows_compiles_without_spills():
+    # SwiGLU's second half: the gate and up halves of each row, 8 halves a pack
+    path = FIXTURES / "corpus" / "swiglu_fp16.cu"
+    ctx = Context.of(Variant(path.read_text()), str(path), "siluAndMul")
+    (p,) = MAP.propose(ctx)
+    assert p.params["lanes"] == 8
+    assert "grid = (cdiv(d, 128 * 8), rows), block = 128" in p.variant.text
+    v = SourceFile(p.variant.text, str(path))
+    k = v.kernel("siluAndMul")
+    b = build_kernel(v, k, instantiation=parse_spec(v, k).instantiation, arch="sm_90")
+    assert b.ok, b.log[-2000:]
+    assert b.resources.spill_store_bytes == 0

@@ -16,8 +16,9 @@ from dataclasses import replace
 
 from optiml.expr import Expr as SizeExpr
 from optiml.expr import ExprError
+from optiml.harness.host import CTYPES
 from optiml.lift import Lifted, lift
-from optiml.lift.emit import C_TYPES, CEmitter, NotEmittable
+from optiml.lift.emit import CEmitter, NotEmittable
 from optiml.lift.families import affine, global_indices, induction_steps
 from optiml.lift.model import (
     TRUE,
@@ -33,6 +34,7 @@ from optiml.lift.model import (
     Store,
     Var,
     conjuncts,
+    required,
     walk_expr,
 )
 from optiml.search.catalog.base import Context, Rewrite, Transformation
@@ -55,6 +57,8 @@ SIZES = {
 }
 THREADS = 256
 ELEMENT = "optiml_e"
+# a tensor's element as stored (the model computes an int8 in int, but its pack holds int8s)
+STORAGE = {**CTYPES, "f16": "__half", "bf16": "__nv_bfloat16"}
 
 
 class _NoPlan(Exception):
@@ -73,12 +77,15 @@ class VectorMap(Transformation):
             lifted = lift(ctx.source, ctx.kernel, ctx.spec)
             if not isinstance(lifted, Lifted):
                 return []
+        except (NotEmittable, ExprError, KeyError, ValueError):
+            return []
+        try:
             plan = _Plan.read(lifted)
             body = plan.write()
             bound = _size_text(plan.bound)
             _check(ctx, bound)
         except (_NoPlan, NotEmittable, ExprError, KeyError, ValueError):
-            return []
+            return self._propose_2d(ctx, lifted)
         head = ctx.source.text[ctx.kernel.span.start : ctx.kernel.body_span.start]
         helpers = ensure_pack_helper(ctx.source.text)
         per = THREADS * plan.lanes
@@ -101,6 +108,35 @@ class VectorMap(Transformation):
             )
             out.append(Rewrite({"lanes": plan.lanes, "grid": what}, summary, variant, weight))
         return out
+
+    def _propose_2d(self, ctx: Context, lifted: Lifted) -> list[Rewrite]:
+        try:
+            plan = _Plan2D(lifted, ctx)
+            body = plan.write()
+            bound = _size_text(plan.bound)
+        except (_NoPlan, NotEmittable, ExprError, KeyError, ValueError):
+            return []
+        head = ctx.source.text[ctx.kernel.span.start : ctx.kernel.body_span.start]
+        launch = ctx.spec.launch
+        grid = [f"cdiv({bound}, {plan.threads} * {plan.lanes})", *launch.grid[1:]]
+        variant = ctx.rewrite(
+            head + body,
+            launch=(grid, list(launch.block), launch.smem),
+            helpers=ensure_pack_helper(ctx.source.text),
+        )
+        names = ", ".join(sorted({x.tensor for x in plan.wide} | {s.tensor for s in plan.stores}))
+        summary = (
+            f"2-D map from the lifted model: {plan.lanes} consecutive columns per thread, "
+            f"16-byte accesses to {names} where aligned, element by element otherwise"
+        )
+        return [
+            Rewrite(
+                {"lanes": plan.lanes, "grid": "columns per thread, rows as launched"},
+                summary,
+                variant,
+                1.0,
+            )
+        ]
 
 
 def _size_text(e: Expr) -> str:
@@ -232,7 +268,7 @@ class _Plan:
             self.names, self.element, {t: f"optiml_p_{t}.v[optiml_j]" for t in self.wide}
         )
         packs = {t: f"optiml_p_{t}" for t in self.wide}
-        ct = {t.name: C_TYPES[t.dtype] for t in self.m.tensors.values()}
+        ct = {t.name: STORAGE[t.code] for t in self.m.tensors.values()}
         bound = scalar.expr(self.bound)
         aligned = " && ".join(
             f"reinterpret_cast<unsigned long long>({t}) % {size * v} == 0"
@@ -344,4 +380,217 @@ class _Emitter(CEmitter):
             return text
         if isinstance(e, Var) and e.uid in self.names:
             return self.names[e.uid]
+        return super().expr(e)
+
+
+# -- a map over a 2-D or 3-D launch: consecutive columns along x, rows along y and z -----------
+
+_X_ATOMS = frozenset({"blockIdx.x", "threadIdx.x", "blockDim.x", "gridDim.x", "stride.x"})
+COL = "optiml_c"  # the thread's first column
+LANE_COL = "(optiml_c + optiml_j)"
+# the row's indices in 64 bits: an index is written from its affine form with them
+_ROW_ATOMS = (
+    {
+        f"{name}.{d}": f"(long long){name}.{d}"
+        for name in ("blockIdx", "threadIdx", "blockDim", "gridDim")
+        for d in "yz"
+    }
+    | {f"g.{d}": f"((long long)blockIdx.{d} * blockDim.{d} + threadIdx.{d})" for d in "yz"}
+    | {f"stride.{d}": f"((long long)gridDim.{d} * blockDim.{d})" for d in "yz"}
+)
+
+
+def _form(e: Expr) -> dict | None:
+    f = affine(e) if e.type in ("int", "long") else None
+    return None if f is None else global_indices(f)
+
+
+def _column_unit(e: Expr) -> bool:
+    """An index whose column term is `1 * g.x` and whose other terms read no x index."""
+    f = _form(e)
+    return (
+        f is not None
+        and f.get(("g.x",)) == 1
+        and not any(a in _X_ATOMS or a == "g.x" for m in f if m != ("g.x",) for a in m)
+    )
+
+
+def _reads_x(e: Expr) -> bool:
+    return any(
+        isinstance(x, Builtin) and x.name.endswith(".x") for x in walk_expr(e, into_loops=False)
+    )
+
+
+class _Plan2D:
+    """The model as `out[A(rows) + c] = f(rows, c)` for every column c < bound of a launch whose
+    x index is the column (`g.x`) and whose y and z indices pick the row: each thread takes V
+    consecutive columns of its row, 16 bytes at a time where its addresses are aligned."""
+
+    def __init__(self, lifted: Lifted, ctx: Context):
+        self.m = lifted
+        body = list(lifted.body)
+        if not body or not all(isinstance(s, Store) and not s.atomic for s in body):
+            raise _NoPlan("not stores per element")
+        guard = required(body[0].guard)
+        if any(required(s.guard) != guard for s in body):
+            raise _NoPlan("stores under different conditions")
+        cols = [c for c in guard if _reads_x(c)]
+        self.row_guard = [c for c in guard if not _reads_x(c)]
+        if len(cols) != 1:
+            raise _NoPlan("not one `column < N` condition")
+        bound = cols[0]
+        if not (
+            isinstance(bound, Binary)
+            and bound.op == "<"
+            and _form(bound.a) == {("g.x",): 1}
+            and not _reads_x(bound.b)
+            and not any(isinstance(x, Builtin) for x in walk_expr(bound.b, into_loops=False))
+        ):
+            raise _NoPlan("not `column < N`")
+        self.bound = bound.b
+        if not any(_reads_x(s.index) or _reads_x(s.value) for s in body) or not any(
+            isinstance(x, Builtin) and not x.name.endswith(".x")
+            for s in body
+            for x in walk_expr(s.index, into_loops=False)
+        ):
+            raise _NoPlan("not a 2-D map (a 1-D one is vector_map's other plan)")
+        self.stores = body
+        written: dict[str, Expr] = {}
+        for s in body:
+            if not _column_unit(s.index):
+                raise _NoPlan("a store that does not move with the column")
+            if s.tensor in written:
+                raise _NoPlan("two stores to one tensor")
+            written[s.tensor] = s.index
+        loads = [x for s in body for x in walk_expr(s.value, into_loops=False)]
+        for x in loads:
+            if isinstance(x, LoopOut | Var):
+                raise _NoPlan("a loop inside the element's value")
+            if isinstance(x, Load) and x.tensor in written and x.index != written[x.tensor]:
+                raise _NoPlan("a read of another element of an output")
+        codes = {t.name: t.code for t in lifted.tensors.values()}
+        self.wide = sorted(
+            {x for x in loads if isinstance(x, Load) and _column_unit(x.index)},
+            key=lambda x: (x.tensor, str(x.index)),
+        )
+        sizes = [SIZES.get(codes[x.tensor], 0) for x in self.wide]
+        sizes += [SIZES.get(codes[s.tensor], 0) for s in body]
+        if 0 in sizes:
+            raise _NoPlan("an element type without a wide access")
+        self.lanes = 16 // max(sizes)
+        if self.lanes < 2:
+            raise _NoPlan("elements as wide as a vector")
+        # a read a constant number of columns off the stores' (a stencil's neighbour) can never
+        # be aligned with them: it is read element by element
+        anchor = _form(body[0].index).get((), 0)
+        self.wide = [x for x in self.wide if (_form(x.index).get((), 0) - anchor) % self.lanes == 0]
+        self.size = {t: SIZES[codes[t]] for t in {x.tensor for x in self.wide} | set(written)}
+        block = ctx.spec.launch.block
+        self.threads = block[0]
+        if len(ctx.spec.launch.grid) < 2:
+            raise _NoPlan("a 1-D launch")
+        for sizes_ in ctx.spec.sizes:
+            case = ctx.spec.case(sizes_)
+            n = SizeExpr.parse(_size_text(self.bound)).evaluate(
+                {**ctx.spec.constants, **ctx.spec.template_values, **case.sizes, **case.scalars}
+            )
+            if not isinstance(n, int) or case.grid[0] * case.block[0] < n:
+                raise _NoPlan("the launch does not cover the columns")
+
+    def write(self) -> str:
+        v = self.lanes
+        atoms = {**_ROW_ATOMS, "g.x": LANE_COL}
+        held = {x: f"optiml_p{i}.v[optiml_j]" for i, x in enumerate(self.wide)}
+        lane = _Emitter2D({}, LANE_COL, atoms, held)
+        scalar = _Emitter2D({}, LANE_COL, atoms, {})
+        first = _Emitter2D({}, COL, {**_ROW_ATOMS, "g.x": COL}, {})
+        ct = {t.name: STORAGE[t.code] for t in self.m.tensors.values()}
+        dtype = {t.name: t.dtype for t in self.m.tensors.values()}
+        bound = first.expr(self.bound)
+        lines = [
+            "{",
+            f"    const long long {COL} = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * {v};",
+        ]
+        if self.row_guard:
+            rows = " && ".join(f"({first.expr(c)})" for c in self.row_guard)
+            lines.append(f"    if (!({rows})) return;")
+        lines.append(f"    if ({COL} >= {bound}) return;")
+        aligned = [f"{COL} + {v} <= {bound}"]
+        for x in self.wide:
+            aligned.append(
+                f"reinterpret_cast<unsigned long long>({x.tensor} + {first.expr(x.index)}) "
+                f"% {self.size[x.tensor] * v} == 0"
+            )
+        for s in self.stores:
+            aligned.append(
+                f"reinterpret_cast<unsigned long long>({s.tensor} + {first.expr(s.index)}) "
+                f"% {self.size[s.tensor] * v} == 0"
+            )
+        lines.append(f"    if ({' && '.join(dict.fromkeys(aligned))}) {{")
+        for i, x in enumerate(self.wide):
+            pack = f"optiml_pack<{ct[x.tensor]}, {v}>"
+            lines.append(
+                f"        const {pack} optiml_p{i} = "
+                f"*reinterpret_cast<const {pack}*>({x.tensor} + {first.expr(x.index)});"
+            )
+        for n, s in enumerate(self.stores):
+            lines.append(f"        optiml_pack<{ct[s.tensor]}, {v}> optiml_q{n};")
+        lines += [
+            "#pragma unroll",
+            f"        for (int optiml_j = 0; optiml_j < {v}; ++optiml_j) {{",
+        ]
+        for n, s in enumerate(self.stores):
+            value = lane.cast(lane.expr(s.value), s.value.type, dtype[s.tensor])
+            lines.append(f"            optiml_q{n}.v[optiml_j] = {value};")
+        lines.append("        }")
+        for n, s in enumerate(self.stores):
+            pack = f"optiml_pack<{ct[s.tensor]}, {v}>"
+            lines.append(
+                f"        *reinterpret_cast<{pack}*>({s.tensor} + {first.expr(s.index)}) = "
+                f"optiml_q{n};"
+            )
+        lines += [
+            "    } else {",
+            f"        for (int optiml_j = 0; optiml_j < {v} && {LANE_COL} < {bound}; ++optiml_j) {{",
+        ]
+        # an output read at its own element is read before any store, as the model's values are
+        reread = {
+            x: f"optiml_l{i}"
+            for i, x in enumerate(
+                dict.fromkeys(
+                    x
+                    for s in self.stores
+                    for x in walk_expr(s.value, into_loops=False)
+                    if isinstance(x, Load) and x.tensor in {t.tensor for t in self.stores}
+                )
+            )
+        }
+        for x, name in reread.items():
+            lines.append(f"            const {ct[x.tensor]} {name} = {scalar.expr(x)};")
+        element = _Emitter2D({}, LANE_COL, atoms, reread)
+        for s in self.stores:
+            value = element.cast(element.expr(s.value), s.value.type, dtype[s.tensor])
+            lines.append(f"            {s.tensor}[{scalar.expr(s.index)}] = {value};")
+        lines += ["        }", "    }", "}"]
+        return "\n".join(lines)
+
+
+class _Emitter2D(CEmitter):
+    """The model's values at column `col` of the thread's row: the column index by name (from
+    any affine spelling), reads held in packs or locals where `held` names them."""
+
+    def __init__(self, names, col: str, atoms: dict[str, str], held: dict):
+        super().__init__(names, gx=col, atoms=atoms)
+        self.held = held
+
+    def expr(self, e: Expr) -> str:
+        if isinstance(e, Builtin) and not e.name.endswith(".x"):
+            return e.name  # the row's indices stay as launched
+        if isinstance(e, Load) and e in self.held:
+            text = self.held[e]
+            if e.type == "half":
+                return f"__half2float({text})"
+            if e.type == "bf16":
+                return f"__bfloat162float({text})"
+            return text
         return super().expr(e)
