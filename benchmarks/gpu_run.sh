@@ -5,7 +5,7 @@
 #
 #   OUT=/tmp/out benchmarks/gpu_run.sh [step ...]
 #     steps: search profile tests catalog editor llm verdicts tricks overhead deliver lift linear remote
-#            intents kernelbench
+#            intents kernelbench schedules corpus
 #
 # search: measures for SEARCH_SECONDS (default 200; SEARCH_FIXTURES: only these fixture files)
 # into $OUT/search-table-h200.json, starting from benchmarks/results/search-table-h200.json when it
@@ -26,6 +26,10 @@
 #   per intent, INTENTS_SHARD=i/n, INTENTS_ONLY; INTENTS_TIMEOUT for the step).
 # kernelbench: benchmarks/kernelbench.py on KB_TASKS (KernelBench level 1: carry it, ../shared does
 #   not travel), KB_BUDGET, KB_TIME, KB_SHARD, KB_ONLY, KB_TIMEOUT.
+# schedules: benchmarks/schedules.py, every rewrite on the corpus, holdout and wild kernels
+#   (SCHEDULES_SHARD=i/n, SCHEDULES_SECONDS: stop starting kernels after that; SCHEDULES_TIMEOUT).
+# corpus: benchmarks/corpus.py, `optiml optimize` with its defaults on the same kernels against
+#   PyTorch and the floor (CORPUS_SHARD=i/n, CORPUS_ONLY, CORPUS_TIMEOUT for the step).
 # remote: `optiml optimize` of fixtures/softmax.cu locally, over SSH on loopback and on Ray
 #   (benchmarks/remote_search.py; REMOTE_SSHD: the sshd binary to start, see its docstring).
 set -uo pipefail
@@ -130,6 +134,18 @@ for step in "${steps[@]}"; do
         --time "${KB_TIME:-20}" --shard "${KB_SHARD:-1/1}" ${KB_ONLY:+--only $KB_ONLY} \
         2>&1 | (header; cat) | tee "$OUT/kernelbench.log" | tail -5
       cp "$OUT"/kb/kernelbench*.json "$OUT"/ 2>/dev/null; rm -rf "$OUT/kb/work"
+      ;;
+    schedules)
+      timeout -s INT -k 15 "${SCHEDULES_TIMEOUT:-560}" python3 benchmarks/schedules.py --out "$OUT/schedules" \
+        --shard "${SCHEDULES_SHARD:-1/1}" --seconds "${SCHEDULES_SECONDS:-480}" \
+        2>&1 | (header; cat) | tee "$OUT/schedules.log" | tail -5
+      ;;
+    corpus)
+      # shellcheck disable=SC2086
+      timeout -s INT -k 15 "${CORPUS_TIMEOUT:-560}" python3 benchmarks/corpus.py --out "$OUT/corpus" \
+        --shard "${CORPUS_SHARD:-1/1}" ${CORPUS_ONLY:+--only $CORPUS_ONLY} \
+        2>&1 | (header; cat) | tee "$OUT/corpus.log" | tail -5
+      cp "$OUT"/corpus/corpus*.json "$OUT"/ 2>/dev/null; rm -rf "$OUT/corpus/work"
       ;;
     *) echo "unknown step $step" ;;
   esac
