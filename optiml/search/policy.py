@@ -1,8 +1,9 @@
 """Policies propose edits of a variant, each with a prior. The offline policy (the default, no LLM)
 asks every transformation of the catalog and ranks what they make by the profile's diagnosis (an
-edit known to address the variant's bottleneck first), by what the transformation can do (a
-rewrite before a light touch) and by the transformation's own ranking of its parameters. A policy
-never runs code."""
+edit known to address the variant's bottleneck first), by what the transformation has gained on
+kernels of the variant's family (optiml/search/priors.py, learned from measurements; a rewrite
+before a light touch where nothing was measured) and by the transformation's own ranking of its
+parameters. A policy never runs code."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from optiml.search.catalog import CATALOG, Context, Transformation
+from optiml.search.priors import family_of, gain
 from optiml.search.trajectory import Edit, ProfileSummary
 from optiml.search.variant import Variant
 
@@ -82,6 +84,7 @@ class OfflinePolicy:
         except Exception as e:  # a variant an LLM wrote may not parse: nothing to propose
             logger.info("no catalog proposals for a variant that does not parse: %s", e)
             return []
+        family = family_of(request.variant.text, request.path, request.kernel)
         out: list[Candidate] = []
         for name, t in self.catalog.items():
             if t.once and name in request.applied:
@@ -101,6 +104,7 @@ class OfflinePolicy:
                 if p.variant.key == request.variant.key:
                     continue  # an edit that changes nothing
                 edit = Edit(transform=name, params=p.params, summary=p.summary)
-                out.append(Candidate(edit, relevance * t.gain * p.weight, p.variant))
+                prior = relevance * gain(family, name, t.gain) * p.weight
+                out.append(Candidate(edit, prior, p.variant))
         out.sort(key=lambda c: (-c.prior, c.edit.key))
         return out
