@@ -23,14 +23,22 @@ import argparse
 import json
 import shutil
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from kernelbench import _optiml, delivered_ms, environment, failure, geomean, save, shard  # noqa: E402
+from kernelbench import (  # noqa: E402
+    _optiml,
+    delivered_ms,
+    environment,
+    failure,
+    geomean,
+    run_optimize,
+    save,
+    shard,
+)
 from schedules import SETS, family, kernels, memory_bound, moved_bytes, torch_ms  # noqa: E402
 
 from optiml.spec import load  # noqa: E402
@@ -69,21 +77,6 @@ def chosen(args: argparse.Namespace) -> list[dict]:
         entries = [e for e in entries if e["kernel"] in args.only]
     i, n = args.shard
     return entries[i - 1 :: n]
-
-
-def optimize_step(row: dict, cu: Path, args: argparse.Namespace) -> None:
-    started = time.monotonic()
-    result, error = _optiml(
-        ["optimize", str(cu), "--kernel", row["kernel"], "--out", str(cu.parent / "optimize")]
-        + ["--write"],
-        timeout=args.cap,
-    )
-    row["optimize_s"] = round(time.monotonic() - started, 1)
-    if result is None:
-        row["optimize_error"] = error
-        return
-    row["winner"] = result.get("winner") is not None
-    row["optimize_outcome"] = result.get("outcome")
 
 
 def eval_step(row: dict, cu: Path, args: argparse.Namespace) -> dict | None:
@@ -168,7 +161,7 @@ def run(args: argparse.Namespace) -> dict:
             for extra in entry["path"].parent.glob("*.py"):
                 shutil.copy(extra, work / extra.name)
             if not args.no_gpu:
-                optimize_step(row, cu, args)
+                run_optimize(row, cu, [], timeout=args.cap)  # the defaults a user gets
                 verdict = eval_step(row, cu, args)
                 if verdict is not None:
                     floor_step(row, cu, entry, verdict)

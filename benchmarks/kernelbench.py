@@ -138,25 +138,14 @@ def _optiml(args: list[str], timeout: float) -> tuple[dict | None, str]:
     return None, f"exit {done.returncode}: {lines[-1] if lines else 'no output'}"
 
 
-def optimize_step(row: dict, args: argparse.Namespace) -> None:
-    cu = Path(row["file"])
-    out = cu.parent / "optimize"
+def run_optimize(row: dict, cu: Path, options: list[str], timeout: float) -> None:
+    """`optiml optimize --write` of `row`'s kernel in `cu` (its folder gets the run's files):
+    wall time, whether a winner was written, the outcome; or the error."""
     started = time.monotonic()
     result, error = _optiml(
-        [
-            "optimize",
-            str(cu),
-            "--kernel",
-            row["kernel"],
-            "--budget",
-            str(args.budget),
-            "--time",
-            str(args.time),
-            "--out",
-            str(out),
-            "--write",
-        ],
-        timeout=args.time * 3 + 600,  # the search's cap, then its confirmation and judge
+        ["optimize", str(cu), "--kernel", row["kernel"], *options]
+        + ["--out", str(cu.parent / "optimize"), "--write"],
+        timeout=timeout,
     )
     row["optimize_s"] = round(time.monotonic() - started, 1)
     if result is None:
@@ -164,6 +153,15 @@ def optimize_step(row: dict, args: argparse.Namespace) -> None:
         return
     row["winner"] = result.get("winner") is not None
     row["optimize_outcome"] = result.get("outcome")
+
+
+def optimize_step(row: dict, args: argparse.Namespace) -> None:
+    run_optimize(
+        row,
+        Path(row["file"]),
+        ["--budget", str(args.budget), "--time", str(args.time)],
+        timeout=args.time * 3 + 600,  # the search's cap, then its confirmation and judge
+    )
 
 
 def delivered_ms(verdict: dict) -> float | None:
