@@ -83,6 +83,29 @@ __global__ void bytes(float* y, const unsigned char* q, float s, int n)
     if (i < n) y[i] = (float)q[i] * s;
 }
 """,
+    # a window of taps in a loop (a 1-D stencil with weights, bounds checked per tap): the loop
+    # is written out, each tap a read at another index
+    "window": """
+#define R 3
+/* @optiml
+ *   args:   y: out float[n], x: in float[n], w: in float[2 * R + 1]
+ *   launch: grid = cdiv(n, 256), block = 256
+ *   sizes:  n = 1 << 22, 1001
+ *   tol:    rtol = 1e-5, atol = 1e-5
+ */
+__global__ void window(float* y, const float* x, const float* w, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float acc = 0.0f;
+        for (int k = -R; k <= R; ++k) {
+            int j = i + k;
+            if (j >= 0 && j < n) acc += w[k + R] * x[j];
+        }
+        y[i] = acc;
+    }
+}
+""",
     # a store under a condition of its element: the others keep their values
     "masked": """
 /* @optiml

@@ -37,6 +37,7 @@ from optiml.lift.model import (
     required,
     walk_expr,
 )
+from optiml.lift.unroll import NotUnrollable, has_loops, unrolled
 from optiml.search.catalog.base import Context, Rewrite, Transformation
 from optiml.search.catalog.vectorize import ensure_pack_helper
 
@@ -79,6 +80,7 @@ class VectorMap(Transformation):
                 return []
         except (NotEmittable, ExprError, KeyError, ValueError):
             return []
+        lifted = _windows_written_out(lifted)
         try:
             plan = _Plan.read(lifted)
             body = plan.write()
@@ -137,6 +139,27 @@ class VectorMap(Transformation):
                 1.0,
             )
         ]
+
+
+def _windows_written_out(m: Lifted) -> Lifted:
+    """The model with loops of a few constant iterations in its stores' values written out (a
+    stencil's taps: each a read at another index, element by element), where they all can be."""
+    if not all(isinstance(s, Store) for s in m.body):
+        return m
+    try:
+        body = tuple(
+            replace(s, value=unrolled(s.value), guard=unrolled(s.guard))
+            if has_loops(s.value) or has_loops(s.guard)
+            else s
+            for s in m.body
+        )
+    except (NotUnrollable, RecursionError):
+        return m
+    # a window whose taps each hold the sum so far twice (a select between `s + tap` and `s`)
+    # doubles with every tap: past a few thousand nodes it is no longer a window to write out
+    if sum(1 for st in body for e in (st.value, st.guard) for _ in walk_expr(e, False)) > 4000:
+        return m
+    return replace(m, body=body)
 
 
 def _size_text(e: Expr) -> str:
