@@ -92,8 +92,10 @@ def test_a_scan_down_the_columns_is_split_into_chunks_that_compute_the_same(name
         ("y[off] = s;", "y[off - c] = s;"),
         # a loop that does not step by one
         ("t++", "t += 2"),
+        # a store of every other step only
+        ("y[off] = s;", "if (t % 2 == 0) y[off] = s;"),
     ],
-    ids=["reads-output", "other-column", "stride-2"],
+    ids=["reads-output", "other-column", "stride-2", "some-steps"],
 )
 def test_refused(old, new):
     text = SCANS["cumsum_dim1"].replace(old, new)

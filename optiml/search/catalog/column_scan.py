@@ -22,6 +22,7 @@ from optiml.lift.model import (
     FLOAT,
     INT,
     LONG,
+    TRUE,
     Binary,
     Builtin,
     Call,
@@ -73,8 +74,8 @@ class ColumnScan(Transformation):
                 head + body, launch=(grid, [str(COLUMNS), str(chunks)], launch.smem)
             )
             summary = (
-                f"scan down the columns from the lifted model: {COLUMNS} columns by {chunks} "
-                f"chunks of the {plan.op} a block, chunk totals combined in shared memory"
+                f"scan down the columns from the lifted model (a running {plan.op}): {COLUMNS} "
+                f"columns by {chunks} chunks a block, chunk totals combined in shared memory"
             )
             out.append(Rewrite({"chunks": chunks}, summary, variant, 1.0 - 0.2 * rank))
         return out
@@ -132,6 +133,8 @@ class _Plan:
         stores = [s for s in loop.body if isinstance(s, Store)]
         if len(stores) != len(loop.body) or not stores or any(s.atomic for s in stores):
             raise _NoPlan("not plain stores")
+        if any(s.guard != TRUE for s in stores):
+            raise _NoPlan("a store under a condition of its own")
         written = {s.tensor for s in stores}
         for s in stores:
             if not _column_unit(s.index):
