@@ -33,6 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from optiml.search.priors import family_of  # noqa: E402
+
 SHRINK = 2.0  # kernels' worth of a 1.0 measurement every prior starts from
 FAILED = 0.5  # what a wrong or failed rewrite counts as
 WITHIN = 1.05  # "the best" up to this factor
@@ -49,18 +51,9 @@ def measurements(results: Path) -> dict[tuple[str, str], dict]:
             rows[(row["set"], row["kernel"])] = {**row, "source": f.name}
     for row in rows.values():
         if not row.get("family"):  # an earlier run did not record it: read it again
-            row["family"] = family_of(ROOT / row["file"], row["kernel"])
+            path = ROOT / row["file"]
+            row["family"] = family_of(path.read_text(), str(path), row["kernel"]) or "opaque"
     return rows
-
-
-def family_of(path: Path, kernel: str) -> str:
-    from optiml.lift import Lifted, lift
-    from optiml.lift.families import describe
-    from optiml.spec import load
-
-    source, k, spec = load(path, kernel)
-    lifted = lift(source, k, spec)
-    return describe(lifted, spec).family if isinstance(lifted, Lifted) else "opaque"
 
 
 def per_rewrite(row: dict) -> dict[str, float]:

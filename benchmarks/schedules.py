@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import functools
 import importlib.util
 import json
 import math
@@ -46,6 +47,7 @@ from optiml.executors import LocalExecutor  # noqa: E402
 from optiml.executors.base import Job  # noqa: E402
 from optiml.harness.evaluate import EvalOptions  # noqa: E402
 from optiml.search.catalog import CATALOG, Context  # noqa: E402
+from optiml.search.priors import family_of  # noqa: E402
 from optiml.search.variant import Variant  # noqa: E402
 from optiml.spec import load  # noqa: E402
 
@@ -83,13 +85,9 @@ def proposals(path: Path, kernel: str, per_transform: int) -> list:
     return out
 
 
-def family(source, kernel, spec) -> str:
-    """The family the lifting reads the kernel as ("opaque" where it cannot)."""
-    from optiml.lift import Lifted, lift
-    from optiml.lift.families import describe
-
-    lifted = lift(source, kernel, spec)
-    return describe(lifted, spec).family if isinstance(lifted, Lifted) else "opaque"
+def family(source, kernel) -> str:
+    """The family the lifting reads the kernel as ("opaque" where it cannot), as the policy does."""
+    return family_of(source.text, source.path, kernel.name) or "opaque"
 
 
 def memory_bound(row: dict) -> bool:
@@ -143,6 +141,16 @@ def first_case(verdict, spec) -> dict:
     return {}
 
 
+@functools.cache
+def _torch_equivalents():
+    """fixtures/corpus/torch_equivalents.py, loaded once."""
+    path = ROOT / "fixtures" / "corpus" / "torch_equivalents.py"
+    mod_spec = importlib.util.spec_from_file_location("corpus_torch", path)
+    module = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(module)
+    return module
+
+
 def torch_ms(entry: dict, spec) -> float | None:
     """The PyTorch equivalent's median time at the spec's first size, on the harness's inputs."""
     if entry["set"] != "corpus" or not entry.get("torch"):
@@ -157,11 +165,7 @@ def torch_ms(entry: dict, spec) -> float | None:
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    path = ROOT / "fixtures" / "corpus" / "torch_equivalents.py"
-    mod_spec = importlib.util.spec_from_file_location("corpus_torch", path)
-    module = importlib.util.module_from_spec(mod_spec)
-    mod_spec.loader.exec_module(module)
-    fn = getattr(module, entry["torch"])
+    fn = getattr(_torch_equivalents(), entry["torch"])
     case = spec.cases()[0]
     arrays = {}
     for bi, b in enumerate(spec.buffers):
@@ -186,7 +190,7 @@ async def measure(entry: dict, args, ex: LocalExecutor) -> dict:
         "set": entry["set"],
         "file": str(path.relative_to(ROOT)),
         "kernel": name,
-        "family": family(source, kernel, spec),
+        "family": family(source, kernel),
     }
     opts = EvalOptions(time_all_sizes=False, target_ms=150.0, reps_max=100, timeout_s=240)
     found = proposals(path, name, args.per_transform)
@@ -218,7 +222,8 @@ async def measure(entry: dict, args, ex: LocalExecutor) -> dict:
     timed_any = next((p for p in row["proposals"] if p.get("original_ms")), None)
     if timed_any is None:  # nothing proposed (or nothing ran): the kernel as written, timed alone
         v = await ex.evaluate(Job(source, kernel, spec), opts)
-        timed_any = {**first_case(v, spec), "original_ms": first_case(v, spec).get("ms")}
+        alone = first_case(v, spec)
+        timed_any = {**alone, "original_ms": alone.get("ms")}
     row["original_ms"] = timed_any["original_ms"]
     row["floor_ms"] = timed_any.get("floor_ms")
     row["moved_bytes"] = timed_any.get("moved_bytes")

@@ -710,7 +710,8 @@ static double error_in_tolerances(const Buffer& b, const std::vector<unsigned ch
   return *std::max_element(parts.begin(), parts.end());
 }
 
-// The oracle's outputs on one set of inputs: as they are, and moved by rounding both ways.
+// The oracle's outputs on one set of inputs, and how far they move when the inputs move by
+// rounding (filled only when a candidate needs that second look).
 struct OracleRuns {
   std::vector<std::vector<unsigned char>> exact;
   // per output buffer and element: the most the exact result moved over the runs on moved

@@ -25,6 +25,7 @@ from optiml.lift.model import (
     Select,
     Unary,
     Var,
+    children,
     walk_expr,
 )
 
@@ -139,3 +140,17 @@ def _fold(e: Expr) -> Expr:
 
 def has_loops(e: Expr) -> bool:
     return any(isinstance(x, LoopOut) for x in walk_expr(e, into_loops=False))
+
+
+def written_size(e: Expr) -> int:
+    """How many nodes `e` has written out as a tree (as C text writes it): counted over the
+    shared subexpressions once each, so that a window whose steps share the sum so far costs
+    no more to measure than it is to build."""
+    memo: dict[int, int] = {}
+
+    def size(x) -> int:
+        if id(x) not in memo:
+            memo[id(x)] = 1 + sum(size(c) for c in children(x))
+        return memo[id(x)]
+
+    return size(e)

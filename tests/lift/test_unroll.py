@@ -62,3 +62,21 @@ def test_a_window_is_written_out_tap_by_tap_and_stays_linear():
 def test_loops_that_are_not_windows_stay(old, new):
     with pytest.raises(NotUnrollable):
         unrolled(value(WINDOW.replace(old, new)))
+
+
+def test_a_window_that_doubles_at_every_tap_is_measured_without_writing_it_out():
+    # a running max whose skipped taps keep `m` twice (`c ? fmaxf(m, x) : m`) doubles with every
+    # tap; its size is counted over the shared steps, at once, and it is too large to write out
+    from optiml.lift.unroll import written_size
+    from optiml.search.catalog import Context, by_name
+    from optiml.search.variant import Variant
+
+    text = (
+        WINDOW.replace("#define R 4", "#define R 15")
+        .replace("float s = 0.0f;", "float s = -INFINITY;")
+        .replace("s += x[j];", "s = fmaxf(s, x[j]);")
+        .replace("s / (2 * R + 1)", "s")
+    )
+    assert written_size(unrolled(value(text))) > 2**30
+    ctx = Context.of(Variant(text), "window.cu", "window")
+    assert by_name("vector_map").propose(ctx) == []

@@ -337,12 +337,7 @@ def _grid_stride(ast: KernelAST, stmts: list[Node]) -> _Shape | None:
     left = unparen(cond.child_by_field_name("left"))
     if left.type != "identifier" or ast.text(left) != name:
         return None
-    step = _step(ast, update, name, env)
-    if (
-        step is None
-        or step != {tuple(sorted((block, "gridDim.x"))): 1}
-        and not (block.isdigit() and step == {("gridDim.x",): int(block)})
-    ):
+    if not _grid_step(_step(ast, update, name, env), block):
         return None
     body = loop.child_by_field_name("body")
     bound = ast.text(cond.child_by_field_name("right"))
@@ -393,18 +388,22 @@ def _while_grid_stride(ast: KernelAST, stmts: list[Node]) -> _Shape | None:
     body = ast.statements(loop.child_by_field_name("body"))
     if not body or body[-1].type != "expression_statement" or not body[-1].named_children:
         return None
-    step = _step(ast, body[-1].named_children[0], name, env)
-    if (
-        step is None
-        or step != {tuple(sorted((block, "gridDim.x"))): 1}
-        and not (block.isdigit() and step == {("gridDim.x",): int(block)})
-    ):
+    if not _grid_step(_step(ast, body[-1].named_children[0], name, env), block):
         return None
     if any(name in ast.assigned(b) for b in body[:-1]):
         return None
     bound = ast.text(cond.child_by_field_name("right"))
     rest = [st for st in before if st is not decl]
     return _Shape(loop, name, type_text, block, rest, cond, True, True, bound, body[:-1])
+
+
+def _grid_step(step: dict | None, block: str) -> bool:
+    """A loop's step that is the whole grid's threads: `blockDim.x * gridDim.x` (the block size
+    as the index's formula spells it)."""
+    return step is not None and (
+        step == {tuple(sorted((block, "gridDim.x"))): 1}
+        or (block.isdigit() and step == {("gridDim.x",): int(block)})
+    )
 
 
 def _step(ast: KernelAST, update: Node, name: str, env: dict) -> dict | None:

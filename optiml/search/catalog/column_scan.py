@@ -17,6 +17,7 @@ from optiml.expr import Expr as SizeExpr
 from optiml.expr import ExprError
 from optiml.lift import Lifted, lift
 from optiml.lift.emit import C_TYPES, NotEmittable
+from optiml.lift.families import induction_steps
 from optiml.lift.model import (
     DOUBLE,
     FLOAT,
@@ -33,10 +34,18 @@ from optiml.lift.model import (
     Var,
     loop_exprs,
     required,
+    stmt_exprs,
     walk_expr,
 )
 from optiml.search.catalog.base import Context, Rewrite, Transformation
-from optiml.search.catalog.vector_map import _ROW_ATOMS, _Emitter2D, _form, _reads_x, _size_text
+from optiml.search.catalog.vector_map import (
+    _ROW_ATOMS,
+    _column_unit,
+    _Emitter2D,
+    _form,
+    _reads_x,
+    _size_text,
+)
 from optiml.search.catalog.warp_rows import _IDENTITY, _combine, _NoPlan
 
 CHUNKS = (8, 16)
@@ -89,8 +98,8 @@ class _Plan:
             raise _NoPlan("not one loop")
         loop = body[0]
         self.loop = loop
-        for e in walk_expr_all(m):
-            if isinstance(e, Builtin) and e.name in _OWN_Y:
+        for x in (x for st in m.body for e in stmt_exprs(st) for x in walk_expr(e, False)):
+            if isinstance(x, Builtin) and x.name in _OWN_Y:
                 raise _NoPlan("the kernel's own y threads")
         guard = required(loop.guard)
         cols = [c for c in guard if _reads_x(c)]
@@ -110,7 +119,8 @@ class _Plan:
         # the step: `t = t0; t < T; t += 1`, and one value carried beside it
         if len(loop.carried) != 2:
             raise _NoPlan("not a counter and one running value")
-        step = next((c for c in loop.carried if _is_step(c)), None)
+        steps = induction_steps(loop)
+        step = next((c for c in loop.carried if _one(steps.get(c.var.uid))), None)
         if step is None:
             raise _NoPlan("no counter")
         acc = next(c for c in loop.carried if c is not step)
@@ -198,27 +208,8 @@ class _Plan:
         return "\n".join(lines)
 
 
-def walk_expr_all(m: Lifted):
-    for st in m.body:
-        if isinstance(st, Loop):
-            for e in loop_exprs(st):
-                yield from walk_expr(e, into_loops=False)
-            yield from walk_expr(st.guard, into_loops=False)
-        else:
-            for e in (st.index, st.value, st.guard):
-                yield from walk_expr(e, into_loops=False)
-
-
-def _is_step(c) -> bool:
-    u = c.update
-    return (
-        c.var.type in (INT, LONG)
-        and isinstance(u, Binary)
-        and u.op == "+"
-        and u.a == c.var
-        and isinstance(u.b, Const)
-        and int(u.b.value) == 1
-    )
+def _one(step) -> bool:
+    return isinstance(step, Const) and int(step.value) == 1
 
 
 def _running(acc) -> tuple[str, object]:
@@ -241,12 +232,3 @@ def _running(acc) -> tuple[str, object]:
         if b == v and free(a):
             return u.fn, a
     raise _NoPlan("not a running sum, product, max or min")
-
-
-def _column_unit(index) -> bool:
-    f = _form(index)
-    return (
-        f is not None
-        and f.get(("g.x",)) == 1
-        and not any(a == "g.x" or a.endswith(".x") for m in f if m != ("g.x",) for a in m)
-    )

@@ -37,7 +37,7 @@ from optiml.lift.model import (
     required,
     walk_expr,
 )
-from optiml.lift.unroll import NotUnrollable, has_loops, unrolled
+from optiml.lift.unroll import NotUnrollable, has_loops, unrolled, written_size
 from optiml.search.catalog.base import Context, Rewrite, Transformation
 from optiml.search.catalog.vectorize import ensure_pack_helper
 
@@ -157,7 +157,7 @@ def _windows_written_out(m: Lifted) -> Lifted:
         return m
     # a window whose taps each hold the sum so far twice (a select between `s + tap` and `s`)
     # doubles with every tap: past a few thousand nodes it is no longer a window to write out
-    if sum(1 for st in body for e in (st.value, st.guard) for _ in walk_expr(e, False)) > 4000:
+    if sum(written_size(e) for st in body for e in (st.value, st.guard)) > 4000:
         return m
     return replace(m, body=body)
 
@@ -577,17 +577,14 @@ class _Plan2D:
             f"        for (int optiml_j = 0; optiml_j < {v} && {LANE_COL} < {bound}; ++optiml_j) {{",
         ]
         # an output read at its own element is read before any store, as the model's values are
-        reread = {
-            x: f"optiml_l{i}"
-            for i, x in enumerate(
-                dict.fromkeys(
-                    x
-                    for s in self.stores
-                    for x in walk_expr(s.value, into_loops=False)
-                    if isinstance(x, Load) and x.tensor in {t.tensor for t in self.stores}
-                )
-            )
-        }
+        written = {s.tensor for s in self.stores}
+        outputs_read = dict.fromkeys(
+            x
+            for s in self.stores
+            for x in walk_expr(s.value, into_loops=False)
+            if isinstance(x, Load) and x.tensor in written
+        )
+        reread = {x: f"optiml_l{i}" for i, x in enumerate(outputs_read)}
         for x, name in reread.items():
             lines.append(f"            const {ct[x.tensor]} {name} = {scalar.expr(x)};")
         element = _Emitter2D({}, LANE_COL, atoms, reread)

@@ -91,7 +91,8 @@ class WarpRows(Transformation):
         # the rows share their inputs (a GEMM's outputs, a stencil's windows) a warp per output
         # loses the reuse between them: measured 0.04x to 0.13x on the H200 and H100
         # (benchmarks/results/schedules). Rows must own a warp's worth of the largest input.
-        if _row_elements(ctx, count) < 32:
+        per_row = _row_elements(ctx, count)
+        if per_row < 32:
             return []
         head = ctx.source.text[ctx.kernel.span.start : ctx.kernel.body_span.start]
         name_at = head.rindex(ctx.kernel.name)
@@ -99,7 +100,7 @@ class WarpRows(Transformation):
         few = count * 32 < ctx.sm_count * BUSY_THREADS_PER_SM
         # a long row keeps a warp's lanes walking it pass after pass (a softmax over a
         # vocabulary): a block per row is worth measuring however many rows there are
-        long = _row_elements(ctx, count) >= LONG_ROW
+        long = per_row >= LONG_ROW
         out = []
         for threads in THREADS:
             variant = ctx.rewrite(
