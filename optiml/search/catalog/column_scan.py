@@ -42,9 +42,8 @@ from optiml.search.catalog.vector_map import (
     _ROW_ATOMS,
     _column_unit,
     _Emitter2D,
-    _form,
-    _reads_x,
     _size_text,
+    column_bound,
 )
 from optiml.search.catalog.warp_rows import _IDENTITY, _combine, _NoPlan
 
@@ -101,21 +100,8 @@ class _Plan:
         for x in (x for st in m.body for e in stmt_exprs(st) for x in walk_expr(e, False)):
             if isinstance(x, Builtin) and x.name in _OWN_Y:
                 raise _NoPlan("the kernel's own y threads")
-        guard = required(loop.guard)
-        cols = [c for c in guard if _reads_x(c)]
-        self.row_guard = [c for c in guard if not _reads_x(c)]
-        if len(cols) != 1:
-            raise _NoPlan("not one `column < C`")
-        bound = cols[0]
-        if not (
-            isinstance(bound, Binary)
-            and bound.op == "<"
-            and _form(bound.a) == {("g.x",): 1}
-            and not any(isinstance(x, Builtin) for x in walk_expr(bound.b, into_loops=False))
-        ):
-            raise _NoPlan("not `column < C`")
-        self.bound = bound.b
-        self.bound_text = _size_text(bound.b)
+        self.bound, self.row_guard = column_bound(required(loop.guard))
+        self.bound_text = _size_text(self.bound)
         # the step: `t = t0; t < T; t += 1`, and one value carried beside it
         if len(loop.carried) != 2:
             raise _NoPlan("not a counter and one running value")

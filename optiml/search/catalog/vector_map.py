@@ -444,6 +444,23 @@ def _reads_x(e: Expr) -> bool:
     )
 
 
+def column_bound(guard: list[Expr]) -> tuple[Expr, list[Expr]]:
+    """A guard's `column < N` (the column the x index, N free of thread indices) and the rest of
+    its conditions, which read no x index (the row's); `_NoPlan` otherwise."""
+    cols = [c for c in guard if _reads_x(c)]
+    if len(cols) != 1:
+        raise _NoPlan("not one `column < N` condition")
+    bound = cols[0]
+    if not (
+        isinstance(bound, Binary)
+        and bound.op == "<"
+        and _form(bound.a) == {("g.x",): 1}
+        and not any(isinstance(x, Builtin) for x in walk_expr(bound.b, into_loops=False))
+    ):
+        raise _NoPlan("not `column < N`")
+    return bound.b, [c for c in guard if not _reads_x(c)]
+
+
 class _Plan2D:
     """The model as `out[A(rows) + c] = f(rows, c)` for every column c < bound of a launch whose
     x index is the column (`g.x`) and whose y and z indices pick the row: each thread takes V
@@ -457,20 +474,7 @@ class _Plan2D:
         guard = required(body[0].guard)
         if any(required(s.guard) != guard for s in body):
             raise _NoPlan("stores under different conditions")
-        cols = [c for c in guard if _reads_x(c)]
-        self.row_guard = [c for c in guard if not _reads_x(c)]
-        if len(cols) != 1:
-            raise _NoPlan("not one `column < N` condition")
-        bound = cols[0]
-        if not (
-            isinstance(bound, Binary)
-            and bound.op == "<"
-            and _form(bound.a) == {("g.x",): 1}
-            and not _reads_x(bound.b)
-            and not any(isinstance(x, Builtin) for x in walk_expr(bound.b, into_loops=False))
-        ):
-            raise _NoPlan("not `column < N`")
-        self.bound = bound.b
+        self.bound, self.row_guard = column_bound(guard)
         if not any(_reads_x(s.index) or _reads_x(s.value) for s in body) or not any(
             isinstance(x, Builtin) and not x.name.endswith(".x")
             for s in body
