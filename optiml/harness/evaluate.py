@@ -212,7 +212,15 @@ def evaluate(
         runner = runner_f.result()
     compile_s = time.perf_counter() - start
 
-    if ref_build is not None and not ref_build.ok and not same:
+    # A reference that fails as the candidate does (the same code: the input checked against
+    # itself) is the candidate's error, said once as such.
+    ref_failed_alone = (
+        ref_build is not None
+        and not ref_build.ok
+        and not same
+        and (cand_build.ok or _first_error(cand_build.messages) != _first_error(ref_build.messages))
+    )
+    if ref_failed_alone:
         return refused(
             "compile_error",
             "compile",

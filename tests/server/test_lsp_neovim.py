@@ -176,7 +176,8 @@ def generate_in_neovim(tmp_path: Path, server: list[str], timeout_s: int) -> Non
     seen = neovim_job(tmp_path, path, server, timeout_s, flow=flow)
     begin, *_, end = seen["progress"]
     assert begin["title"] == "OptiML: generating activations.cu:4" and begin["cancellable"]
-    assert "`y_kernel` generated, checked against its reference" in end["message"]
+    # optimized or not (a plain map may already run at the memory's speed): checked either way
+    assert re.search(r"`y_kernel` generated(, | and )checked against its reference", end["message"])
     titles = [lens["title"] for lens in seen["lenses"]]
     assert titles[0].startswith("Accept `y_kernel` (") and titles[1:3] == ["Reject", "Compare"]
     assert {lens["line"] for lens in seen["lenses"]} == {2}  # over the comment
