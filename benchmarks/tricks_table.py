@@ -85,6 +85,12 @@ def rederive(row: dict, entry: dict) -> None:
     row["as_expected"] = row["outcome"] == entry["expect"]
 
 
+def gpu_of(runs: list[dict]) -> str:
+    """The GPU the runs used, by name (nvidia-smi's first field), or every one if they differ."""
+    names = sorted({(r.get("nvidia_smi") or "a GPU").split(",")[0].strip() for r in runs})
+    return " and ".join(names)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", type=Path)
@@ -125,7 +131,7 @@ def main() -> None:
     }
     args.out.write_text(json.dumps({"runs": runs, "summary": summary, "rows": ordered}, indent=1))
     lines = [
-        "# The corpus of tricks and honest controls on the H200",
+        f"# The corpus of tricks and honest controls on the {gpu_of(runs)}",
         "",
         f"From `benchmarks/tricks_table.py` over {len(runs)} runs of `benchmarks/tricks.py` "
         f"({', '.join(r['date'] for r in runs)}; {runs[0]['nvidia_smi']}; nvcc {runs[0]['nvcc']}; "
