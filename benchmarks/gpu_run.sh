@@ -57,7 +57,7 @@ for step in "${steps[@]}"; do
     profile)
       mkdir -p "$OUT/profile"
       # shellcheck disable=SC2086
-      timeout "${PROFILE_TIMEOUT:-300}" python3 benchmarks/profile.py --out "$OUT/profile" \
+      timeout "${PROFILE_TIMEOUT:-300}" python3 benchmarks/profile_fixtures.py --out "$OUT/profile" \
         ${PROFILE_ONLY:+--only $PROFILE_ONLY} 2>&1 | tee "$OUT/profile/profile.log" | tail -15
       tar czf "$OUT/profile.tgz" -C "$OUT" profile && rm -rf "$OUT/profile"
       ;;

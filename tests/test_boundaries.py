@@ -180,3 +180,19 @@ def test_no_cycle_in_a_tree_without_one(tmp_path):
     graph = import_graph(root)
     assert graph["server"] == {"optiml.a": 1}
     assert find_cycle(graph) is None
+
+
+def test_no_script_folder_shadows_a_standard_module():
+    """`python3 benchmarks/X.py` puts benchmarks/ first on the import path: a benchmarks/profile.py
+    there once stood in for the standard `profile` that torch.compile imports (every intent's
+    torch.compile failed on the GPU with "module 'profile' has no attribute 'run'")."""
+    import sys
+
+    folders = ("benchmarks", "tools", "tests")
+    shadowing = sorted(
+        str(path.relative_to(ROOT))
+        for folder in folders
+        for path in (ROOT / folder).glob("*.py")
+        if path.stem in sys.stdlib_module_names
+    )
+    assert not shadowing, shadowing

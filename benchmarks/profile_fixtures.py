@@ -4,7 +4,7 @@ share, replay passes; the candidate is compiled first, as the search has compile
 candidate before it profiles it) and with the full set (the bottleneck it names against the expected one, the hotspot
 line, its cost); and ncu's fixed start-up measured alone.
 
-    python3 benchmarks/profile.py --out DIR
+    python3 benchmarks/profile_fixtures.py --out DIR
 Writes DIR/profile-h200.json and DIR/reports/<fixture>-<kernel>.json (the report data).
 """
 
