@@ -35,11 +35,12 @@ from kernelbench import (  # noqa: E402
     environment,
     failure,
     geomean,
+    memory_floor_ms,
     run_optimize,
     save,
     shard,
 )
-from schedules import SETS, family, kernels, memory_bound, moved_bytes, torch_ms  # noqa: E402
+from schedules import SETS, family, kernels, memory_bound, torch_ms  # noqa: E402
 
 from optiml.spec import load  # noqa: E402
 
@@ -92,18 +93,9 @@ def floor_step(row: dict, cu: Path, entry: dict, verdict: dict) -> None:
     """The memory-bound floor of the first size: the delivered kernel's verdict says what its
     outputs depend on and which GPU ran it, the harness's cache what bandwidth that GPU has; and
     on the corpus, the PyTorch equivalent's time at that size."""
-    from optiml.harness.ceilings import device_ceilings
-    from optiml.harness.verdict import Dependence, DeviceInfo
-
-    source, kernel, spec = load(cu, row["kernel"])
-    case = next((c for c in verdict.get("cases") or [] if c.get("timing")), None)
-    if case is not None and verdict.get("device"):
-        ceilings = device_ceilings(DeviceInfo.model_validate(verdict["device"]))
-        dependence = [Dependence.model_validate(d) for d in case.get("dependence") or []]
-        sizes = {c.label: c for c in spec.cases()}
-        if ceilings is not None and case["label"] in sizes:
-            moved = moved_bytes(spec, sizes[case["label"]], dependence)
-            row["floor_ms"] = moved / (ceilings.copy_gbs * 1e6)
+    if floor := memory_floor_ms(cu, row["kernel"], verdict):
+        row["floor_ms"] = floor
+    _, _, spec = load(cu, row["kernel"])
     row["torch_ms"] = torch_ms(entry, spec)
 
 

@@ -22,10 +22,11 @@
 #   (LINEAR_BUDGET evaluations, LINEAR_SECONDS).
 # deliver: `optiml optimize` on the naive softmax and layernorm of fixtures/tricks/originals
 #   (DELIVER_BUDGET evaluations, DELIVER_SECONDS each; DELIVER_ONLY: softmax or layernorm).
-# intents: benchmarks/intents.py, OptiML-G's formulas against PyTorch (INTENTS_BUDGET, INTENTS_TIME
-#   per intent, INTENTS_SHARD=i/n, INTENTS_ONLY; INTENTS_TIMEOUT for the step).
+# intents: benchmarks/intents.py, OptiML-G's formulas against PyTorch (INTENTS_BUDGET, default 48 as
+#   optimize's, INTENTS_TIME, default 90 s: the bar's wall time per kernel; INTENTS_SHARD=i/n,
+#   INTENTS_ONLY; INTENTS_TIMEOUT for the step). Each row says what the search evaluated.
 # kernelbench: benchmarks/kernelbench.py on KB_TASKS (KernelBench level 1: carry it, ../shared does
-#   not travel), KB_BUDGET, KB_TIME, KB_SHARD, KB_ONLY, KB_TIMEOUT.
+#   not travel), KB_BUDGET, KB_TIME (defaults as intents'), KB_SHARD, KB_ONLY, KB_TIMEOUT.
 # schedules: benchmarks/schedules.py, every rewrite on the corpus, holdout and wild kernels
 #   (SCHEDULES_SHARD=i/n, SCHEDULES_SECONDS: stop starting kernels after that; SCHEDULES_TIMEOUT).
 # corpus: benchmarks/corpus.py, `optiml optimize` with its defaults on the same kernels against
@@ -123,15 +124,15 @@ for step in "${steps[@]}"; do
     intents)
       # shellcheck disable=SC2086
       timeout -s INT -k 15 "${INTENTS_TIMEOUT:-560}" python3 benchmarks/intents.py --out "$OUT/intents" \
-        --budget "${INTENTS_BUDGET:-4}" --time "${INTENTS_TIME:-20}" --shard "${INTENTS_SHARD:-1/1}" \
+        --budget "${INTENTS_BUDGET:-48}" --time "${INTENTS_TIME:-90}" --shard "${INTENTS_SHARD:-1/1}" \
         ${INTENTS_ONLY:+--only $INTENTS_ONLY} 2>&1 | (header; cat) | tee "$OUT/intents.log" | tail -5
       cp "$OUT"/intents/intents*.json "$OUT"/ 2>/dev/null; rm -rf "$OUT/intents/work"
       ;;
     kernelbench)
       # shellcheck disable=SC2086
       timeout -s INT -k 15 "${KB_TIMEOUT:-560}" python3 benchmarks/kernelbench.py --out "$OUT/kb" \
-        --tasks "${KB_TASKS:?set KB_TASKS to the level-1 folder}" --budget "${KB_BUDGET:-4}" \
-        --time "${KB_TIME:-20}" --shard "${KB_SHARD:-1/1}" ${KB_ONLY:+--only $KB_ONLY} \
+        --tasks "${KB_TASKS:?set KB_TASKS to the level-1 folder}" --budget "${KB_BUDGET:-48}" \
+        --time "${KB_TIME:-90}" --shard "${KB_SHARD:-1/1}" ${KB_ONLY:+--only $KB_ONLY} \
         2>&1 | (header; cat) | tee "$OUT/kernelbench.log" | tail -5
       cp "$OUT"/kb/kernelbench*.json "$OUT"/ 2>/dev/null; rm -rf "$OUT/kb/work"
       ;;

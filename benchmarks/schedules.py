@@ -46,6 +46,7 @@ from optiml.errors import OptimlError  # noqa: E402
 from optiml.executors import LocalExecutor  # noqa: E402
 from optiml.executors.base import Job  # noqa: E402
 from optiml.harness.evaluate import EvalOptions  # noqa: E402
+from optiml.harness.work import moved_bytes  # noqa: E402
 from optiml.search.catalog import CATALOG, Context  # noqa: E402
 from optiml.search.priors import family_of  # noqa: E402
 from optiml.search.variant import Variant  # noqa: E402
@@ -94,27 +95,6 @@ def memory_bound(row: dict) -> bool:
     """A kernel whose floor is its memory traffic: all but matrix-matrix contractions (and the
     stencils, pools and convolutions that contract a window, which the lifting reads as such)."""
     return not row["family"].startswith("contraction (matrix-matrix)")
-
-
-def moved_bytes(spec, case, dependence) -> int:
-    """What the operation must move at `case`: every output (and `inout` buffer) written once,
-    and every input read once — as much of it as the outputs were seen to depend on (the
-    harness's dependence probes: a gather reads the rows it looks up, not its whole table)."""
-    from optiml.cuda.types import DTYPES
-    from optiml.harness.work import read_fraction
-
-    probed = {d.buffer: d for d in dependence}
-    total = 0.0
-    for b in spec.buffers:
-        size = case.lengths[b.name] * DTYPES[b.dtype].size
-        if b.role != "out":
-            # a probe that saw no output move (one element rarely moves a maximum) cannot say
-            # how much is read: all of it, as a reduction does
-            d = probed.get(b.name)
-            total += size * (read_fraction(d) if d is not None and d.sensitive else 1.0)
-        if b.role != "in":
-            total += size
-    return int(total)
 
 
 def first_case(verdict, spec) -> dict:

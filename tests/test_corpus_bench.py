@@ -63,17 +63,15 @@ def test_the_summary_counts_what_the_bar_asks():
 
 def test_the_memory_bound_floor_reads_what_the_outputs_depend_on():
     from optiml.harness.verdict import Dependence
+    from optiml.harness.work import moved_bytes
     from optiml.spec import load
 
     # an embedding lookup: the table is read where the tokens point, not whole
     _, _, spec = load(ROOT / "fixtures" / "holdout" / "embedding.cu", "embedding_forward")
     case = spec.cases()[0]
-    whole = schedules.moved_bytes(spec, case, [])
+    whole = moved_bytes(spec, case, [])
     table = max(spec.buffers, key=lambda b: case.lengths[b.name])
     seen = [Dependence(buffer=table.name, samples=8, sensitive=2)]
-    assert schedules.moved_bytes(spec, case, seen) < whole
+    assert moved_bytes(spec, case, seen) < whole
     # a probe that saw nothing move (a maximum) counts its input as read whole
-    assert (
-        schedules.moved_bytes(spec, case, [Dependence(buffer=table.name, samples=8, sensitive=0)])
-        == whole
-    )
+    assert moved_bytes(spec, case, [Dependence(buffer=table.name, samples=8, sensitive=0)]) == whole

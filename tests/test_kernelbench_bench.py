@@ -98,3 +98,44 @@ def test_a_step_that_fails_is_a_row_with_its_error_and_the_run_goes_on(tmp_path)
         assert r["optimize_error"].startswith("exit 7: no NVIDIA GPU")
         assert r["delivered_error"].startswith("exit 7: no NVIDIA GPU")
         assert "delivered_ms" not in r and "speedup_vs_eager" not in r
+
+
+def test_a_rows_search_summary_says_what_the_search_evaluated():
+    """From a committed trajectory (the SGEMM search on the H200): the stop, the evaluations, the
+    baseline's time split (its full profile) and every evaluated edit with its status and speed-up."""
+    t = json.loads((ROOT / "benchmarks/results/optimize-sgemm-h200-trajectory.json").read_text())
+    s = bench.search_summary(t)
+    assert s["stop"] == t["stop"] and s["evaluations"] == t["evaluations"]
+    assert s["baseline"]["profile_s"] > s["baseline"]["run_s"] > 0
+    evaluated = [n for n in t["nodes"] if n.get("edit") and n.get("measurement")]
+    assert len(s["nodes"]) == len(evaluated) > 0
+    assert {n["edit"] for n in s["nodes"]} == {n["edit"]["transform"] for n in evaluated}
+    assert all(n["status"] == "ok" and n["speedup"] > 1 for n in s["nodes"])
+
+
+def test_the_floor_is_what_a_memory_bound_kernel_moves(tmp_path, monkeypatch):
+    """The timed case's floor counts every byte read and written once (saxpy: x read, y read and
+    written: 12 bytes an element) over the copy bandwidth measured on the verdict's GPU (here a
+    cached measurement); the verdict's own floor, which leaves out writes that fit the L2, is not
+    the one a fast kernel is held to."""
+    from optiml.harness.ceilings import _key
+    from optiml.harness.verdict import DeviceInfo
+
+    monkeypatch.setenv("OPTIML_CACHE_DIR", str(tmp_path))
+    device = DeviceInfo(
+        name="A GPU", compute_capability="9.0", sm_count=132, l2_bytes=50 << 20,
+        memory_bytes=80 << 30, driver_version=1, runtime_version=1, sm_clock_idle_mhz=1000,
+    )  # fmt: skip
+    cache = {"device": "A GPU", "read_gbs": 3000.0, "write_gbs": 3000.0, "copy_gbs": 2500.0}
+    (tmp_path / "ceilings.json").write_text(json.dumps({_key(device): cache}))
+    n = 1 << 26
+    verdict = {
+        "device": device.model_dump(),
+        "cases": [
+            {"label": "n=1000003", "floor": {"ms": 1e-9}},  # not timed: not the floor's case
+            {"label": f"n={n}", "timing": {"candidate": {"median_ms": 1.0}}, "dependence": []},
+        ],
+    }
+    floor = bench.memory_floor_ms(ROOT / "fixtures" / "saxpy.cu", "saxpy", verdict)
+    assert floor == pytest.approx(12 * n / (2500.0 * 1e6))
+    assert bench.memory_floor_ms(ROOT / "fixtures" / "saxpy.cu", "saxpy", {"cases": []}) is None

@@ -42,3 +42,22 @@ def least_bytes(spec: Spec, case: Case, dependence: list[Dependence], l2_bytes: 
         else:
             reads += size * read_fraction(probed.get(b.name))
     return int(reads) + max(0, writes - l2_bytes)
+
+
+def moved_bytes(spec: Spec, case: Case, dependence: list[Dependence]) -> int:
+    """What the operation moves at `case` when bound by memory, the floor a fast kernel is held
+    to (not a bound no honest kernel is under, as `least_bytes` is): every output and `inout`
+    buffer written once, and every input read once — as much of it as the outputs were seen to
+    depend on (a gather reads the rows it looks up, not its whole table)."""
+    probed = {d.buffer: d for d in dependence}
+    total = 0.0
+    for b in spec.buffers:
+        size = case.lengths[b.name] * DTYPES[b.dtype].size
+        if b.role != "out":
+            # a probe that saw no output move (one element rarely moves a maximum) cannot say
+            # how much is read: all of it, as a reduction does
+            d = probed.get(b.name)
+            total += size * (read_fraction(d) if d is not None and d.sensitive else 1.0)
+        if b.role != "in":
+            total += size
+    return int(total)
