@@ -16,7 +16,7 @@ from functools import cache, cached_property
 from pathlib import Path
 
 import tree_sitter_cuda
-from tree_sitter import Language, Node, Parser, Tree
+from tree_sitter import Language, Node, Parser, Query, QueryCursor, Tree
 
 from optiml.errors import InputFileError, NoSuchKernel, Position, SourceWarning
 
@@ -25,9 +25,14 @@ def no_kernel_message(path: str) -> str:
     return f"no kernel in {path}: it defines no __global__ function"
 
 
+_CUDA = Language(tree_sitter_cuda.language())
+# a kernel launch: a call with `<<<...>>>`
+_LAUNCHES = Query(_CUDA, "(call_expression (kernel_call_syntax)) @launch")
+
+
 @cache
 def _parser() -> Parser:
-    return Parser(Language(tree_sitter_cuda.language()))
+    return Parser(_CUDA)
 
 
 @dataclass(frozen=True)
@@ -450,10 +455,8 @@ class SourceFile:
 
     def _param(self, decl: Node, index: int) -> Param:
         type_node = decl.child_by_field_name("type")
-        const, volatile = (
-            any(c.type == "type_qualifier" and self.node_text(c) == q for c in decl.named_children)
-            for q in ("const", "volatile")
-        )
+        qualifiers = {self.node_text(c) for c in decl.named_children if c.type == "type_qualifier"}
+        const, volatile = "const" in qualifiers, "volatile" in qualifiers
         depth, restrict, name = 0, False, f"arg{index}"
         d = decl.child_by_field_name("declarator")
         while d is not None:
@@ -532,14 +535,10 @@ class SourceFile:
     # ---- launch sites ---------------------------------------------------------------------
 
     def _collect_launches(self, node: Node) -> None:
-        stack = [node]
-        while stack:
-            n = stack.pop()
-            if n.type == "call_expression" and any(
-                c.type == "kernel_call_syntax" for c in n.named_children
-            ):
-                self._launch_nodes.append(n)
-            stack.extend(reversed(n.named_children))
+        """The `<<<...>>>` calls under `node`, in the order they appear (one query in C, not a
+        walk of every node in Python: the body of each of a file's functions is searched)."""
+        found = QueryCursor(_LAUNCHES).captures(node).get("launch", [])
+        self._launch_nodes.extend(sorted(found, key=lambda n: (n.start_byte, -n.end_byte)))
 
     def _launch_site(self, call: Node) -> LaunchSite:
         fn = call.child_by_field_name("function")
