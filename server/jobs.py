@@ -348,6 +348,7 @@ def search(
         file=file,
         kernel=kernel,
         budget=settings.evaluations,
+        max_seconds=settings.seconds or None,
         policy=settings.policy,
         editor_settings=settings.llm_section() or None,
         gpus=settings.gpus,
@@ -664,7 +665,7 @@ def progress(event: Event) -> tuple[int | None, str]:
         parts.append(event.bottleneck)
     if event.last:
         parts.append(_ascii_free(event.last))
-    return min(100, round(100 * event.evaluations / event.budget)), " · ".join(parts)
+    return round(100 * (event.search_done() or 0.0)), " · ".join(parts)
 
 
 def _ascii_free(text: str) -> str:

@@ -145,6 +145,15 @@ class Settings(BaseModel):
             "check and time (1 or more)."
         ),
     )
+    seconds: float = Field(
+        default=90.0,
+        ge=0,
+        description=(
+            "The wall-time budget of an optimize job, in seconds: measuring the kernel, the "
+            "search, confirming and judging the best (the search stops at three quarters of it; "
+            "the checks are never cut short). 0: no time limit, `evaluations` alone."
+        ),
+    )
     policy: Literal["offline", "llm"] = Field(
         default="offline",
         description=(

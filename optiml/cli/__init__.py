@@ -731,9 +731,12 @@ def lift(file: Path, kernel: str, as_json: bool) -> None:
 @click.option(
     "--time",
     "max_seconds",
-    type=click.FloatRange(1, None),
-    default=None,
-    help="Wall-time limit of the search, seconds.",
+    type=click.FloatRange(0, None),
+    default=90.0,
+    show_default=True,
+    help="Wall-time budget of the whole run, seconds: measuring the input, the search, confirming "
+    "and judging the best. The search stops at three quarters of it; the checks are never cut "
+    "short. 0: no time limit, --budget alone.",
 )
 @click.option(
     "--policy",
@@ -831,7 +834,7 @@ def optimize(
         file=file,
         kernel=kernel,
         budget=budget,
-        max_seconds=max_seconds,
+        max_seconds=max_seconds or None,  # 0: no time limit
         policy=policy,
         llm_overrides={
             "provider": provider,

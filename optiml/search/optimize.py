@@ -40,11 +40,24 @@ from optiml.spec import load, parse_spec
 # Confirmed candidates the judge looks at, best first, until one is accepted (a rejected one's
 # descendants are skipped: they carry its edit).
 JUDGE_TOP = 3
+# Of a run's wall-time budget, the share the search leaves for confirming and judging its best:
+# the search stops at the rest (the input's measurement included); the checks are never cut.
+FINISH_SHARE = 0.25
+
+
+def search_seconds(max_seconds: float | None, elapsed: float) -> float | None:
+    """The search's own time limit within a run's budget, `elapsed` seconds in: what is left of
+    the budget once `FINISH_SHARE` of it is kept for confirming and judging (0: no search)."""
+    if max_seconds is None:
+        return None
+    return max(0.0, max_seconds * (1 - FINISH_SHARE) - elapsed)
 
 
 @dataclass
 class OptimizeOptions:
     budget: int | None = 48  # evaluations
+    # the whole run's wall time (measuring the input, search, confirmation, judging): the search
+    # stops early enough to leave FINISH_SHARE of it for the rest; None: the budget alone
     max_seconds: float | None = None
     seed: int = 0
     parallel: int | None = None  # evaluations in flight; None: two per GPU slot
@@ -71,9 +84,21 @@ class Event(BaseModel):
     phase: str  # baseline | search | confirm | judge | done
     evaluations: int = 0
     budget: int | None = None
+    seconds: float = 0.0  # since the run started
+    max_seconds: float | None = None  # the run's wall-time budget
     best_speedup: float | None = None
     bottleneck: str | None = None
     last: str = ""
+
+    def search_done(self) -> float | None:
+        """How far the search is, 0 to 1: by whichever of its budgets runs out first, the
+        evaluations or its share of the time; None where there is no budget to measure by."""
+        shares = []
+        if self.budget:
+            shares.append(self.evaluations / self.budget)
+        if self.max_seconds:
+            shares.append(self.seconds / (self.max_seconds * (1 - FINISH_SHARE)))
+        return min(1.0, max(shares)) if shares else None
 
 
 @dataclass
@@ -175,7 +200,15 @@ class _Run:
 
     def emit(self, phase: str, **fields: Any) -> None:
         fields.setdefault("evaluations", self.evaluations)
-        self.on_event(Event(phase=phase, budget=self.opts.budget, **fields))
+        self.on_event(
+            Event(
+                phase=phase,
+                budget=self.opts.budget,
+                seconds=time.perf_counter() - self.started,
+                max_seconds=self.opts.max_seconds,
+                **fields,
+            )
+        )
 
     def check_stop(self) -> bool:
         self.stopped = self.should_stop()
@@ -237,7 +270,7 @@ async def run_search(
     try:
         result = await search.run(
             max_evaluations=opts.budget,
-            max_seconds=opts.max_seconds,
+            max_seconds=search_seconds(opts.max_seconds, time.perf_counter() - run.started),
             should_stop=run.should_stop,
             on_progress=progress,
         )

@@ -17,7 +17,7 @@ class OptimizeRequest(BaseModel):
     file: Path
     kernel: str
     budget: int | None = 48
-    max_seconds: float | None = None
+    max_seconds: float | None = 90.0  # the whole run's wall time; None: the budget alone
     policy: str = "offline"  # offline | llm
     llm_overrides: dict[str, Any] | None = None  # provider, model, base_url, replay
     editor_settings: dict[str, Any] | None = None  # the LLM section of an editor's settings

@@ -24,7 +24,14 @@ from optiml.harness.verdict import (
     Verdict,
 )
 from optiml.profile.model import Bottleneck, Coalescing, Occupancy, Profile, Roofline
-from optiml.search.optimize import JUDGE_TOP, Event, OptimizeOptions, optimize
+from optiml.search.optimize import (
+    FINISH_SHARE,
+    JUDGE_TOP,
+    Event,
+    OptimizeOptions,
+    optimize,
+    search_seconds,
+)
 from optiml.search.report import render
 from tests.support import FIXTURES
 
@@ -381,3 +388,40 @@ def test_a_candidate_far_behind_the_best_is_not_profiled(monkeypatch):
     assert t.winner is not None and t.winner_profile is not None
     # fewer profiles than candidates evaluated (the input's full profile aside)
     assert executor.calls.count("profile") < executor.calls.count("evaluate") - 1
+
+
+def test_a_time_budget_is_the_whole_runs_and_leaves_the_checks_their_share():
+    """--time is the run's wall time: the search stops at (1 - FINISH_SHARE) of it, the input's
+    measurement counted; the best is still confirmed and judged whole after that."""
+
+    class Slow(StandInExecutor):
+        async def evaluate(self, job, options, *, pinned=False):
+            await asyncio.sleep(0.8)  # 40 of these take longer than the search's share
+            return await super().evaluate(job, options, pinned=pinned)
+
+    budget_s = 14.0  # room for a few evaluations after the input's, on a loaded machine too
+    outcome, events = run(Slow(), budget=40, max_seconds=budget_s)
+    t = outcome.trajectory
+    assert t.stop == "time" and 0 < t.evaluations < 40
+    search_end = budget_s * (1 - FINISH_SHARE)
+    # every evaluation the search recorded finished before its share of the time ran out
+    assert all(p.seconds <= search_end + 0.5 for p in t.progress)
+    assert t.winner is not None and t.judge.accepted  # confirmed and judged regardless
+    phases = [e.phase for e in events]
+    assert phases.index("confirm") > max(i for i, p in enumerate(phases) if p == "search")
+    assert all(e.max_seconds == budget_s for e in events)
+
+
+def test_the_search_gets_what_is_left_of_its_share_of_the_time():
+    assert search_seconds(None, 30.0) is None  # the evaluation budget alone
+    assert search_seconds(100.0, 20.0) == pytest.approx(100.0 * (1 - FINISH_SHARE) - 20.0)
+    assert search_seconds(100.0, 90.0) == 0.0  # the input took it all: no search
+
+
+def test_progress_is_the_budget_that_runs_out_first():
+    e = Event(phase="search", evaluations=6, budget=48, seconds=10.0, max_seconds=None)
+    assert e.search_done() == pytest.approx(6 / 48)
+    e = Event(phase="search", evaluations=6, budget=48, seconds=45.0, max_seconds=90.0)
+    assert e.search_done() == pytest.approx(45.0 / (90.0 * (1 - FINISH_SHARE)))
+    assert Event(phase="search", evaluations=60, budget=48).search_done() == 1.0
+    assert Event(phase="search").search_done() is None

@@ -159,6 +159,7 @@ describe('starting the server', () => {
       baseUrl: null,
       budget: null,
       evaluations: 48,
+      seconds: 90,
       policy: 'offline',
       executor: 'local',
       gpus: 'all',

@@ -73,6 +73,7 @@ describe('serverSettings', () => {
       baseUrl: null,
       budget: null,
       evaluations: 48,
+      seconds: 90,
       policy: 'offline',
       executor: 'local',
       gpus: 'all',
