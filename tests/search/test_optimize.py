@@ -403,9 +403,11 @@ def test_a_time_budget_is_the_whole_runs_and_leaves_the_checks_their_share():
     outcome, events = run(Slow(), budget=40, max_seconds=budget_s)
     t = outcome.trajectory
     assert t.stop == "time" and 0 < t.evaluations < 40
+    # the search ends at its share of the time (what finished meanwhile is recorded as it
+    # winds down: a poll's and a loaded machine's delay, far less than the 40 evaluations left)
     search_end = budget_s * (1 - FINISH_SHARE)
-    # every evaluation the search recorded finished before its share of the time ran out
-    assert all(p.seconds <= search_end + 0.5 for p in t.progress)
+    searching = [e for e in events if e.phase == "search"]
+    assert searching and searching[-1].seconds <= search_end + 2.0
     assert t.winner is not None and t.judge.accepted  # confirmed and judged regardless
     phases = [e.phase for e in events]
     assert phases.index("confirm") > max(i for i, p in enumerate(phases) if p == "search")
