@@ -141,6 +141,24 @@ def test_the_class_indices_range_over_the_classes_in_the_spec(tmp_path):
     assert any("targets.int()" in note for note in t.notes)
 
 
+@pytest.mark.skipif(
+    shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
+    reason="nvcc not installed",
+)
+@pytest.mark.parametrize("n", sorted(SMALL))
+def test_their_kernels_compile_and_their_specs_check(n, tmp_path):
+    from optiml.api import check_file
+
+    t = translate(_task(n).read_text(), _task(n).name)
+    g = generate(t.formula, t.name)
+    cu = tmp_path / f"{t.name}.cu"
+    cu.write_text(g.kernel)
+    (tmp_path / f"{t.name}_ref.py").write_text(g.reference)
+    result = check_file(cu)
+    assert not result.spec_failed, [k.spec_error for k in result.kernels]
+    assert not result.compile_failed, [str(m) for m in result.kernels[0].messages]
+
+
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 def test_their_kernels_agree_with_their_references_on_the_host(tmp_path):
     from tests.test_generate import run_on_host

@@ -729,17 +729,11 @@ for _d in ("1d", "2d", "3d"):
 for _n in ("cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"):
     _UNSUPPORTED[f"torch.{_n}"] = _SCAN
 for _n in (
-    "narrow",
-    "cat",
-    "concat",
-    "concatenate",
     "stack",
     "hstack",
     "vstack",
     "split",
     "chunk",
-    "select",
-    "flip",
     "fliplr",
     "flipud",
     "roll",
@@ -761,7 +755,6 @@ _UNSUPPORTED["torch.nn.Flatten"] = _RESHAPE
 _UNSUPPORTED["torch.nn.Unflatten"] = _RESHAPE
 _UNSUPPORTED["torch.nn.functional.pixel_shuffle"] = _RESHAPE
 for _n in (
-    "gather",
     "scatter",
     "scatter_add",
     "index_select",
@@ -776,9 +769,9 @@ for _n in (
     "embedding",
 ):
     _UNSUPPORTED[f"torch.{_n}"] = _GATHER
-for _n in ("cross_entropy", "nll_loss", "embedding", "one_hot", "multi_margin_loss"):
+for _n in ("embedding", "one_hot", "multi_margin_loss"):
     _UNSUPPORTED[f"torch.nn.functional.{_n}"] = _GATHER
-for _n in ("CrossEntropyLoss", "NLLLoss", "Embedding", "EmbeddingBag", "MultiMarginLoss"):
+for _n in ("Embedding", "EmbeddingBag", "MultiMarginLoss"):
     _UNSUPPORTED[f"torch.nn.{_n}"] = _GATHER
 for _n in (
     "sort",
@@ -808,12 +801,6 @@ for _n in ("Linear", "Bilinear", "LazyLinear", "Embedding", "PReLU"):
 _UNSUPPORTED["torch.nn.Parameter"] = _LEARNED
 for _n in ("floor", "ceil", "round", "trunc", "floor_divide", "remainder", "fmod", "frac"):
     _UNSUPPORTED[f"torch.{_n}"] = _ROUNDING
-_UNSUPPORTED["torch.nn.GroupNorm"] = (
-    "group normalization",
-    "its groups split the channel index (`c = g * C / G + cc`) and the notation has no index "
-    "arithmetic in subscripts",
-)
-_UNSUPPORTED["torch.nn.functional.group_norm"] = _UNSUPPORTED["torch.nn.GroupNorm"]
 _UNSUPPORTED["torch.nn.LocalResponseNorm"] = _POOL
 
 # ---- the task ------------------------------------------------------------------------------------
@@ -3491,10 +3478,6 @@ def _m_groupnorm(fw, num_groups, num_channels, eps=1e-5, affine=True, device=Non
     return apply
 
 
-_UNSUPPORTED.pop("torch.nn.GroupNorm", None)
-_UNSUPPORTED.pop("torch.nn.functional.group_norm", None)
-
-
 for _r in (1, 2, 3):
     _MODULES[f"InstanceNorm{_r}d"] = _instance_norm(_r)
     _MODULES[f"BatchNorm{_r}d"] = _batch_norm(_r)
@@ -4064,12 +4047,6 @@ for _name, _path in [
     ("NLLLoss", "torch.nn.functional.nll_loss"),
 ]:
     _MODULES[_name] = _loss_ctor(_path)
-for _n in ("cross_entropy", "nll_loss"):
-    _UNSUPPORTED.pop(f"torch.nn.functional.{_n}", None)
-for _n in ("CrossEntropyLoss", "NLLLoss"):
-    _UNSUPPORTED.pop(f"torch.nn.{_n}", None)
-for _n in ("narrow", "select", "flip", "cat", "concat", "concatenate", "gather"):
-    _UNSUPPORTED.pop(f"torch.{_n}", None)
 
 
 @_module("Sequential")
