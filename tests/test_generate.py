@@ -120,6 +120,13 @@ FORMULAS = [
     ),
     ("cumprod", "float x[R, C]; y[r, c] = cumprod(c) (1 + x[r, c] / 8)", {"R": 7, "C": 33}),
     ("cummax", "float x[R, C]; y[r, c] = cummax(c) x[r, c]", {"R": 7, "C": 33}),
+    # from the end: suffix scans
+    (
+        "rcumsum_exclusive",
+        "float x[R, C]; y[r, c] = rcumsum(c) x[r, c + 1]   for c < C",
+        {"R": 7, "C": 33},
+    ),
+    ("rcummin", "float x[R, C]; y[r, c] = rcummin(c) x[r, c]", {"R": 7, "C": 33}),
     # results of one number
     (
         "mse",
@@ -551,6 +558,12 @@ def test_scans_and_results_of_one_number_match_numpy(generated):
     assert np.array_equal(got.reshape(7, 33), np.maximum.accumulate(x, axis=1))
     (got,) = _reference(generated, "cumprod")(x.ravel(), None, 7, 33)
     assert np.allclose(got.reshape(7, 33), np.cumprod(1 + x / 8, axis=1))
+    (got,) = _reference(generated, "rcumsum_exclusive")(x.ravel(), None, 7, 33)
+    want = np.array([[x[r, c + 1 :].sum() for c in range(33)] for r in range(7)])
+    assert np.allclose(got.reshape(7, 33), want)
+    (got,) = _reference(generated, "rcummin")(x.ravel(), None, 7, 33)
+    want = np.array([[x[r, c:].min() for c in range(33)] for r in range(7)])
+    assert np.array_equal(got.reshape(7, 33), want)
 
     p, t = rng.uniform(-1, 1, (2, 37, 61))
     (got,) = _reference(generated, "mse")(p.ravel(), t.ravel(), None, 37, 61)

@@ -67,7 +67,7 @@ FUNCTIONS: dict[str, tuple[int, int | None]] = {
     "pad": (2, 2),
 }
 REDUCERS = ("sum", "prod", "max", "min", "mean", "argmax", "argmin")
-SCANS = ("cumsum", "cumprod", "cummax", "cummin")
+SCANS = ("cumsum", "cumprod", "cummax", "cummin", "rcumsum", "rcumprod", "rcummax", "rcummin")
 FUNCTION_LIST = ", ".join(
     f"{f}(a, b, ...)" if most is None else f"{f}({', '.join('abc'[:least])})"
     for f, (least, most) in FUNCTIONS.items()
@@ -432,7 +432,8 @@ class _Checker:
 
     def scan(self, node: Reduce, bound: set[str], k: int, st: Statement, later) -> None:
         """`cumsum(c) BODY` at the top of a statement writing `y[..., c, ...]`: each element is
-        the scan of BODY over positions 0..c of the index `c` of the left-hand side."""
+        the scan of BODY over positions 0..c of the index `c` of the left-hand side (`rcumsum`:
+        over positions c..C-1, from the end)."""
         lhs = [i.name for i in st.target.indices]
         if len(node.indices) != 1 or node.indices[0].name not in lhs:
             self.fail(
@@ -448,7 +449,7 @@ class _Checker:
             )
         self.walk(node.body, bound, k, st, later)
         self.scans.append((k, node))
-        op = {"cumsum": "sum", "cumprod": "prod"}.get(node.op, "max")
+        op = {"cumsum": "sum", "cumprod": "prod"}.get(node.op.removeprefix("r"), "max")
         dims = [self.range_of(node.indices[0].name, node.pos)]
         self.reductions.append(Reduction(op, dims, _nonnegative(node.body, self.definition)))
 

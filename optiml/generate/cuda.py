@@ -536,7 +536,8 @@ _SCAN_INIT = {"cumsum": 0.0, "cumprod": 1.0, "cummax": float("-inf"), "cummin": 
 
 
 def _scan_body(c: Checked, k: _Kernel, scan, names, cvars, top: _Block) -> list[str]:
-    """A thread runs along the scanned index, writing each prefix's value as it goes."""
+    """A thread runs along the scanned index, writing each prefix's value as it goes (from the
+    end for `rcumsum` and the other suffix scans)."""
     st, node = scan
     t = c.tensors[st.target.tensor]
     scanned = node.indices[0].name
@@ -545,17 +546,25 @@ def _scan_body(c: Checked, k: _Kernel, scan, names, cvars, top: _Block) -> list[
     value = k.emit(node.body, env, [top, inner], t.statement)
     acc = k.fresh("acc")
     var = env[scanned][0]
+    reverse = node.op.startswith("r")
+    op = node.op.removeprefix("r")
+    n = c.ranges[scanned]
+    loop = (
+        f"for (int {var} = {n} - 1; {var} >= 0; --{var}) {{"
+        if reverse
+        else f"for (int {var} = 0; {var} < {n}; ++{var}) {{"
+    )
     update = {
         "cumsum": f"{acc} += {value};",
         "cumprod": f"{acc} *= {value};",
         "cummax": f"{acc} = {_MATH['max'][k.f]}({acc}, {value});",
         "cummin": f"{acc} = {_MATH['min'][k.f]}({acc}, {value});",
-    }[node.op]
+    }[op]
     offset = _offset(t.dims, cvars)
     return [
         *top.lines,
-        f"{k.T} {acc} = {k.lit(_SCAN_INIT[node.op])};",
-        f"for (int {var} = 0; {var} < {c.ranges[scanned]}; ++{var}) {{",
+        f"{k.T} {acc} = {k.lit(_SCAN_INIT[op])};",
+        loop,
         *(f"    {line}" for line in inner.lines),
         f"    {update}",
         f"    {st.target.tensor}[{offset}] = {_store(c, t.dtype, acc)};",

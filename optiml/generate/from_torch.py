@@ -13,9 +13,12 @@ hold one, become temporaries; the result becomes the output statement.
 
     translate(text, path)  ->  Translation(formula, name, notes, ...)
 
-Whatever the notation cannot express (convolutions, pooling windows, scans, slices, gathers, a
-result of one number) is a `FormulaError` (exit 24) at the line and column of the task that uses
-it, saying what is missing. Nothing here knows CUDA: the formula goes through `generate`.
+Slices, `narrow`, `select`, `flip` and `cat` become shifted reads of inputs (`x[b, c - 1]`); a
+scan with its identity concatenated before it is an exclusive scan, a flipped scan a suffix scan
+(`rcumsum`); `gather`, `cross_entropy` and `nll_loss` with int indices are gathers (`x[n, t[n]]`);
+group normalization sees the channels as (groups, channels per group). Whatever the notation
+cannot express is a `FormulaError` (exit 24) at the line and column of the task that uses it,
+saying what is missing. Nothing here knows CUDA: the formula goes through `generate`.
 """
 
 from __future__ import annotations
@@ -161,6 +164,7 @@ class Sym:
         self.value = value
         self.anonymous = anonymous
         self.parent: Sym | None = None
+        self.base: Sym | None = None  # a part of this size (a slice of it)
 
     def root(self) -> Sym:
         s = self
@@ -326,6 +330,7 @@ class Leaf(Val):
         self.dims = dims
         self.dtype = dtype
         self.node = node
+        self.gathers = False  # its elements index another input
 
 
 class Const(Val):
@@ -381,15 +386,167 @@ class Reduce(Val):
 class Scan(Val):
     """`torch.cumsum(x, dim)` and the like: the notation's scan, the whole of a result."""
 
-    def __init__(self, op: str, body: Val, axis: int, node):
+    def __init__(self, op: str, body: Val, axis: int, node, reverse: bool = False):
         self.op = op
         self.body = body
         self.axis = axis
         self.node = node
+        self.reverse = reverse  # from the end: a suffix scan (`rcumsum`)
         self.dims = list(body.dims)
 
     def children(self) -> list[Val]:
         return [self.body]
+
+
+class Shift(Val):
+    """A view of `x` along `axis`: element i is x's element `sign * i + offset` (a slice,
+    `narrow`, `select`, `flip`; an exclusive scan's body read one back), or `fill` where that
+    position is outside x. `offset` is a whole number plus sizes (`flip`: L - 1)."""
+
+    def __init__(self, x: Val, axis: int, offset: int, dim: Dim, node, sign: int = 1,
+                 sizes: tuple[Sym, ...] = (), fill: float = 0.0):  # fmt: skip
+        self.x = x
+        self.axis = axis
+        self.offset = offset
+        self.sizes = sizes  # added to the offset
+        self.sign = sign
+        self.fill = fill
+        self.node = node
+        self.dtype = x.dtype
+        self.dims = [*x.dims[:axis], dim, *x.dims[axis + 1 :]]
+
+    def children(self) -> list[Val]:
+        return [self.x]
+
+    def span(self) -> tuple[int, int]:
+        """The positions i of this value whose element is inside x: [lo, hi)."""
+        n = _extent(self.dims[self.axis])
+        size = _extent(self.x.dims[self.axis])
+        off = self.offset + sum(s.value for s in self.sizes)
+        if self.sign > 0:  # 0 <= i + off < size
+            lo, hi = -off, size - off
+        else:  # 0 <= off - i < size
+            lo, hi = off - size + 1, off + 1
+        return max(lo, 0), min(hi, n)
+
+
+class Gather(Val):
+    """`x` with its dimension `axis` read at an element of the int input `index`: element
+    (..) is x at `index[..]` along `axis` and, along x's other dimension p, at the index of this
+    value's dimension `xmap[p]` (cross entropy's `x[n, t[n]]`, `torch.gather`)."""
+
+    def __init__(self, x: Val, axis: int, index: Leaf, xmap: dict[int, int], node):
+        self.x = x
+        self.axis = axis
+        self.index = index
+        self.xmap = xmap
+        self.node = node
+        self.dtype = x.dtype
+        self.dims = list(index.dims)
+
+    def children(self) -> list[Val]:
+        return [self.x, self.index]
+
+
+class Split(Val):
+    """`x` with its dimension `axis` seen as (groups, per group): the same memory, read at
+    `g * per + c` (group normalization's channels)."""
+
+    def __init__(self, x: Val, axis: int, groups: Dim, per: Dim, node):
+        self.x = x
+        self.axis = axis
+        self.node = node
+        self.dtype = x.dtype
+        self.per = per
+        self.dims = [*x.dims[:axis], groups, per, *x.dims[axis + 1 :]]
+
+    def children(self) -> list[Val]:
+        return [self.x]
+
+
+class Cat(Val):
+    """`torch.cat(parts, dim)`: element i along `axis` is the part's that holds position i."""
+
+    def __init__(self, parts: list[Val], axis: int, dims: list[Dim], node):
+        self.parts = parts
+        self.axis = axis
+        self.dims = dims
+        self.node = node
+        self.dtype = "float"
+
+    def children(self) -> list[Val]:
+        return list(self.parts)
+
+
+def _extent(d: Dim) -> int:
+    return 1 if d is None else d.value
+
+
+class _Sub(str):
+    """A subscript that is not an index name: `c - 1`, `L - 1 - c`, `0` (a Shift's), with its
+    parts so that shifts of shifts compose: sign * index + const + sizes."""
+
+    index: str | None
+    sign: int
+    const: int
+    sizes: tuple[Sym, ...]
+    neg: tuple[Sym, ...]
+
+
+def _sub(index: str | None, sign: int = 1, const: int = 0, sizes=(), neg=()) -> str:
+    """The subscript sign * index + const + Σ sizes − Σ neg, as the notation writes it."""
+    sizes, neg = list(sizes), list(neg)
+    for s in list(sizes):  # L - L cancels
+        for t in neg:
+            if t.root() is s.root():
+                sizes.remove(s)
+                neg.remove(t)
+                break
+    if index is not None and sign == 1 and const == 0 and not sizes and not neg:
+        return index
+    parts: list[tuple[int, str]] = [(1, s.root().name) for s in sizes]
+    if index is not None:
+        parts.append((sign, index))
+    parts += [(-1, s.root().name) for s in neg]
+    if const or not parts:
+        parts.append((1 if const >= 0 else -1, str(abs(const))))
+    text = ("-" if parts[0][0] < 0 else "") + parts[0][1]
+    for sg, t in parts[1:]:
+        text += f" {'+' if sg > 0 else '-'} {t}"
+    out = _Sub(text)
+    out.index, out.sign, out.const = index, sign, const
+    out.sizes, out.neg = tuple(sizes), tuple(neg)
+    return out
+
+
+def _shifted(s: str | None, sign: int, const: int, sizes: tuple[Sym, ...]) -> str:
+    """Subscript `sign * s + const + sizes` of a subscript s (None: position 0)."""
+    if s is None:
+        return _sub(None, 1, const, sizes)
+    if isinstance(s, _Sub):
+        if sign > 0:
+            return _sub(s.index, s.sign, s.const + const, s.sizes + sizes, s.neg)
+        return _sub(s.index, -s.sign, const - s.const, s.neg + sizes, s.sizes)
+    if _IDENT.fullmatch(s):
+        return _sub(s, sign, const, sizes)
+    raise _NotAffine(s)
+
+
+class _NotAffine(Exception):
+    pass
+
+
+class _SplitSub(str):
+    """`g * per + c`: a dimension read as (groups, per group)."""
+
+    parts: tuple[str, str]
+    dims: tuple[Sym, Sym]
+
+
+class _GatherSub(str):
+    """A subscript that is an element of an int input, `t[n]`."""
+
+    leaf: Leaf
 
 
 @dataclass
@@ -518,8 +675,9 @@ _SCAN = (
 )
 _SLICE = (
     "a slice, an offset or a concatenation",
-    "the notation's subscripts are index names: no fixed positions, offsets or ranges "
-    "(`x[0]`, `x[i + 1]`, `x[:n - 1]`); " + _NEEDS_LLM,
+    "--from-torch reads slices of step 1, `narrow`, `select`, `flip` and `cat` (shifted reads "
+    "of inputs: `x[i + 1]`, `x[N - 1 - i]`), not this one (a step, a roll, a stack, a split, "
+    "padding); " + _NEEDS_LLM,
 )
 _RESHAPE = (
     "a reshape that merges or splits dimensions",
@@ -528,7 +686,9 @@ _RESHAPE = (
 )
 _GATHER = (
     "a gather or scatter",
-    "the notation's subscripts are index names, never values read from a tensor; " + _NEEDS_LLM,
+    "--from-torch reads `torch.gather`, `cross_entropy` and `nll_loss` (class indices) as the "
+    "notation's gathers (an input read at an element of an int input); not this one (a "
+    "scatter, a selection by a computed index or mask); " + _NEEDS_LLM,
 )
 _SORT = ("sorting or selection", "the notation has no sort, top-k or median; " + _NEEDS_LLM)
 _RANDOM = (
@@ -569,17 +729,11 @@ for _d in ("1d", "2d", "3d"):
 for _n in ("cumsum", "cumprod", "cummax", "cummin", "logcumsumexp"):
     _UNSUPPORTED[f"torch.{_n}"] = _SCAN
 for _n in (
-    "narrow",
-    "cat",
-    "concat",
-    "concatenate",
     "stack",
     "hstack",
     "vstack",
     "split",
     "chunk",
-    "select",
-    "flip",
     "fliplr",
     "flipud",
     "roll",
@@ -601,7 +755,6 @@ _UNSUPPORTED["torch.nn.Flatten"] = _RESHAPE
 _UNSUPPORTED["torch.nn.Unflatten"] = _RESHAPE
 _UNSUPPORTED["torch.nn.functional.pixel_shuffle"] = _RESHAPE
 for _n in (
-    "gather",
     "scatter",
     "scatter_add",
     "index_select",
@@ -616,9 +769,9 @@ for _n in (
     "embedding",
 ):
     _UNSUPPORTED[f"torch.{_n}"] = _GATHER
-for _n in ("cross_entropy", "nll_loss", "embedding", "one_hot", "multi_margin_loss"):
+for _n in ("embedding", "one_hot", "multi_margin_loss"):
     _UNSUPPORTED[f"torch.nn.functional.{_n}"] = _GATHER
-for _n in ("CrossEntropyLoss", "NLLLoss", "Embedding", "EmbeddingBag", "MultiMarginLoss"):
+for _n in ("Embedding", "EmbeddingBag", "MultiMarginLoss"):
     _UNSUPPORTED[f"torch.nn.{_n}"] = _GATHER
 for _n in (
     "sort",
@@ -648,12 +801,6 @@ for _n in ("Linear", "Bilinear", "LazyLinear", "Embedding", "PReLU"):
 _UNSUPPORTED["torch.nn.Parameter"] = _LEARNED
 for _n in ("floor", "ceil", "round", "trunc", "floor_divide", "remainder", "fmod", "frac"):
     _UNSUPPORTED[f"torch.{_n}"] = _ROUNDING
-_UNSUPPORTED["torch.nn.GroupNorm"] = (
-    "group normalization",
-    "its groups split the channel index (`c = g * C / G + cc`) and the notation has no index "
-    "arithmetic in subscripts",
-)
-_UNSUPPORTED["torch.nn.functional.group_norm"] = _UNSUPPORTED["torch.nn.GroupNorm"]
 _UNSUPPORTED["torch.nn.LocalResponseNorm"] = _POOL
 
 # ---- the task ------------------------------------------------------------------------------------
@@ -678,6 +825,7 @@ _TORCH_DTYPES = {
     "int64": "int",
     "int": "int",
     "long": "int",
+    "bool": "bool",
 }
 _SHAPE_KEEPING = {
     "torch.triu",
@@ -727,6 +875,7 @@ _METHOD_DTYPES = {
     "bfloat16": "bf16",
     "int": "int",
     "long": "int",
+    "bool": "bool",
 }
 
 
@@ -1267,6 +1416,18 @@ class _Task:
             if isinstance(a, InputSpec):
                 return InputSpec(a.dims, a.dtype, node, plain=False)
             return a
+        if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            a = self.shape(node.left, env)
+            b = self.shape(node.comparators[0], env)
+            for x in (a, b):
+                if isinstance(x, Unknown):
+                    return x
+            shapes = [x for x in (a, b) if isinstance(x, InputSpec)]
+            if shapes:  # `torch.rand(n) > 0.5`: a mask
+                dims = _broadcast_shapes([x.dims for x in shapes])
+                if dims is None:
+                    return Unknown(f"`{self.src(node)}`: shapes that do not broadcast", node)
+                return InputSpec(dims, "bool", node, plain=False)
         return self.const(node, env)
 
     def torch_dtype(self, node: ast.AST | None, default: str) -> str:
@@ -1637,6 +1798,24 @@ class _Forward:
                     if not (isinstance(x, ast.Constant) and x.value is None)
                 )
                 pos = out.rank - rest
+            elif isinstance(it, ast.Slice) and pos < out.rank:
+                # x[:, a:b]: a part of the dimension (steps other than 1 are not covered)
+                step = self.ev(it.step, env) if it.step is not None else 1
+                if step != 1:
+                    self.t.not_covered(self.t.src(node), _SLICE, node)
+                n = _extent(out.dims[pos])
+                lo = _whole(self, self.ev(it.lower, env), "a slice's start") if it.lower else 0
+                hi = _whole(self, self.ev(it.upper, env), "a slice's end") if it.upper else n
+                lo, hi = (min(max(v + n if v < 0 else v, 0), n) for v in (lo, hi))
+                if hi <= lo:
+                    self.fail(f"`{self.t.src(node)}` is empty", node)
+                out = _slice(self, out, pos, lo, hi - lo)
+                pos += 1
+            elif pos < out.rank and not isinstance(it, ast.Slice | ast.Tuple | ast.List):
+                i = self.ev(it, env)
+                if isinstance(i, Val) and not isinstance(i, Const):
+                    self.t.not_covered(self.t.src(node), _GATHER, node)
+                out = _f_select(self, out, pos, i)
             else:
                 self.t.not_covered(self.t.src(node), _SLICE, node)
         return out
@@ -2432,6 +2611,23 @@ for _m in ("float", "double", "contiguous", "clone", "detach", "to", "cuda", "cp
            "half", "bfloat16", "requires_grad"):  # fmt: skip
     _METHODS[_m] = _identity
 _FUNCTIONS["torch.clone"] = _identity
+
+
+def _m_bool(fw, input):
+    x = fw.val(input)
+    if x.dtype == "bool":
+        return x
+    return fw.ew(lambda a: ECmp("!=", a[0], _num(0)), x, dtype="bool")
+
+
+def _m_int(fw, input, memory_format=None):
+    x = fw.val(input)
+    if x.dtype not in ("int", "bool"):  # a float truncated toward zero
+        fw.t.not_covered(fw.t.src(fw.node), _ROUNDING, fw.node)
+    return fw.num(x)
+
+
+_METHODS.update(bool=_m_bool, int=_m_int, long=_m_int)
 
 
 def _m_size(fw, input, dim=None):
@@ -3230,6 +3426,58 @@ def _batch_norm(rank: int):
     return ctor
 
 
+def _group_norm(fw, x: Val, num_groups, weight, bias, eps) -> Val:
+    """(x - mean) / sqrt(var + eps) over each group's channels and the spatial dimensions, then
+    weight and bias per channel; the channels seen as (groups, channels per group), the same
+    memory, where a group has more than one channel and there is more than one group."""
+    if x.rank < 2:
+        fw.fail(f"group_norm of a tensor of {x.rank} dimension(s): (batch, channels, ...)")
+    channels = _extent(x.dims[1])
+    g = _whole(fw, fw.val(num_groups) if isinstance(num_groups, Val) else num_groups, "num_groups")
+    if g < 1 or channels % g:
+        fw.fail(f"group_norm: {channels} channels are not a multiple of {g} groups")
+    per = channels // g
+    if g == 1 or per == 1:  # one group: a layer norm over all; a channel each: an instance norm
+        out = fw.normalize(x, tuple(range(1 if g == 1 else 2, x.rank)), eps, fw.node)
+        return _affine(fw, out, weight, bias)
+    gs, ps = fw.t.sym("groups", g), fw.t.sym("channels_per_group", per)
+    xs = Split(x, 1, gs, ps, fw.node)
+    out = fw.normalize(xs, tuple(range(2, xs.rank)), eps, fw.node)
+    fw.notes.append(
+        "group_norm's result is viewed as (batch, groups, channels per group, ...): the same "
+        "memory as (batch, channels, ...)"
+    )
+    for v, op in ((weight, "*"), (bias, "+")):
+        if v is None:
+            continue
+        w = fw.val(v)
+        if w.rank != 1 or _extent(w.dims[0]) != channels:
+            fw.fail(f"group_norm's weight and bias have one element per channel ({channels})")
+        w = Split(w, 0, gs, ps, fw.node)
+        for _ in range(out.rank - 3):
+            w = fw.unsqueeze(w, -1, fw.node)
+        out = fw.ew(lambda a, op=op: _bin(op, a[0], a[1]), out, w)
+    return out
+
+
+@_fn("torch.nn.functional.group_norm")
+def _f_group_norm(fw, input, num_groups, weight=None, bias=None, eps=1e-5):
+    return _group_norm(fw, fw.val(input), num_groups, weight, bias, eps)
+
+
+@_module("GroupNorm")
+def _m_groupnorm(fw, num_groups, num_channels, eps=1e-5, affine=True, device=None, dtype=None):
+    def apply(fw, input):
+        x = fw.val(input)
+        if x.rank < 2 or _extent(x.dims[1]) != num_channels:
+            fw.fail(f"GroupNorm(num_channels={num_channels}) of an input of another shape")
+        if affine:
+            _affine_note(fw, "GroupNorm", "weight and bias")
+        return _group_norm(fw, x, num_groups, None, None, eps)
+
+    return apply
+
+
 for _r in (1, 2, 3):
     _MODULES[f"InstanceNorm{_r}d"] = _instance_norm(_r)
     _MODULES[f"BatchNorm{_r}d"] = _batch_norm(_r)
@@ -3322,7 +3570,7 @@ def _window_subscript(kind: str, o: str | None, k: str | None, a: Axis) -> str:
     return text + (f" - {a.pad}" if a.pad else "")
 
 
-def _affine(g: str, per: Dim, i: str | None) -> str:
+def _grouped_channel(g: str, per: Dim, i: str | None) -> str:
     return g if per is None else f"{g} * {per.root().name} + {i}"
 
 
@@ -3488,6 +3736,319 @@ for _n in ("cumsum", "cumprod"):
     _UNSUPPORTED.pop(f"torch.{_n}", None)
 
 
+# -- slices, concatenations, gathers --
+
+
+def _evaluate(e) -> float | None:
+    """The value of an expression of numbers and sizes (`x.size(1) - 1`), or None."""
+    if isinstance(e, ENum):
+        return e.value
+    if isinstance(e, ERef) and isinstance(e.ref, Sym):
+        return float(e.ref.root().value)
+    if isinstance(e, ENeg):
+        v = _evaluate(e.x)
+        return None if v is None else -v
+    if isinstance(e, EBin) and e.op in ("+", "-", "*"):
+        a, b = _evaluate(e.left), _evaluate(e.right)
+        if a is None or b is None:
+            return None
+        return a + b if e.op == "+" else a - b if e.op == "-" else a * b
+    return None
+
+
+def _whole(fw, v, what: str) -> int:
+    """A whole number given as a number or as arithmetic of sizes."""
+    if isinstance(v, int) and not isinstance(v, bool):
+        return int(v)
+    e = _number_expr(v) if isinstance(v, Val) else None
+    x = _evaluate(e) if e is not None else None
+    if x is not None and float(x).is_integer():
+        return int(x)
+    fw.fail(f"{what} is a whole number --from-torch can tell (of numbers and sizes)")
+
+
+def _number_expr(v: Val):
+    """The expression of a value without sized dimensions made of numbers and sizes."""
+    if any(d is not None for d in v.dims):
+        return None
+    if isinstance(v, Const):
+        return v.expr
+    if isinstance(v, Map):
+        args = [_number_expr(a) for a in v.args]
+        if any(a is None for a in args):
+            return None
+        return v.fn(args, [None] * v.rank)
+    return None
+
+
+def _constant(v: Val) -> float | None:
+    """The value of every element of v, where it is one number (`zeros_like(...)`)."""
+    if isinstance(v, Const):
+        return v.expr.value if isinstance(v.expr, ENum) else None
+    if isinstance(v, Map):
+        if v.view:
+            return _constant(v.args[0])
+        try:
+            e = v.fn([ERef(f"a{k}") for k in range(len(v.args))], ["i"] * v.rank)
+        except Exception:  # a function that needs its arguments' values: not a constant
+            return None
+        return e.value if isinstance(e, ENum) else None
+    return None
+
+
+def _part(fw, d: Dim, length: int) -> Dim:
+    """The size of a part of dimension d: d itself, or a new size."""
+    if d is not None and d.value == length:
+        return d
+    if length == 1:
+        return None
+    part = fw.t.anonymous(length)
+    part.base = d.root() if d is not None else None
+    return part
+
+
+def _slice(fw, x: Val, a: int, start: int, length: int) -> Val:
+    n = _extent(x.dims[a])
+    if start == 0 and length == n:
+        return x
+    return Shift(x, a, start, _part(fw, x.dims[a], length), fw.node)
+
+
+@_fn("torch.narrow", method="narrow")
+def _f_narrow(fw, input, dim, start, length):
+    x = fw.val(input)
+    a = fw.axis(dim, x.rank, fw.node)
+    n = _extent(x.dims[a])
+    st = _whole(fw, start, "narrow's start")
+    ln = _whole(fw, length, "narrow's length")
+    st = st + n if st < 0 else st
+    if st < 0 or ln < 1 or st + ln > n:
+        fw.fail(f"narrow({dim}, {st}, {ln}) of a dimension of {n} elements is out of range")
+    return _slice(fw, x, a, st, ln)
+
+
+@_fn("torch.select", method="select")
+def _f_select(fw, input, dim, index):
+    x = fw.val(input)
+    a = fw.axis(dim, x.rank, fw.node)
+    n = _extent(x.dims[a])
+    i = _whole(fw, index, "select's index")
+    i = i + n if i < 0 else i
+    if not 0 <= i < n:
+        fw.fail(f"select({dim}, {index}) of a dimension of {n} elements is out of range")
+    return fw.squeeze(_slice(fw, x, a, i, 1), a, fw.node)
+
+
+@_fn("torch.flip", method="flip")
+def _f_flip(fw, input, *dims, **kwargs):
+    x = fw.val(input)
+    if set(kwargs) - {"dims"}:
+        fw.fail(f"flip takes `dims`, not {', '.join(sorted(set(kwargs) - {'dims'}))}")
+    if "dims" in kwargs:
+        dims = (*dims, kwargs["dims"])
+    if len(dims) == 1 and isinstance(dims[0], tuple | list):
+        dims = tuple(dims[0])
+    out = x
+    for a in sorted({fw.axis(d, x.rank, fw.node) for d in dims}):
+        if out.dims[a] is None:
+            continue
+        if isinstance(out, Scan) and out.axis == a:
+            # flip(scan(B)) is the scan from the end of flip(B): a suffix scan
+            flipped = Shift(out.body, a, -1, out.dims[a], fw.node, -1, (out.dims[a],))
+            out = Scan(out.op, flipped, a, out.node, reverse=not out.reverse)
+            continue
+        out = Shift(out, a, -1, out.dims[a], fw.node, -1, (out.dims[a],))
+    return out
+
+
+_IDENTITY = {"cumsum": 0.0, "cumprod": 1.0}
+
+
+@_fn("torch.cat", "torch.concat", "torch.concatenate")
+def _f_cat(fw, tensors, dim=0, axis=None):
+    if not isinstance(tensors, tuple | list) or not tensors:
+        fw.fail("torch.cat takes a list of tensors")
+    parts = [fw.val(t) for t in tensors]
+    if len(parts) == 1:
+        return parts[0]
+    rank = parts[0].rank
+    if any(p.rank != rank for p in parts):
+        fw.fail("torch.cat of tensors of different ranks")
+    a = fw.axis(axis if axis is not None else dim, rank, fw.node)
+    for p in range(rank):
+        if p == a:
+            continue
+        sized = [q.dims[p] for q in parts if q.dims[p] is not None]
+        if len(sized) != len(parts) and sized:
+            fw.fail(f"torch.cat: dimension {p} differs between the tensors")
+        for d in sized[1:]:
+            fw.unify(sized[0], d, fw.node, "torch.cat: the other dimensions differ")
+    total = sum(_extent(q.dims[a]) for q in parts)
+    scans = [k for k, q in enumerate(parts) if isinstance(q, Scan) and q.axis == a]
+    if len(scans) == 1:
+        # a scan with its identity before it (after it, from the end): a scan of its body read
+        # one back, an exclusive scan; the scan is the whole result
+        k = scans[0]
+        sc = parts[k]
+        rest = parts[:k] + parts[k + 1 :]
+        ident = _IDENTITY.get(sc.op)
+        before = sum(_extent(q.dims[a]) for q in parts[:k])
+        if (
+            ident is not None
+            and all(_constant(q) == ident for q in rest)
+            and ((k == len(parts) - 1) if not sc.reverse else k == 0)
+        ):
+            d = _total(fw, [q.dims[a] for q in parts], total)
+            body = Shift(sc.body, a, -before, d, fw.node, fill=ident)
+            dims = [d if p == a else next((q.dims[p] for q in parts if q.dims[p]), None)
+                    for p in range(rank)]  # fmt: skip
+            body.dims = dims
+            return Scan(sc.op, body, a, sc.node, reverse=sc.reverse)
+        fw.fail(
+            "a concatenation with a scan is covered where the scan's identity (0 for cumsum, "
+            "1 for cumprod) comes before it along its dimension (an exclusive scan); this one is "
+            "not: a scan is the whole of a result"
+        )
+    dims = [next((q.dims[p] for q in parts if q.dims[p] is not None), None) for p in range(rank)]
+    dims[a] = _total(fw, [q.dims[a] for q in parts], total)
+    return Cat([fw.num(q) for q in parts], a, dims, fw.node)
+
+
+def _total(fw, parts: list[Dim], total: int) -> Dim:
+    """The size of a concatenation: the size a part was sliced from where it has that value
+    (x's n − 1 and 1 make n again), else a new size."""
+    for d in parts:
+        for s in (d, d.root().base if d is not None else None):
+            if s is not None and s.root().value == total:
+                return s.root()
+    return fw.t.anonymous(total)
+
+
+def _index_leaf(fw, v, what: str) -> Leaf:
+    """The int input of forward a gather reads its indices from."""
+    while isinstance(v, Map) and v.view and len(v.args) == 1:
+        if [d for d in v.dims if d] != [d for d in v.args[0].dims if d]:
+            break
+        v = v.args[0]
+    if not isinstance(v, Leaf) or v.dtype != "int":
+        fw.fail(
+            f"{what}: the indices are covered as an int input of forward (torch.randint in "
+            "get_inputs), read whole; the notation gathers at an element of an int input"
+        )
+    v.gathers = True
+    return v
+
+
+def _take(fw, x: Val, a: int, index) -> Val:
+    """x along dimension a at the indices `index` (x's shape without a): `x[n, t[n]]`."""
+    t = _index_leaf(fw, fw.val(index), "a gather")
+    others = [p for p in range(x.rank) if p != a]
+    if t.rank != len(others):
+        fw.fail(
+            f"the indices have {t.rank} dimension(s); a tensor of {x.rank} indexed along one "
+            f"needs {len(others)}"
+        )
+    for q, p in enumerate(others):
+        if (t.dims[q] is None) != (x.dims[p] is None):
+            fw.fail("the indices' shape is not the input's without the gathered dimension")
+        if t.dims[q] is not None:
+            fw.unify(t.dims[q], x.dims[p], fw.node, "the indices' shape differs from the input's")
+    return Gather(x, a, t, {p: q for q, p in enumerate(others)}, fw.node)
+
+
+@_fn("torch.gather", method="gather")
+def _f_gather(fw, input, dim, index, sparse_grad=False):
+    x = fw.val(input)
+    a = fw.axis(dim, x.rank, fw.node)
+    t = _index_leaf(fw, fw.val(index), "torch.gather")
+    if t.rank != x.rank:
+        fw.fail("torch.gather: the index has another number of dimensions than the input")
+    for p in range(x.rank):
+        if p != a and (t.dims[p] is None) != (x.dims[p] is None):
+            fw.fail(f"torch.gather: the index's dimension {p} is not the input's (not covered)")
+        if p != a and t.dims[p] is not None:
+            fw.unify(t.dims[p], x.dims[p], fw.node, "torch.gather: the shapes differ")
+    return Gather(x, a, t, {p: p for p in range(x.rank)}, fw.node)
+
+
+def _class_loss(fw, input, target, weight, ignore_index, label_smoothing, log_probs: bool):
+    """The per-element loss of nll_loss (log_probs) or cross_entropy over the class dimension
+    (1): with class indices, -logp[n, t[n]]; with class probabilities, -Σ t logp."""
+    x = fw.val(input)
+    if weight is not None:
+        fw.fail("a class weight is not covered (weight=None): the mean would be weighted")
+    if x.rank < 2:
+        fw.fail("an unbatched input (one dimension) is not covered: the classes are dimension 1")
+    t = fw.val(target)
+    classes = _extent(x.dims[1])
+    if t.dtype == "int":
+        if 0 <= ignore_index < classes:
+            fw.fail(
+                f"ignore_index={ignore_index}, a class, is not covered: the mean would leave "
+                "its elements out"
+            )
+        picked = _take(fw, x, 1, t)
+        if log_probs:
+            return fw.ew(lambda a: _neg(a[0]), picked)
+        lse = _f_logsumexp(fw, x, 1)
+        nll = fw.ew(lambda a: _bin("-", a[0], a[1]), lse, picked)
+        if not label_smoothing:
+            return nll
+        mean = fw.reduce("mean", x, 1, False, fw.node)
+        eps = _named_default(label_smoothing, "label_smoothing")
+        # (1 - e) (lse - x[t]) + e (lse - mean_c x)
+        return fw.ew(
+            lambda a: _bin(
+                "-",
+                a[0],
+                _bin("+", _bin("*", _bin("-", _num(1), a[3]), a[1]), _bin("*", a[3], a[2])),
+            ),  # fmt: skip
+            lse,
+            picked,
+            mean,
+            eps,
+        )
+    if log_probs:
+        fw.fail("nll_loss takes class indices (an int tensor) as its target")
+    logp = fw.softmax(x, 1, True, fw.node)
+    if label_smoothing:
+        eps = _named_default(label_smoothing, "label_smoothing")
+        t = fw.ew(
+            lambda a: _bin("+", _bin("*", a[0], _bin("-", _num(1), a[1])), _bin("/", a[1], a[2])),
+            t,
+            eps,
+            Const(ERef(x.dims[1])) if x.dims[1] is not None else 1,
+        )
+    prod = fw.ew(lambda a: _bin("*", a[0], a[1]), t, logp)
+    return fw.ew(lambda a: _neg(a[0]), fw.reduce("sum", prod, 1, False, fw.node))
+
+
+@_fn("torch.nn.functional.cross_entropy")
+def _f_cross_entropy(
+    fw, input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+    reduction="mean", label_smoothing=0.0,
+):  # fmt: skip
+    r = _reduction_arg(fw, size_average, reduce, reduction)
+    loss = _class_loss(fw, input, target, weight, ignore_index, label_smoothing, False)
+    return fw.loss(loss, r, fw.node)
+
+
+@_fn("torch.nn.functional.nll_loss")
+def _f_nll_loss(
+    fw, input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+    reduction="mean",
+):  # fmt: skip
+    r = _reduction_arg(fw, size_average, reduce, reduction)
+    return fw.loss(_class_loss(fw, input, target, weight, ignore_index, 0.0, True), r, fw.node)
+
+
+for _name, _path in [
+    ("CrossEntropyLoss", "torch.nn.functional.cross_entropy"),
+    ("NLLLoss", "torch.nn.functional.nll_loss"),
+]:
+    _MODULES[_name] = _loss_ctor(_path)
+
+
 @_module("Sequential")
 def _m_sequential(fw, *modules):
     for m in modules:
@@ -3607,14 +4168,51 @@ class _Emitter:
 
     def emit(self, v: Val, idx: list[str | None], used: set[str], top: bool = False):
         if id(v) in self.materialize and not top:
+            self.plain_only(v, idx, "a value computed once (a temporary)")
             temp = self.temps.get(id(v))
             if temp is None:
                 temp = self.statement(v, v.hint or _TEMP_NAMES.get(getattr(v, "op", ""), "t"))
             return EAcc(temp, [idx[p] for p in temp.positions])
         if isinstance(v, Leaf):
-            return EAcc(v, [idx[p] for p, d in enumerate(v.dims) if d is not None])
+            subs = [idx[p] for p, d in enumerate(v.dims) if d is not None]
+            if any(isinstance(x, _GatherSub) for x in subs) and any(
+                not isinstance(x, _GatherSub) and not _IDENT.fullmatch(x) for x in subs
+            ):
+                self.fail(
+                    "a read both gathered and shifted (or sliced) is not covered: the notation "
+                    "reads an input either at an element of an int input or at shifted indices",
+                    v.node if v.node is not self.fw.fn else None,
+                )
+            subs = [
+                self.own_range(x, d) for x, d in zip(subs, [d for d in v.dims if d], strict=True)
+            ]
+            acc = EAcc(v, subs)
+            return ECmp("!=", acc, _num(0)) if v.dtype == "bool" else acc
         if isinstance(v, Const):
             return v.expr
+        if isinstance(v, Shift):
+            return self.shift(v, idx, used)
+        if isinstance(v, Cat):
+            return self.cat(v, idx, used)
+        if isinstance(v, Gather):
+            return self.gather(v, idx, used)
+        if isinstance(v, Split):
+            g, c = idx[v.axis], idx[v.axis + 1]
+            for x in (g, c):
+                if x is not None and not _IDENT.fullmatch(x):
+                    self.fail(
+                        "a group of channels read at a shifted or gathered position is not "
+                        "covered: the notation's subscripts have at most one index per term",
+                        v.node,
+                    )
+            if g is None:
+                at = c
+            elif c is None:
+                at = g
+            else:
+                at = _SplitSub(f"{g} * {v.per.root().name} + {c}")
+                at.parts, at.dims = (g, c), (v.dims[v.axis], v.per)
+            return self.emit(v.x, [*idx[: v.axis], at, *idx[v.axis + 2 :]], used)
         if isinstance(v, Map):
             exprs = []
             for a, places in zip(v.args, v.places, strict=True):
@@ -3622,6 +4220,7 @@ class _Emitter:
                 exprs.append(self.emit(a, aidx, used))
             return v.fn(exprs, idx)
         if isinstance(v, Scan):
+            self.plain_only(v, idx, "a scan")
             if v is not self.root:
                 self.fail(
                     f"`{v.op}` is a scan, covered as the whole result of forward (the notation's "
@@ -3630,7 +4229,8 @@ class _Emitter:
                 )
             if idx[v.axis] is None:
                 return self.emit(v.body, idx, used)
-            return ERed(v.op, [idx[v.axis]], self.emit(v.body, idx, used))
+            op = f"r{v.op}" if v.reverse else v.op
+            return ERed(op, [idx[v.axis]], self.emit(v.body, idx, used))
         if isinstance(v, Window):
             return self.window(v, idx, used)
         if isinstance(v, Reduce):
@@ -3658,6 +4258,138 @@ class _Emitter:
                 return _num(0) if v.op in ("argmax", "argmin") else e
             return ERed(v.op, bound, e)
         raise AssertionError(v)
+
+    def own_range(self, sub: str, d: Sym) -> str:
+        """An index name read where the input's dimension is another size (a slice of it, a
+        part of a concatenation) is a shifted read, `c + 0`: guarded, and no shape mismatch."""
+        r = self.ranges.get(sub)
+        if r is not None and r.root() is not d.root():
+            return _Sub(f"{sub} + 0")
+        return sub
+
+    def cat(self, v: Cat, idx: list[str | None], used: set[str]):
+        """Each part read at the position less its start, the part chosen by the index."""
+        a = v.axis
+        i = idx[a]
+        exprs, start = [], 0
+        for part in v.parts:
+            sub = self.compose(Shift(part, a, -start, v.dims[a], v.node), i, v)
+            if part.dims[a] is None:
+                sub = None
+            exprs.append((start, self.emit(part, [*idx[:a], sub, *idx[a + 1 :]], used)))
+            start += _extent(part.dims[a])
+        e = exprs[-1][1]
+        for (_, x), (nxt, _) in zip(reversed(exprs[:-1]), reversed(exprs[1:]), strict=True):
+            e = _where(ECmp("<", ERef(i), _num(nxt)), x, e)
+        return e
+
+    def plain_only(self, v: Val, idx: list[str | None], what: str) -> None:
+        """Shifted and gathered subscripts reach inputs only (the notation's rule)."""
+        bad = next((x for x in idx if x is not None and not _IDENT.fullmatch(x)), None)
+        if bad is not None:
+            self.fail(
+                f"{what} read at `{bad}` (a slice, shift or gather of a computed value) is not "
+                "covered: the notation reads shifted and gathered elements of inputs only; "
+                "generate the inner operation on its own",
+                v.node,
+            )
+
+    def shift(self, v: Shift, idx: list[str | None], used: set[str]):
+        """A view along an axis: x read at `sign * i + offset`; where a position can fall
+        outside x, its `fill`: an input's own shifted read gives 0 there (or `pad(.., fill)`),
+        a computed value's is guarded by `where` on the index."""
+        a = v.axis
+        n = _extent(v.dims[a])
+        i = idx[a]
+        lo, hi = v.span()
+        if lo >= hi:  # nothing of x is seen
+            return _num(v.fill)
+        # a chain of views along this axis down to an input: one shifted read
+        chain, x = [], v
+        while isinstance(x, Shift) and x.axis == a:
+            chain.append(x)
+            x = x.x
+        if isinstance(x, Leaf):
+            sub = i
+            for level in chain:
+                sub = self.compose(level, sub, v)
+            # the input's own bounds, seen from this value's positions
+            inside = self.inside(chain, n)
+            natural = inside[-1]
+            fills = {lv.fill for lv, span in zip(chain, inside, strict=True) if span != (0, n)}
+            if (
+                all(natural[0] >= sp[0] and natural[1] <= sp[1] for sp in inside[:-1])
+                and len(fills) <= 1
+            ):
+                fill = fills.pop() if fills else 0.0
+                if x.dims[a] is None:
+                    sub = None
+                e = self.emit(x, [*idx[:a], sub, *idx[a + 1 :]], used)
+                if fill != 0.0 and natural != (0, n):
+                    if x.dtype == "bool":
+                        self.fail("a shifted boolean input with a fill is not covered", v.node)
+                    e = _call("pad", e, _num(fill))
+                return e
+        sub = self.compose(v, i, v)
+        if v.x.dims[a] is None:
+            sub = None
+        e = self.emit(v.x, [*idx[:a], sub, *idx[a + 1 :]], used)
+        if (lo, hi) == (0, n):
+            return e
+        if i is None:
+            return e if lo == 0 else _num(v.fill)
+        at = ERef(i)
+        if lo > 0:
+            e = _where(ECmp(">=", at, _num(lo)), e, _num(v.fill))
+        if hi < n:
+            e = _where(ECmp("<", at, _num(hi)), e, _num(v.fill))
+        return e
+
+    def compose(self, level: Shift, sub: str | None, top: Shift) -> str | None:
+        try:
+            return _shifted(sub, level.sign, level.offset, level.sizes)
+        except _NotAffine:
+            self.fail(
+                f"a slice or shift of a value read at `{sub}` is not covered: the notation's "
+                "subscripts are affine in one index",
+                top.node,
+            )
+
+    @staticmethod
+    def inside(chain: list[Shift], n: int) -> list[tuple[int, int]]:
+        """For each level of a chain of views along one axis, the positions (of the outermost
+        value, [0, n)) at which that level reads inside its own source."""
+        out = []
+        sign, off = 1, 0  # the outer position i is at sign * i + off in this level's value
+        for level in chain:
+            size = _extent(level.x.dims[level.axis])
+            loff = level.offset + sum(s.value for s in level.sizes)
+            sign, off = sign * level.sign, level.sign * off + loff  # source position
+            # 0 <= sign * i + off < size
+            if sign > 0:
+                lo, hi = -off, size - off
+            else:
+                lo, hi = off - size + 1, off + 1
+            out.append((max(lo, 0), min(hi, n)))
+        return out
+
+    def gather(self, v: Gather, idx: list[str | None], used: set[str]):
+        isubs = [idx[p] for p, d in enumerate(v.index.dims) if d is not None]
+        bad = next((x for x in isubs if not _IDENT.fullmatch(x)), None)
+        if bad is not None:
+            self.fail(
+                f"a gather read at `{bad}` is not covered: the indices of a gather are read at "
+                "index names",
+                v.node,
+            )
+        name = self.leaf_names[id(v.index)]
+        sub = _GatherSub(f"{name}[{', '.join(isubs)}]")
+        sub.leaf = v.index
+        xidx = [
+            (sub if v.x.dims[p] is not None else None) if p == v.axis else idx[v.xmap[p]]
+            for p in range(v.x.rank)
+        ]
+        return self.emit(v.x, xidx, used)
 
     def window(self, v: Window, idx: list[str | None], used: set[str]):
         """A window's element: the reduction over the kernel's indices (and, for a convolution,
@@ -3697,7 +4429,7 @@ class _Emitter:
         else:  # the weight viewed as (groups, out, in, ...) or (groups, in, out, ...)
             g, co = lead[1], lead[2]
             ci = new(v.cin)
-            xc = _affine(g, v.cin, ci)
+            xc = _grouped_channel(g, v.cin, ci)
             wi = [g, co, ci] if v.kind == "conv" else [g, ci, co]
             bias_at = [g, co]
         if not isinstance(bias_at, list):
@@ -3787,6 +4519,8 @@ class _Emitter:
             for x in _walk(e):
                 if isinstance(x, EAcc) and isinstance(x.tensor, Leaf):
                     used_leaves.add(id(x.tensor))
+                if isinstance(x, EAcc):
+                    used_leaves.update(id(i.leaf) for i in x.idx if isinstance(i, _GatherSub))
                 elif (
                     isinstance(x, ERef) and isinstance(x.ref, Scalar) and x.ref not in used_scalars
                 ):
@@ -3796,6 +4530,7 @@ class _Emitter:
         for sc in used_scalars:
             sc.name = self.claim(sc.label, "a")
         leaves = [leaf for leaf in self.fw.leaves if id(leaf) in used_leaves]
+        declared = self.split_inputs(leaves)
         for leaf in self.fw.leaves:
             if id(leaf) not in used_leaves:
                 self.t.notes.append(
@@ -3806,7 +4541,7 @@ class _Emitter:
             self.fail("forward's result reads none of its inputs; there is nothing to compute")
         kept: list[Sym] = []
         for leaf in leaves:
-            for d in leaf.dims:
+            for d in declared[id(leaf)]:
                 if d is not None and d.root() not in kept:
                     kept.append(d.root())
         for r in self.ranges.values():
@@ -3819,8 +4554,9 @@ class _Emitter:
         lines = []
         by_type: dict[str, list[str]] = {}
         for leaf in leaves:
-            dims = ", ".join(d.root().name for d in leaf.dims if d is not None)
-            by_type.setdefault(leaf.dtype, []).append(f"{self.leaf_names[id(leaf)]}[{dims}]")
+            dims = ", ".join(d.root().name for d in declared[id(leaf)] if d is not None)
+            dtype = "int" if leaf.dtype == "bool" else leaf.dtype  # a mask: nonzero is true
+            by_type.setdefault(dtype, []).append(f"{self.leaf_names[id(leaf)]}[{dims}]")
         for dtype, decls in by_type.items():
             lines.append(f"{dtype} {', '.join(decls)}")
         lines.append("; ".join(f"{s.name} = {s.value}" for s in kept))
@@ -3846,6 +4582,42 @@ class _Emitter:
             notes=list(dict.fromkeys(self.t.notes)),
         )
 
+    def split_inputs(self, leaves: list[Leaf]) -> dict[int, list[Dim]]:
+        """The inputs' declared shapes: an input every read of which sees a dimension as
+        (groups, per group), `x[b, g * per + c]`, is declared so, `x[b, groups, per]` (the
+        same memory), and read at `x[b, g, c]`: no shifted read, sizes that always agree."""
+        reads: dict[int, list[EAcc]] = {}
+        for _, _, e in self.statements:
+            for x in _walk(e):
+                if isinstance(x, EAcc) and isinstance(x.tensor, Leaf):
+                    reads.setdefault(id(x.tensor), []).append(x)
+        out: dict[int, list[Dim]] = {}
+        for leaf in leaves:
+            dims = list(leaf.dims)
+            out[id(leaf)] = dims
+            accs = reads.get(id(leaf), [])
+            sized = [p for p, d in enumerate(dims) if d is not None]
+            for q in reversed(range(len(sized))):
+                subs = [a.idx[q] for a in accs]
+                if not subs or not all(isinstance(x, _SplitSub) for x in subs):
+                    continue
+                first = subs[0].dims
+                if any(
+                    x.dims[0].root() is not first[0].root()
+                    or x.dims[1].root() is not first[1].root()
+                    for x in subs
+                ):
+                    continue
+                p = sized[q]
+                dims[p : p + 1] = list(first)
+                for a in accs:
+                    a.idx[q : q + 1] = list(a.idx[q].parts)
+                self.t.notes.append(
+                    f"`{self.leaf_names[id(leaf)]}` is declared with its dimension {p} as "
+                    f"({first[0].root().name}, {first[1].root().name}): the same memory"
+                )
+        return out
+
     def notes(self, root: Val, leaves: list[Leaf]) -> None:
         dropped = [leaf for leaf in leaves if any(d is None for d in leaf.dims)]
         if any(d is None for d in root.dims) or dropped:
@@ -3857,6 +4629,18 @@ class _Emitter:
             )
         if root.dtype == "int":
             self.t.notes.append("torch's indices are int64; the kernel writes int (int32)")
+        for leaf in leaves:
+            name = self.leaf_names[id(leaf)]
+            if leaf.dtype == "bool":
+                self.t.notes.append(
+                    f"`{name}` is a boolean mask; the kernel reads it as int (nonzero is true): "
+                    f"pass `{name}.int()`"
+                )
+            elif leaf.dtype == "int" and leaf.gathers:
+                self.t.notes.append(
+                    f"`{name}` holds indices (int64 in torch); the kernel reads int (int32): "
+                    f"pass `{name}.int()`, with values in range as the spec says"
+                )
 
 
 _TEMP_NAMES = {"sum": "s", "mean": "avg", "max": "mx", "min": "mn", "prod": "pr"}
@@ -3912,7 +4696,9 @@ class _Printer:
                 return r.root().name, 5
             if isinstance(r, Scalar):
                 return r.name, 5
-            return str(r), 5
+            if _IDENT.fullmatch(str(r)) or str(r).isdigit():
+                return str(r), 5
+            return f"({r})", 5  # a shifted index as a value
         if isinstance(e, EAcc):
             t = e.tensor
             name = self.leaf_names[id(t)] if isinstance(t, Leaf) else t.name

@@ -124,8 +124,11 @@ def _scan(kind, v, name, extents):
         "cumprod": np.cumprod,
         "cummax": np.maximum.accumulate,
         "cummin": np.minimum.accumulate,
-    }[kind]
-    return _V(f(a, axis=ax.index(name)), ax)
+    }[kind.removeprefix("r")]
+    axis = ax.index(name)
+    if kind.startswith("r"):  # from the end: a suffix scan
+        return _V(np.flip(f(np.flip(a, axis), axis=axis), axis), ax)
+    return _V(f(a, axis=axis), ax)
 
 
 def _sum_of_product(names, extents, *factors, mean=False):
