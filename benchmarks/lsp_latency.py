@@ -146,7 +146,7 @@ async def run(
         types.InitializeParams(
             capabilities=client_capabilities(preset),
             process_id=os.getpid(),
-            initialization_options={"evaluations": evaluations},
+            initialization_options={"evaluations": evaluations, "seconds": 0},  # its whole budget
         )
     )
     client.initialized(types.InitializedParams())

@@ -46,18 +46,46 @@ def test_shards_split_the_tasks_and_only_picks_them(tmp_path):
         bench.tasks(bench.parse_args(["--out", "x", "--only", "7"]))
 
 
+ROLLED = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.roll(x, 1, 1)
+
+
+def get_inputs():
+    return [torch.rand(16, 32)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
 @needs_kb
 def test_the_translate_step_writes_the_kernel_or_says_why_not(tmp_path):
-    a = bench.parse_args(["--out", str(tmp_path), "--only", "42,92,94"])
+    # every level-1 task of the shared set translates: one that does not is written here
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    for n in (42, 94):
+        (task,) = KB.glob(f"{n}_*.py")
+        shutil.copy(task, tasks / task.name)
+    (tasks / "92_roll.py").write_text(ROLLED)
+    a = bench.parse_args(["--out", str(tmp_path / "out"), "--tasks", str(tasks)])
     table = bench.run(a, gpu=False)
     rows = {r["number"]: r for r in table["rows"]}
-    assert rows[92]["translated"] is False and "`.narrow()`" in rows[92]["why"]
+    assert rows[92]["translated"] is False and "`torch.roll`" in rows[92]["why"]
     for n, name in ((42, "Max_Pooling_2D"), (94, "MSELoss")):
         assert rows[n]["translated"] is True and rows[n]["kernel"] == name
         cu = Path(rows[n]["file"])
         assert cu.exists() and (cu.parent / f"{name}_ref.py").exists()
     assert rows[94]["formula"].splitlines()[-1].startswith("out = mean(b, i)")
-    written = json.loads((tmp_path / "kernelbench.json").read_text())
+    written = json.loads((tmp_path / "out" / "kernelbench.json").read_text())
     assert written["summary"] == {
         "tasks": 3,
         "translated": 2,

@@ -79,7 +79,7 @@ async def test_bad_initialization_options_are_told_once_initialized(misconfigure
     messages = await eventually(lambda: len(misconfigured.messages) == 2 and misconfigured.messages)
     assert [m.message for m in messages] == [
         "OptiML setting `budget`: input should be greater than 0, got -1; keeping None",
-        "OptiML setting `colour` is unknown (known: arch, provider, model, baseUrl, budget, evaluations, policy, executor, gpus, include, define, std, nvccFlags, compileCommands); ignored",
+        "OptiML setting `colour` is unknown (known: arch, provider, model, baseUrl, budget, evaluations, seconds, policy, executor, gpus, include, define, std, nvccFlags, compileCommands); ignored",
     ]
     uri = open_document(misconfigured, FIXTURES / "saxpy.cu", SAXPY)
     assert "saxpy" in await hover_at(misconfigured, uri, 12, 18)
