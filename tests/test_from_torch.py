@@ -685,16 +685,12 @@ def test_an_operation_means_what_torch_means(name):
 def test_the_kernels_of_slices_gathers_and_group_norms_agree_with_their_references(tmp_path):
     """The kernels of the tasks above that shift, gather, split or scan from the end, as host
     C++ against their references (which the test above checks against torch's definitions)."""
-    from tests.test_generate import run_on_host
+    from tests.test_generate import on_disk, run_on_host
 
-    kernels = []
-    for k, name in enumerate(SHIFTS):
-        t = translate(SHIFTS[name][0], f"shift{k}.py")
-        g = generate(t.formula, f"shift{k}")
-        path = tmp_path / f"shift{k}.cu"
-        path.write_text(g.kernel)
-        (tmp_path / f"shift{k}_ref.py").write_text(g.reference)
-        kernels.append((path, f"shift{k}", {s: v.value for s, v in g.checked.sizes.items()}))
+    kernels = [
+        on_disk(translate(SHIFTS[name][0], f"shift{k}.py").formula, f"shift{k}", tmp_path)
+        for k, name in enumerate(SHIFTS)
+    ]
     failures = run_on_host(kernels, tmp_path)
     assert not failures, failures
 
@@ -1063,15 +1059,8 @@ def test_windows_scans_and_losses_compute_what_torch_computes_at_small_sizes(n):
 def test_their_kernels_agree_with_their_references_on_the_host(tmp_path):
     """The generated kernels of the new tasks, at small sizes, as host C++ against the
     generated references (which the test above checks against torch's definitions)."""
-    from tests.test_generate import run_on_host
+    from tests.test_generate import on_disk, run_on_host
 
-    kernels = []
-    for n in sorted(SMALL_TASKS):
-        t, _ = _small(n)
-        g = generate(t.formula, t.name)
-        path = tmp_path / f"{t.name}.cu"
-        path.write_text(g.kernel)
-        (tmp_path / f"{t.name}_ref.py").write_text(g.reference)
-        kernels.append((path, t.name, {s: v.value for s, v in g.checked.sizes.items()}))
+    kernels = [on_disk(t.formula, t.name, tmp_path) for t, _ in map(_small, sorted(SMALL_TASKS))]
     failures = run_on_host(kernels, tmp_path)
     assert not failures, failures

@@ -161,15 +161,11 @@ def test_their_kernels_compile_and_their_specs_check(n, tmp_path):
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 def test_their_kernels_agree_with_their_references_on_the_host(tmp_path):
-    from tests.test_generate import run_on_host
+    from tests.test_generate import on_disk, run_on_host
 
     kernels = []
     for n in sorted(SMALL):
         t = translate(_task(n).read_text(), _task(n).name, overrides=SMALL[n][0])
-        g = generate(t.formula, t.name)
-        path = tmp_path / f"{t.name}.cu"
-        path.write_text(g.kernel)
-        (tmp_path / f"{t.name}_ref.py").write_text(g.reference)
-        kernels.append((path, t.name, {s: v.value for s, v in g.checked.sizes.items()}))
+        kernels.append(on_disk(t.formula, t.name, tmp_path))
     failures = run_on_host(kernels, tmp_path)
     assert not failures, failures

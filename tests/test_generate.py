@@ -221,6 +221,16 @@ def _inputs(spec, case, tmp: Path, name: str) -> tuple[dict, dict]:
     return files, arrays
 
 
+def on_disk(formula: str, name: str, folder: Path) -> tuple[Path, str, dict]:
+    """`formula` generated as `name` into `folder` (the kernel and its reference beside it):
+    what `run_on_host` takes for it."""
+    g = generate(formula, name)
+    path = folder / f"{name}.cu"
+    path.write_text(g.kernel)
+    (folder / f"{name}_ref.py").write_text(g.reference)
+    return path, name, {s: v.value for s, v in g.checked.sizes.items()}
+
+
 def run_on_host(kernels: list[tuple[Path, str, dict]], tmp_path: Path) -> list[str]:
     """Generated kernels (file, name, sizes) in one host program (one g++ run): each at its
     sizes against its NumPy reference; the outputs that differ beyond the spec's tolerance (NaN
