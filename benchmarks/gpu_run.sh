@@ -27,6 +27,7 @@
 #   INTENTS_ONLY; INTENTS_TIMEOUT for the step). Each row says what the search evaluated.
 # kernelbench: benchmarks/kernelbench.py on KB_TASKS (KernelBench level 1: carry it, ../shared does
 #   not travel), KB_BUDGET, KB_TIME (defaults as intents'), KB_SHARD, KB_ONLY, KB_TIMEOUT.
+#   `benchmarks/generated_table.py` (no GPU) merges either one's shards into a table.
 # schedules: benchmarks/schedules.py, every rewrite on the corpus, holdout and wild kernels
 #   (SCHEDULES_SHARD=i/n, SCHEDULES_SECONDS: stop starting kernels after that; SCHEDULES_TIMEOUT).
 # corpus: benchmarks/corpus.py, `optiml optimize` with its defaults on the same kernels against
