@@ -93,9 +93,9 @@ def floor_step(row: dict, cu: Path, entry: dict, verdict: dict) -> None:
     """The memory-bound floor of the first size: the delivered kernel's verdict says what its
     outputs depend on and which GPU ran it, the harness's cache what bandwidth that GPU has; and
     on the corpus, the PyTorch equivalent's time at that size."""
-    if floor := memory_floor_ms(cu, row["kernel"], verdict):
-        row["floor_ms"] = floor
     _, _, spec = load(cu, row["kernel"])
+    if floor := memory_floor_ms(spec, verdict):
+        row["floor_ms"] = floor
     row["torch_ms"] = torch_ms(entry, spec)
 
 

@@ -36,6 +36,10 @@ from optiml import __version__  # noqa: E402
 from optiml.errors import OptimlError  # noqa: E402
 from optiml.generate import generate  # noqa: E402
 from optiml.generate.from_torch import translate  # noqa: E402
+from optiml.harness.ceilings import device_ceilings  # noqa: E402
+from optiml.harness.verdict import Dependence, DeviceInfo  # noqa: E402
+from optiml.harness.work import moved_bytes  # noqa: E402
+from optiml.spec import Spec, load  # noqa: E402
 
 DEFAULT_TASKS = ROOT.parent / "shared" / "kernelbench" / "level1"
 
@@ -220,28 +224,23 @@ def eval_step(row: dict, args: argparse.Namespace) -> None:
         row["delivered_error"] = verdict.get("message", "")
         return
     row["delivered_ms"] = delivered_ms(verdict)
-    floor = memory_floor_ms(Path(row["file"]), row["kernel"], verdict)
+    _, _, spec = load(Path(row["file"]), row["kernel"])
+    floor = memory_floor_ms(spec, verdict)
     if floor and row["delivered_ms"]:
         row["floor_ms"] = floor
         row["over_floor"] = row["delivered_ms"] / floor
 
 
-def memory_floor_ms(cu: Path, kernel: str, verdict: dict) -> float | None:
+def memory_floor_ms(spec: Spec, verdict: dict) -> float | None:
     """The memory-bound floor of the timed case, as `benchmarks/schedules.py` takes it: what the
     operation moves (`optiml.harness.work.moved_bytes`: every output written once, every input
     read once as far as the outputs were seen to depend on it) over the device-to-device copy
     bandwidth measured on the GPU the verdict names. Not the verdict's own floor, which leaves
     out writes that fit the L2 (a bound no honest kernel is under, not one a fast one reaches)."""
-    from optiml.harness.ceilings import device_ceilings
-    from optiml.harness.verdict import Dependence, DeviceInfo
-    from optiml.harness.work import moved_bytes
-    from optiml.spec import load
-
     case = next((c for c in verdict.get("cases") or [] if c.get("timing")), None)
     if case is None or not verdict.get("device"):
         return None
     ceilings = device_ceilings(DeviceInfo.model_validate(verdict["device"]))
-    _, _, spec = load(cu, kernel)
     sizes = {c.label: c for c in spec.cases()}
     if ceilings is None or case["label"] not in sizes:
         return None

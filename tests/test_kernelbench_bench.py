@@ -148,6 +148,7 @@ def test_the_floor_is_what_a_memory_bound_kernel_moves(tmp_path, monkeypatch):
     the one a fast kernel is held to."""
     from optiml.harness.ceilings import _key
     from optiml.harness.verdict import DeviceInfo
+    from optiml.spec import load
 
     monkeypatch.setenv("OPTIML_CACHE_DIR", str(tmp_path))
     device = DeviceInfo(
@@ -164,6 +165,7 @@ def test_the_floor_is_what_a_memory_bound_kernel_moves(tmp_path, monkeypatch):
             {"label": f"n={n}", "timing": {"candidate": {"median_ms": 1.0}}, "dependence": []},
         ],
     }
-    floor = bench.memory_floor_ms(ROOT / "fixtures" / "saxpy.cu", "saxpy", verdict)
+    _, _, spec = load(ROOT / "fixtures" / "saxpy.cu", "saxpy")
+    floor = bench.memory_floor_ms(spec, verdict)
     assert floor == pytest.approx(12 * n / (2500.0 * 1e6))
-    assert bench.memory_floor_ms(ROOT / "fixtures" / "saxpy.cu", "saxpy", {"cases": []}) is None
+    assert bench.memory_floor_ms(spec, {"cases": []}) is None
