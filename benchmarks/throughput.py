@@ -1,0 +1,138 @@
+"""Search throughput: evaluated candidates a minute (compiled, checked at every size and seed,
+timed; profiled where the profile can change a decision) during `optiml optimize`'s search, at
+several numbers of evaluations in flight (`--parallel`), on the fixtures. Run it on a GPU machine.
+
+The rate is taken between the search's first and last result (its progress points), so that the
+input's own measurement (full profile) and the confirmation and judge after the search do not
+count; the run's whole wall time is recorded beside it.
+
+    python3 benchmarks/throughput.py --out benchmarks/results/throughput-h100.json \
+        [--fixtures saxpy.cu:saxpy,...] [--parallel 2,8] [--budget 24]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = "saxpy.cu:saxpy,softmax.cu:softmax_rows,transpose.cu:transpose_naive,sgemm.cu:sgemm_naive"
+
+
+def rate(trajectory: dict) -> dict:
+    """Evaluations a minute between the search's first and last progress point, and what the
+    evaluations ended as."""
+    points = trajectory.get("progress") or []
+    statuses = Counter(
+        (n.get("measurement") or {}).get("status", "unevaluated")
+        for n in trajectory.get("nodes", [])
+        if n.get("edit") is not None and n.get("measurement") is not None
+    )
+    profiled = sum(
+        1
+        for n in trajectory.get("nodes", [])
+        if n.get("edit") is not None and (n.get("measurement") or {}).get("profile")
+    )
+    out = {
+        "evaluations": trajectory.get("evaluations"),
+        "statuses": dict(statuses),
+        "profiled": profiled,
+        "stop": trajectory.get("stop"),
+        "wall_s": round(trajectory.get("wall_s") or 0.0, 1),
+    }
+    if len(points) >= 2:
+        first, last = points[0], points[-1]
+        span = last["seconds"] - first["seconds"]
+        done = last["evaluations"] - first["evaluations"]
+        out["search_span_s"] = round(span, 1)
+        out["per_minute"] = round(60.0 * done / span, 1) if span > 0 else None
+    return out
+
+
+def run(file: str, kernel: str, parallel: int, budget: int, out: Path) -> dict:
+    cmd = [
+        sys.executable,
+        "-c",
+        "from optiml.cli import main; main()",
+        "optimize",
+        str(ROOT / "fixtures" / file),
+        "--kernel",
+        kernel,
+        "--budget",
+        str(budget),
+        "--time",
+        "0",
+        "--parallel",
+        str(parallel),
+        "--no-sanitize",
+        "--out",
+        str(out),
+        "--json",
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    started = time.monotonic()
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    row: dict = {"fixture": f"{file}::{kernel}", "parallel": parallel, "budget": budget}
+    row["process_s"] = round(time.monotonic() - started, 1)
+    try:
+        payload = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        payload = None
+    if done.returncode != 0 or not isinstance(payload, dict) or "error" in payload:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        row["error"] = f"exit {done.returncode}: {lines[-1] if lines else 'no output'}"
+        return row
+    row.update(rate(payload))
+    row["outcome"] = payload.get("outcome")
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--fixtures", default=FIXTURES, help="FILE:KERNEL,... under fixtures/")
+    ap.add_argument("--parallel", default="2,8", help="evaluations in flight, comma-separated")
+    ap.add_argument("--budget", type=int, default=24)
+    args = ap.parse_args()
+    gpu = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    nvcc = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout
+    report = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "gpu": gpu,
+        "nvcc": nvcc.strip().splitlines()[-1] if nvcc.strip() else None,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "bar_per_minute": 40,
+        "rows": [],
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        for spec in args.fixtures.split(","):
+            file, kernel = spec.split(":")
+            for p in (int(x) for x in args.parallel.split(",")):
+                row = run(file, kernel, p, args.budget, Path(tmp) / f"{kernel}-{p}")
+                report["rows"].append(row)
+                print(json.dumps(row), flush=True)
+                args.out.write_text(json.dumps(report, indent=1) + "\n")
+    for p in {r["parallel"] for r in report["rows"]}:
+        rates = [r["per_minute"] for r in report["rows"] if r["parallel"] == p and r.get("per_minute")]
+        if rates:
+            report.setdefault("mean_per_minute", {})[str(p)] = round(sum(rates) / len(rates), 1)
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps(report.get("mean_per_minute")))
+
+
+if __name__ == "__main__":
+    main()
