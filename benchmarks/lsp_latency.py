@@ -216,8 +216,7 @@ async def run(
         lag = await client.protocol.send_request_async("optiml/loopLag", {})
         stalls.append(lag._asdict())  # pygls gives results of custom methods as named tuples
 
-    typing, typing_lag = await type_into(client, uri, version, kernels, requests, rng)
-    version += 40
+    typing, typing_lag, version = await type_into(client, uri, version, kernels, requests, rng)
     optimizing = await while_optimizing(client, uri, version, kernels, requests, rng, evaluations)
     await client.shutdown_async(None)
     client.exit(None)
@@ -241,24 +240,41 @@ async def run(
     }
 
 
-async def type_into(client, uri, version, kernels, requests, rng, edits: int = 40):
-    """A fast typist in the kernel under the cursor: an edit every TYPING_INTERVAL_S, each followed
-    by the requests an editor sends on a cursor move. Each one waits for the parse of the newest
-    text, which on this file is most of what it costs."""
+TYPED = "float t = a * (n - 1.0f);\n    "  # a statement (it compiles) and the next line's indent
+
+
+async def type_into(client, uri, version, kernels, requests, rng, statements: int = 2):
+    """A fast typist in the body of the kernel under the cursor: a key every TYPING_INTERVAL_S,
+    each followed by the requests an editor sends on a cursor move. The keys type a statement
+    (`TYPED`, a line break included) at the start of a random kernel's body line, one character
+    at a time, then move on to another kernel: half-typed statements are syntax errors until
+    their `;`, and a line break moves every kernel below. `statements` are typed whole (the file
+    compiles again after: an optimize job follows)."""
     latencies: dict[str, list[float]] = {name: [] for name in requests}
     await client.protocol.send_request_async("optiml/loopLag", {})
-    for _ in range(edits):
+    typed, at, kernel, last = len(TYPED), None, None, 0
+    moved = 0  # lines typed so far, all above the next kernel typed into
+    for _ in range(statements * len(TYPED)):
+        if typed == len(TYPED):  # on to a kernel further down
+            last = rng.randrange(last + 1, last + 1 + (len(kernels) - last - 1) // 4)
+            name_line, body_line = kernels[last]
+            at, typed = types.Position(body_line + moved, 4), 0
+            kernel = (name_line + moved, body_line + moved)
+        key = TYPED[typed]
         version += 1
-        kernel = rng.choice(kernels)
-        at = types.Position(kernel[1], 4)
         client.text_document_did_change(
             types.DidChangeTextDocumentParams(
                 text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
                 content_changes=[
-                    types.TextDocumentContentChangePartial(range=types.Range(at, at), text=" ")
+                    types.TextDocumentContentChangePartial(range=types.Range(at, at), text=key)
                 ],
             )
         )
+        typed += 1
+        if key == "\n":
+            at, moved = types.Position(at.line + 1, 0), moved + 1
+        else:
+            at = types.Position(at.line, at.character + 1)
         started = time.perf_counter()
         for name, send in requests.items():
             start = time.perf_counter()
@@ -266,7 +282,7 @@ async def type_into(client, uri, version, kernels, requests, rng, edits: int = 4
             latencies[name].append((time.perf_counter() - start) * 1e3)
         await asyncio.sleep(max(0.0, TYPING_INTERVAL_S - (time.perf_counter() - started)))
     lag = await client.protocol.send_request_async("optiml/loopLag", {})
-    return latencies, lag._asdict()
+    return latencies, lag._asdict(), version
 
 
 async def while_optimizing(client, uri, version, kernels, requests, rng, evaluations: int) -> dict:

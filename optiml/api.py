@@ -21,7 +21,7 @@ from optiml.check import (
     check_source,
     check_text,
 )
-from optiml.cuda.source import SourceFile, read_text
+from optiml.cuda.source import SourceFile, changed, read_text
 from optiml.errors import (
     ExitCode,
     InputFileError,
@@ -59,7 +59,16 @@ from optiml.harness.project import configure as set_build
 from optiml.harness.verdict import STATUS_EXIT, Verdict
 from optiml.llm.check import LLMCheckReport, check_llm
 from optiml.llm.settings import Provider
-from optiml.outline import KernelOutline, Outline, Parameter, Range, SpecIssue, draft_spec, outline
+from optiml.outline import (
+    KernelOutline,
+    Outline,
+    Parameter,
+    Range,
+    SpecIssue,
+    Syntax,
+    draft_spec,
+    outline,
+)
 from optiml.profile.model import Hotspot, Profile
 from optiml.profile.run import profile_kernel
 from optiml.profile.static import ARCHES, StaticReport
@@ -69,6 +78,8 @@ from optiml.search.trajectory import ProfileSummary, Trajectory
 from optiml.spec import Spec, evaluated_at_run_time, load, parse_spec
 
 __all__ = [
+    "Syntax",
+    "changed",
     "BuildOptions",
     "build_data",
     "configure_build",

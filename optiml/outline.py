@@ -12,11 +12,13 @@ import functools
 import hashlib
 import logging
 import threading
+from dataclasses import dataclass
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
+from tree_sitter import Tree
 
 from optiml.cuda.draft import draft_spec as _draft_spec
-from optiml.cuda.source import Kernel, SourceFile
+from optiml.cuda.source import Kernel, SourceFile, changed, reparse_tree
 from optiml.errors import Position, SpecError
 from optiml.spec import Spec, parse_spec
 
@@ -58,10 +60,49 @@ class KernelOutline(BaseModel):
     launches: list[Range] = Field(default_factory=list)  # `<<<...>>>` sites in the file
 
 
+@dataclass(frozen=True)
+class Syntax:
+    """A text's UTF-8 and its tree-sitter tree."""
+
+    data: bytes
+    tree: Tree
+
+    def edit(self, text: str) -> tuple[Syntax, bool]:
+        """`text` (a later version of this one) parsed incrementally from this parse, and whether
+        the one region in which the texts differ and every range whose syntax tree-sitter finds
+        changed lie inside one function's body, between its braces: then the file's functions,
+        their signatures and the comments above them are as they were."""
+        data = text.encode("utf-8")
+        start, _, end = changed(self.data, data)
+        edited, tree = reparse_tree(self.data, self.tree, data)
+        after = Syntax(data, tree)
+        node = tree.root_node.descendant_for_byte_range(start, end)
+        while node is not None and node.type != "function_definition":
+            node = node.parent
+        body = node.child_by_field_name("body") if node is not None else None
+        if body is None or body.type != "compound_statement":
+            return after, False
+        inside = range(body.start_byte + 1, body.end_byte)  # after `{`, up to `}`
+        if (
+            not (start in inside and end in inside)
+            or data[body.end_byte - 1 : body.end_byte] != b"}"
+        ):
+            return after, False
+        ranges = edited.changed_ranges(tree)
+        return after, all(r.start_byte in inside and r.end_byte in inside for r in ranges)
+
+
 class Outline(BaseModel):
     path: str
     kernels: list[KernelOutline] = Field(default_factory=list)
     error: str | None = None  # why the file could not be read at all
+    _source: SourceFile | None = PrivateAttr(default=None)  # the parse it was made from
+
+    @property
+    def syntax(self) -> Syntax | None:
+        """The parse of the outlined text, for `Syntax.within_body`; None where it was not kept."""
+        source = self._source
+        return Syntax(source._bytes, source.tree) if source is not None else None
 
     def kernel(self, name: str) -> KernelOutline | None:
         return next((k for k in self.kernels if k.name == name), None)
@@ -93,9 +134,11 @@ def outline(text: str, path: str = "<memory>") -> Outline:
     launches: dict[str, list[Range]] = {}
     for site in source.launch_sites():
         launches.setdefault(site.kernel.rsplit("::", 1)[-1], []).append(_range(site.span))
-    return Outline(
+    made = Outline(
         path=path, kernels=[_kernel(source, k, kernels, launches) for k in source.kernels]
     )
+    made._source = source
+    return made
 
 
 def _kernel(
@@ -153,8 +196,18 @@ def _what(e: Exception) -> str:
 @functools.lru_cache(maxsize=8)
 def _source(text: str, path: str) -> SourceFile:
     """The source model of a text, kept for the few texts asked about last (an editor asks for the
-    outline and then a draft of the same version)."""
-    return SourceFile(text, path)
+    outline and then a draft of the same version); parsed from the tree of the last one made for
+    the same path (an editor's previous version: tree-sitter re-parses only what changed)."""
+    source = SourceFile(text, path, _LAST.get(path))
+    _LAST.pop(path, None)
+    _LAST[path] = source
+    while len(_LAST) > _LAST_PATHS:
+        _LAST.pop(next(iter(_LAST)), None)
+    return source
+
+
+_LAST: dict[str, SourceFile] = {}  # the last source model made for each path, newest last
+_LAST_PATHS = 16
 
 
 class SpecCache:

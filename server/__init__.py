@@ -9,10 +9,14 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from server.jobs import ExecutorFactory
+
+
+SWITCH_INTERVAL_S = 0.0005
 
 
 def main(argv: list[str] | None = None, executor_factory: ExecutorFactory | None = None) -> int:
@@ -33,6 +37,9 @@ def main(argv: list[str] | None = None, executor_factory: ExecutorFactory | None
     # Everything imported so far lives as long as the server: frozen, it is not walked by every
     # full collection, which on a parse thread would otherwise stall the event loop for ~50 ms.
     gc.freeze()
+    # Parses run on a thread: a request on the event loop waits for the interpreter lock at most
+    # this long (Python's default is 5 ms, half a request's 10 ms budget, several times a request).
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     if args.tcp is not None:
         server.start_tcp("127.0.0.1", args.tcp)
     else:

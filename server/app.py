@@ -34,7 +34,7 @@ from server.code_actions import (
     spec_arg,
 )
 from server.diagnostics import diagnostics
-from server.documents import Documents, Model, Snapshot, is_cuda
+from server.documents import PARSE_DELAY_S, Documents, Model, Snapshot, is_cuda
 from server.hover import hover
 from server.inlay_hints import inlay_hints
 from server.jobs import (
@@ -252,7 +252,7 @@ async def did_change(ls: OptimlServer, params: types.DidChangeTextDocumentParams
     snapshot = ls.snapshot(params.text_document.uri)
     if ls.documents.get(params.text_document.uri) is None or snapshot is None:
         return
-    model = await ls.documents.update(snapshot)
+    model = await ls.documents.update(snapshot, delay=PARSE_DELAY_S)
     if model is not None:
         ls.publish(model)
 
@@ -275,7 +275,7 @@ def did_close(ls: OptimlServer, params: types.DidCloseTextDocumentParams) -> Non
 async def code_action(
     ls: OptimlServer, params: types.CodeActionParams
 ) -> list[types.CodeAction | types.Command] | None:
-    model = await ls.documents.model(params.text_document.uri)
+    model = await ls.documents.current(params.text_document.uri)
     if model is None:
         return None
     llm = ls.llm_ready(model.snapshot.path)
@@ -325,7 +325,7 @@ async def add_spec(ls: OptimlServer, *args: Any) -> None:
 
 
 async def hover_(ls: OptimlServer, params: types.HoverParams) -> types.Hover | None:
-    model = await ls.documents.model(params.text_document.uri)
+    model = await ls.documents.current(params.text_document.uri)
     if model is None:
         return None
     check = ls.checks.latest(params.text_document.uri)
@@ -545,7 +545,7 @@ async def _show(ls: OptimlServer, uri: str, external: bool) -> None:
 
 
 async def inlay_hint(ls: OptimlServer, params: types.InlayHintParams) -> list[types.InlayHint]:
-    model = await ls.documents.model(params.text_document.uri)
+    model = await ls.documents.current(params.text_document.uri)
     check = ls.checks.latest(params.text_document.uri)
     if model is None or check is None:
         return []

@@ -21,7 +21,7 @@ from optiml.api import (
     prose_in_comment,
 )
 from server.capabilities import ClientCapabilities
-from server.documents import Model, Point
+from server.documents import Model
 from server.jobs import GENERATE_COMMAND, OPTIMIZE_COMMAND, PROFILE_COMMAND
 from server.protocol import shown
 
@@ -45,9 +45,7 @@ def code_actions(
     become a kernel too."""
     start, end = model.point(selection.start), model.point(selection.end)
     out: list[types.CodeAction | types.Command] = []
-    for k in model.kernels:
-        if not _overlaps(k, start, end):
-            continue
+    for k in model.kernels_at(start, end):
         if k.spec_range is None and _wanted(KIND, only):
             title = f"Add OptiML spec for `{k.name}`"
             args = [model.snapshot.uri, model.snapshot.version, k.name]
@@ -100,7 +98,7 @@ def needs_draft(model: Model, selection: types.Range, only: list[str] | None, ca
     if caps.code_action_resolve or not caps.code_action_literals or not _wanted(KIND, only):
         return False
     start, end = model.point(selection.start), model.point(selection.end)
-    return any(k.spec_range is None and _overlaps(k, start, end) for k in model.kernels)
+    return any(k.spec_range is None for k in model.kernels_at(start, end))
 
 
 def spec_arg(args: tuple[Any, ...]) -> tuple[str, int, str]:
@@ -158,7 +156,3 @@ def add_spec_edit(
         document_changes=[types.TextDocumentEdit(text_document=document, edits=[edit])],
         change_annotations=annotations,
     )
-
-
-def _overlaps(kernel: KernelOutline, start: Point, end: Point) -> bool:
-    return kernel.range.start <= end and start <= kernel.range.end

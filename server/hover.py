@@ -25,7 +25,11 @@ def hover(
 ) -> types.Hover | None:
     point = model.point(position)
     kernel = next(
-        (k for k in model.kernels if k.name_range.start <= point <= k.name_range.end),
+        (
+            k
+            for k in model.kernels_at(point, point)
+            if k.name_range.start <= point <= k.name_range.end
+        ),
         None,
     )
     if kernel is None:

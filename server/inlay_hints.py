@@ -25,7 +25,7 @@ def summary(report: StaticReport) -> str:
 def inlay_hints(model: Model, check: CheckOutcome, visible: types.Range) -> list[types.InlayHint]:
     first, last = visible.start.line, visible.end.line
     out = []
-    for k in model.kernels:
+    for k in model.kernels_at((first, 0), (last + 1, 0)):
         feedback = check.kernels.get(k.name)
         if feedback is None or feedback.report is None:
             continue

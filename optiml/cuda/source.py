@@ -10,9 +10,10 @@ from __future__ import annotations
 import bisect
 import difflib
 import re
+import threading
 import warnings
 from dataclasses import dataclass, field
-from functools import cache, cached_property
+from functools import cached_property
 from pathlib import Path
 
 import tree_sitter_cuda
@@ -30,9 +31,80 @@ _CUDA = Language(tree_sitter_cuda.language())
 _LAUNCHES = Query(_CUDA, "(call_expression (kernel_call_syntax)) @launch")
 
 
-@cache
+_THREAD = threading.local()
+
+
 def _parser() -> Parser:
-    return Parser(_CUDA)
+    """This thread's parser (a tree-sitter parser is not to be shared between threads)."""
+    parser = getattr(_THREAD, "parser", None)
+    if parser is None:
+        parser = _THREAD.parser = Parser(_CUDA)
+    return parser
+
+
+def _parse(data: bytes, previous: SourceFile | None) -> Tree:
+    """`data`'s tree, from `previous`'s where there is one."""
+    return _parser().parse(data) if previous is None else reparse(previous, data)[1]
+
+
+def reparse(previous: SourceFile, data: bytes) -> tuple[Tree, Tree]:
+    """`data` (the UTF-8 of a later version of `previous`'s text) parsed incrementally: a copy of
+    `previous`'s tree edited by the one region in which the texts differ (what tree-sitter compares
+    a new tree with: `edited.changed_ranges(new)`), and the new tree, parsed from it."""
+    return reparse_tree(previous._bytes, previous.tree, data)
+
+
+def reparse_tree(old: bytes, old_tree: Tree, data: bytes) -> tuple[Tree, Tree]:
+    """`reparse` of a text's UTF-8 and tree."""
+    start, old_end, new_end = changed(old, data)
+    tree = old_tree.copy()
+    if start == old_end == new_end:
+        return tree, old_tree
+    tree.edit(
+        start,
+        old_end,
+        new_end,
+        _byte_point(old, start),
+        _byte_point(old, old_end),
+        _byte_point(data, new_end),
+    )
+    return tree, _parser().parse(data, tree)
+
+
+def _byte_point(data: bytes, offset: int) -> tuple[int, int]:
+    """tree-sitter's point of a byte offset: its row and its byte column."""
+    return data.count(b"\n", 0, offset), offset - (data.rfind(b"\n", 0, offset) + 1)
+
+
+_BLOCK = 1 << 16  # bytes or characters compared at a time in looking for where two texts differ
+
+
+def changed(a: str | bytes, b: str | bytes) -> tuple[int, int, int]:
+    """The one region in which `a` and `b` differ: it starts at `start` in both and ends at `a_end`
+    in `a` and `b_end` in `b`. Compared a block at a time (in C), then bisected in the block."""
+    n = min(len(a), len(b))
+    start = _common(lambda i, j: a[i:j] == b[i:j], n)
+    tail = _common(lambda i, j: a[len(a) - j : len(a) - i] == b[len(b) - j : len(b) - i], n - start)
+    return start, len(a) - tail, len(b) - tail
+
+
+def _common(same, n: int) -> int:
+    """The length of the common run that `same(i, j)` (whether i..j is the same in both) finds."""
+    lo = 0
+    while lo < n:
+        hi = min(n, lo + _BLOCK)
+        if not same(lo, hi):
+            break
+        lo = hi
+    else:
+        return n
+    while hi - lo > 1:  # lo..lo is the same, lo..hi not
+        mid = (lo + hi) // 2
+        if same(lo, mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 @dataclass(frozen=True)
@@ -130,14 +202,16 @@ _COMMENT_PREFIX = re.compile(r"^\s*(?:/\*+|\*+/?|//+)?")
 
 
 class SourceFile:
-    """One parsed `.cu`/`.cuh` file."""
+    """One parsed `.cu`/`.cuh` file. `previous`: the parse of an earlier version of it, whose tree
+    tree-sitter reuses where the texts agree (a keystroke in a large file re-parses a few nodes,
+    not the file)."""
 
-    def __init__(self, text: str, path: str = "<memory>"):
+    def __init__(self, text: str, path: str = "<memory>", previous: SourceFile | None = None):
         self.text = text
         self.path = path
         self._bytes = text.encode("utf-8")
         self._ascii = len(self._bytes) == len(text)
-        self.tree: Tree = _parser().parse(self._bytes)
+        self.tree: Tree = _parse(self._bytes, previous)
         self.kernels: list[Kernel] = []
         self.device_functions: list[str] = []
         # their definitions by (unqualified) name, for code that reads a kernel's calls
