@@ -48,6 +48,7 @@ from optiml.executors.base import Executor, Job
 from optiml.expr import ExprError
 from optiml.harness.build import device_ptx
 from optiml.harness.evaluate import CasePlan, EvalOptions
+from optiml.harness.gpu import default_arch
 from optiml.harness.inputs import Dist, Mode
 from optiml.harness.nvcc import demangle
 from optiml.harness.sanitize import TOOLS
@@ -351,9 +352,10 @@ def _mangled_variable(qualified: str) -> str:
 def compiled_globals(source: SourceFile, kernel, spec: Spec, arch: str | None) -> set[str] | None:
     """The variables in global memory that the compiled device code of `source` holds (a
     template's static or variable exists only where it is instantiated and used), or None where
-    the PTX cannot be had (no arch, no nvcc, a compile error)."""
-    if arch is None:
-        return None
+    the PTX cannot be had (no nvcc, a compile error). `arch`: as the evaluation's (None: the
+    spec's, else the local GPU's, as a build resolves it; which statics a kernel instantiates does
+    not depend on it)."""
+    arch = arch or spec.arch or default_arch()
     instantiations = {kernel.name: spec.instantiation} if spec.instantiation else {}
     try:
         ptx = device_ptx(source, instantiations, arch=arch)
