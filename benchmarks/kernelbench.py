@@ -187,6 +187,7 @@ def search_summary(t: dict) -> dict:
         "stop": t.get("stop"),
         "evaluations": t.get("evaluations"),
         "wall_s": t.get("wall_s"),
+        "phase_s": t.get("phase_s"),
         "baseline": split(baseline),
         "nodes": nodes,
         "rejected_before_evaluation": len(t.get("rejected") or []),

@@ -148,6 +148,7 @@ async def optimize(
     run.emit("baseline", last="measuring the input")
     base_job = Job(source, kernel, spec, candidate=SourceFile(source.text, source.path))
     baseline = await measure_baseline(executor, base_job, problem_opts)
+    run.phase("baseline")
     problem = KernelProblem(
         source,
         kernel,
@@ -161,10 +162,13 @@ async def optimize(
     run.bottleneck = baseline.profile.bottleneck if baseline.profile else None
     root = Variant(source.text)
     search, result = await run_search(problem, root, executor, opts, run)
+    run.phase("search")
     confirmed = await confirm(search, root, problem, executor, confirm_eval, opts, run)
+    run.phase("confirm")
     winner, verdict = await judge_confirmed(
         confirmed, problem, executor, confirm_eval, opts, run, llm_review
     )
+    run.phase("judge")
     trajectory = record(
         path, source, kernel, spec, policy, opts, run, baseline, search, result, confirmed
     )
@@ -197,6 +201,11 @@ class _Run:
     bottleneck: str | None = None
     stopped: bool = False
     points: list[ProgressPoint] = field(default_factory=list)
+    phases: dict[str, float] = field(default_factory=dict)  # wall seconds of each, in order
+
+    def phase(self, name: str) -> None:
+        """`name` ended now: its seconds are those since the one before ended."""
+        self.phases[name] = time.perf_counter() - self.started - sum(self.phases.values())
 
     def emit(self, phase: str, **fields: Any) -> None:
         fields.setdefault("evaluations", self.evaluations)
@@ -446,6 +455,7 @@ def record(
         stop="cancelled" if run.stopped and stop != "cancelled" else stop,
         evaluations=search.evaluations,
         wall_s=time.perf_counter() - run.started,
+        phase_s={k: round(v, 2) for k, v in run.phases.items()},
         llm_cost_usd=getattr(policy, "cost_usd", None),
         rejected=list(getattr(policy, "rejected", [])),
         computes=_computes(source, kernel, spec),

@@ -231,6 +231,9 @@ class Trajectory(BaseModel):
     stop: str = ""
     evaluations: int = 0
     wall_s: float = 0.0
+    # where the wall time went: baseline (the input measured, fully profiled), search, confirm,
+    # judge
+    phase_s: dict[str, float] = Field(default_factory=dict)
     llm_cost_usd: float | None = None
     # edits the policy proposed that failed a check before evaluation: title, reason, stage
     rejected: list[dict[str, Any]] = Field(default_factory=list)

@@ -220,6 +220,10 @@ def test_finds_confirms_and_judges_the_vectorized_saxpy():
         "work scaling",
     }
     assert [e.phase for e in events][0] == "baseline" and events[-1].phase == "done"
+    # where the wall time went, phase by phase, adding up to (nearly all of) it
+    assert list(t.phase_s) == ["baseline", "search", "confirm", "judge"]
+    assert all(v >= 0 for v in t.phase_s.values())
+    assert sum(t.phase_s.values()) == pytest.approx(t.wall_s, abs=0.5)
     assert t.evaluations == 12 and len(t.progress) >= 11
     assert t.baseline.profile.bottleneck == "dram"
     # the input profiled once with the full set, every candidate with the search set
