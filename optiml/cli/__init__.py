@@ -772,7 +772,7 @@ def lift(file: Path, kernel: str, as_json: bool) -> None:
     "--parallel",
     type=click.IntRange(1, None),
     default=None,
-    help="Evaluations in flight (default: two per GPU).",
+    help="Evaluations in flight: while a GPU measures one, the others compile (default: 8 per GPU).",
 )
 @click.option(
     "--out",
