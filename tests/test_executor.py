@@ -112,3 +112,41 @@ def test_a_catalog_variant_is_a_job_whose_target_is_the_variant():
     assert job.candidate.text == proposal.variant.text and job.candidate.path == source.path
     assert job.flags == proposal.variant.flags
     assert job.target[0] is job.candidate and job.target[1].name == "saxpy"
+
+
+def test_a_precompile_and_the_evaluation_after_it_share_one_build(monkeypatch):
+    """`precompile` (while the input is measured) starts the candidate's build on the CPU pool;
+    an evaluation of the same candidate while it runs waits for that build instead of starting
+    another, and a candidate that does not compile is no error of `precompile`'s."""
+    import optiml.executors.local as local
+    from optiml.executors.base import Job
+
+    source, kernel, spec = load(FIXTURES / "saxpy.cu", "saxpy")
+    ctx = Context.of(Variant(source.text), source.path, "saxpy")
+    job = Job.of_variant(source, kernel, spec, CATALOG["vector_map"].propose(ctx)[0].variant)
+    built: list[str] = []
+
+    def slow_build(src, k, sp, candidate, opts):
+        time.sleep(0.3)
+        built.append(candidate.text)
+        if "BROKEN" in candidate.text:
+            raise OptimlError("does not compile")
+        return None
+
+    monkeypatch.setattr(local, "build_candidate", slow_build)
+    monkeypatch.setattr(local, "evaluate", lambda *a, **k: "verdict")
+    ex = LocalExecutor([0], device_count=1, compile_workers=4)
+    options = EvalOptions(arch="sm_90")
+
+    async def main():
+        pre = asyncio.create_task(ex.precompile(job, options))
+        await asyncio.sleep(0.05)  # the build is running
+        verdict = await ex.evaluate(job, options)
+        await pre
+        broken = Job(source, kernel, spec, SourceFile("BROKEN" + job.candidate.text, source.path))
+        await ex.precompile(broken, options)  # no exception
+        return verdict
+
+    assert asyncio.run(main()) == "verdict"
+    assert built.count(job.candidate.text) == 1
+    assert ex._building == {}  # nothing left behind

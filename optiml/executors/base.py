@@ -112,6 +112,11 @@ class Executor(ABC):
         """compute-sanitizer (memcheck, initcheck, racecheck, synccheck) on the candidate, two
         launches at each of `sizes` (default: the spec's smallest)."""
 
+    async def precompile(self, job: Job, options: EvalOptions) -> None:  # noqa: B027
+        """Compile the candidate as `evaluate` will, where that lets a later `evaluate` skip its
+        compile (this machine's CPUs while its GPUs are busy); a hint, which may do nothing and
+        never fails."""
+
     async def start(self) -> None:  # noqa: B027 (optional hook)
         """Connect where the executor needs to (before `slots` is read); idempotent."""
 

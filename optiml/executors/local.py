@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
 from collections.abc import AsyncIterator
@@ -20,6 +21,8 @@ from optiml.harness.sanitize import SanitizerReport, sanitize
 from optiml.harness.verdict import Verdict
 from optiml.profile.model import Profile
 from optiml.profile.run import profile_kernel
+
+logger = logging.getLogger(__name__)
 
 
 def parse_gpus(text: str | None) -> list[int] | None:
@@ -54,6 +57,7 @@ class LocalExecutor(Executor):
         self._slots: asyncio.Semaphore | None = None
         self._locks: dict[int, asyncio.Lock] = {}
         self._compile = ThreadPoolExecutor(compile_workers or os.cpu_count() or 1, "optiml-nvcc")
+        self._building: dict[tuple, asyncio.Future] = {}
         self._run = ThreadPoolExecutor(max(len(gpus), 1) * 2, "optiml-gpu")
 
     @property
@@ -82,18 +86,9 @@ class LocalExecutor(Executor):
 
     async def evaluate(self, job: Job, options: EvalOptions, *, pinned: bool = False) -> Verdict:
         opts = replace(options, candidate_flags=job.flags)
-        loop = asyncio.get_running_loop()
         if job.candidate is not None:
             # compile first, on the CPU pool: the GPU stays free for another candidate meanwhile
-            await loop.run_in_executor(
-                self._compile,
-                build_candidate,
-                job.source,
-                job.kernel,
-                job.spec,
-                job.candidate,
-                opts,
-            )
+            await self._build(job, opts)
 
         def run(env: dict[str, str]) -> Verdict:
             return evaluate(
@@ -105,6 +100,34 @@ class LocalExecutor(Executor):
             )
 
         return await self.run_on_gpu(run, pinned=pinned)
+
+    async def precompile(self, job: Job, options: EvalOptions) -> None:
+        if job.candidate is None:
+            return
+        try:
+            await self._build(job, replace(options, candidate_flags=job.flags))
+        except Exception as e:  # a hint: `evaluate` reports what is wrong with the candidate
+            logger.debug("precompiling a candidate of %s: %s", job.kernel.name, e)
+
+    def _build(self, job: Job, opts: EvalOptions) -> asyncio.Future:
+        """The candidate's compile on the CPU pool, shared by every caller that asks for the same
+        text, flags and options while it runs (a precompile and the evaluation that follows)."""
+        key = (job.candidate.text, job.flags, repr(opts))
+        running = self._building.get(key)
+        if running is None:
+            loop = asyncio.get_running_loop()
+            running = loop.run_in_executor(
+                self._compile,
+                build_candidate,
+                job.source,
+                job.kernel,
+                job.spec,
+                job.candidate,
+                opts,
+            )
+            self._building[key] = running
+            running.add_done_callback(lambda _: self._building.pop(key, None))
+        return asyncio.shield(running)
 
     async def profile(self, job: Job, *, full: bool = False) -> Profile:
         source, kernel, spec = job.target

@@ -60,6 +60,9 @@ class PooledExecutor(Executor):
     async def evaluate(self, job: Job, options: EvalOptions, *, pinned: bool = False) -> Verdict:
         return await self._on(lambda m: m.evaluate(job, options, pinned=pinned), pinned)
 
+    async def precompile(self, job: Job, options: EvalOptions) -> None:
+        await asyncio.gather(*(m.precompile(job, options) for m in self.members))
+
     async def profile(self, job: Job, *, full: bool = False) -> Profile:
         return await self._on(lambda m: m.profile(job, full=full))
 

@@ -5,7 +5,9 @@ HTML report when an output folder is given)."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -22,7 +24,7 @@ from optiml.harness.evaluate import EvalOptions
 from optiml.harness.nvcc import find_toolkit
 from optiml.search.judge import judge
 from optiml.search.mcts import Node, Progress, Search, SearchConfig, SearchResult
-from optiml.search.policy import OfflinePolicy, Policy
+from optiml.search.policy import NodeView, OfflinePolicy, Policy
 from optiml.search.problem import CODEC, KernelProblem, ProblemOptions, measure
 from optiml.search.reward import RewardConfig, is_improvement
 from optiml.search.trajectory import (
@@ -36,6 +38,8 @@ from optiml.search.trajectory import (
 )
 from optiml.search.variant import Variant, kernel_text
 from optiml.spec import load, parse_spec
+
+logger = logging.getLogger(__name__)
 
 # Confirmed candidates the judge looks at, best first, until one is accepted (a rejected one's
 # descendants are skipped: they carry its edit).
@@ -58,6 +62,8 @@ def search_seconds(max_seconds: float | None, elapsed: float) -> float | None:
 # rate from 20.2 to 22.0 a minute on the softmax fixture and from 7.9 to 13.5 on SGEMM (whose
 # candidates take nvcc longest), with the same result.
 IN_FLIGHT_PER_GPU = 8
+# The input's edits compiled while it is measured: the first the search evaluates.
+PRECOMPILE_FIRST = 16
 
 
 @dataclass
@@ -152,47 +158,57 @@ async def optimize(
     confirm_eval = replace(opts.confirm_eval, arch=arch or opts.confirm_eval.arch)
     problem_opts = ProblemOptions(eval=search_eval, profile=opts.profile, reward=opts.reward)
 
-    run.emit("baseline", last="measuring the input")
-    base_job = Job(source, kernel, spec, candidate=SourceFile(source.text, source.path))
-    baseline = await measure_baseline(executor, base_job, problem_opts)
-    run.phase("baseline")
-    problem = KernelProblem(
-        source,
-        kernel,
-        spec,
-        executor,
-        policy,
-        problem_opts,
-        baseline,
-        sm_count=baseline.sm_count or 132,
-    )
-    run.bottleneck = baseline.profile.bottleneck if baseline.profile else None
-    root = Variant(source.text)
-    search, result = await run_search(problem, root, executor, opts, run)
-    run.phase("search")
-    confirmed = await confirm(search, root, problem, executor, confirm_eval, opts, run)
-    run.phase("confirm")
-    winner, verdict = await judge_confirmed(
-        confirmed, problem, executor, confirm_eval, opts, run, llm_review
-    )
-    run.phase("judge")
-    trajectory = record(
-        path, source, kernel, spec, policy, opts, run, baseline, search, result, confirmed
-    )
-    trajectory.arch = search_eval.arch or ""
-    trajectory.winner = winner.id if winner is not None else None
-    if winner is not None:
-        info = Measurement.model_validate(winner.info.get("measurement", {}))
-        trajectory.winner_profile = info.profile
-    trajectory.judge = verdict
-    trajectory.outcome = _outcome(trajectory, confirmed, verdict)
-    run.emit("done", best_speedup=run.best_speedup, last=trajectory.outcome)
-    return Outcome(
-        trajectory=trajectory,
-        winner=winner.state if winner is not None else None,
-        baseline_profile=baseline.profile,
-        search=search,
-    )
+    try:
+        run.emit("baseline", last="measuring the input")
+        base_job = Job(source, kernel, spec, candidate=SourceFile(source.text, source.path))
+        early = asyncio.ensure_future(
+            precompile_first(executor, policy, base_job, search_eval, run.background)
+        )
+        try:
+            baseline = await measure_baseline(executor, base_job, problem_opts)
+        finally:
+            await early  # its compiles go on in the executor's pool; the policy is the search's now
+        run.phase("baseline")
+        problem = KernelProblem(
+            source,
+            kernel,
+            spec,
+            executor,
+            policy,
+            problem_opts,
+            baseline,
+            sm_count=baseline.sm_count or 132,
+        )
+        run.bottleneck = baseline.profile.bottleneck if baseline.profile else None
+        root = Variant(source.text)
+        search, result = await run_search(problem, root, executor, opts, run)
+        run.phase("search")
+        confirmed = await confirm(search, root, problem, executor, confirm_eval, opts, run)
+        run.phase("confirm")
+        winner, verdict = await judge_confirmed(
+            confirmed, problem, executor, confirm_eval, opts, run, llm_review
+        )
+        run.phase("judge")
+        trajectory = record(
+            path, source, kernel, spec, policy, opts, run, baseline, search, result, confirmed
+        )
+        trajectory.arch = search_eval.arch or ""
+        trajectory.winner = winner.id if winner is not None else None
+        if winner is not None:
+            info = Measurement.model_validate(winner.info.get("measurement", {}))
+            trajectory.winner_profile = info.profile
+        trajectory.judge = verdict
+        trajectory.outcome = _outcome(trajectory, confirmed, verdict)
+        run.emit("done", best_speedup=run.best_speedup, last=trajectory.outcome)
+        return Outcome(
+            trajectory=trajectory,
+            winner=winner.state if winner is not None else None,
+            baseline_profile=baseline.profile,
+            search=search,
+        )
+    finally:
+        for task in run.background:  # compiles no evaluation waited for
+            task.cancel()
 
 
 @dataclass
@@ -209,6 +225,7 @@ class _Run:
     stopped: bool = False
     points: list[ProgressPoint] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)  # wall seconds of each, in order
+    background: list[asyncio.Task[None]] = field(default_factory=list)  # precompiles
 
     def phase(self, name: str) -> None:
         """`name` ended now: its seconds are those since the one before ended."""
@@ -229,6 +246,31 @@ class _Run:
     def check_stop(self) -> bool:
         self.stopped = self.should_stop()
         return self.stopped
+
+
+async def precompile_first(
+    executor: Executor,
+    policy: Policy,
+    job: Job,
+    options: EvalOptions,
+    tasks: list[asyncio.Task[None]],
+) -> None:
+    """While the input is measured (its GPU busy, the CPUs not), have the executor compile the
+    edits of it that the search will evaluate first: a GEMM tiling's template takes nvcc ~10 s,
+    and the input's checked run and full profile ~20 to 30 s. The offline policy only (an LLM's
+    proposals cost a request, and are asked for once the input's profile is there)."""
+    if not isinstance(policy, OfflinePolicy):
+        return
+    view = NodeView(variant=Variant(job.source.text), path=job.source.path, kernel=job.kernel.name)
+    try:
+        found = await asyncio.to_thread(policy.candidates, view)
+    except Exception as e:  # a hint: the search proposes (and reports) for itself
+        logger.debug("precompiling %s: %s", job.kernel.name, e)
+        return
+    first = sorted(found, key=lambda c: -c.prior)[:PRECOMPILE_FIRST]
+    for c in first:
+        variant_job = Job.of_variant(job.source, job.kernel, job.spec, c.variant)
+        tasks.append(asyncio.ensure_future(executor.precompile(variant_job, options)))
 
 
 async def measure_baseline(executor: Executor, job: Job, options: ProblemOptions) -> Measurement:

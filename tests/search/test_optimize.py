@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
+from optiml.cuda.source import SourceFile
 from optiml.executors.base import Executor, Job
 from optiml.harness.evaluate import EvalOptions, build_candidate
 from optiml.harness.sanitize import SanitizerReport
@@ -27,12 +29,14 @@ from optiml.profile.model import Bottleneck, Coalescing, Occupancy, Profile, Roo
 from optiml.search.optimize import (
     FINISH_SHARE,
     JUDGE_TOP,
+    PRECOMPILE_FIRST,
     Event,
     OptimizeOptions,
     optimize,
     search_seconds,
 )
 from optiml.search.report import render
+from optiml.search.variant import kernel_text
 from tests.support import FIXTURES
 
 BASE_MS = 1.0
@@ -62,7 +66,10 @@ class StandInExecutor(Executor):
     async def evaluate(self, job: Job, options: EvalOptions, *, pinned: bool = False) -> Verdict:
         self.calls.append("evaluate")
         source, kernel, spec = job.target
-        build = build_candidate(job.source, job.kernel, job.spec, source, options)
+        # on a thread, as the local executor's CPU pool does: the event loop goes on meanwhile
+        build = await asyncio.to_thread(
+            build_candidate, job.source, job.kernel, job.spec, source, options
+        )
         base = dict(
             file=job.source.path,
             kernel=kernel.name,
@@ -235,6 +242,43 @@ def test_finds_confirms_and_judges_the_vectorized_saxpy():
     assert "Diff of the kernel" in html and "optiml_pack" in html and "<script" not in html
     assert "map: y: each element" in html
     json.loads(t.model_dump_json())  # the trajectory is plain JSON
+
+
+class Precompiling(StandInExecutor):
+    """Records what it is asked to precompile, and when the input's measurement ended."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.precompiled: list[str] = []
+        self.baseline_done: float | None = None
+        self.precompile_times: list[float] = []
+
+    async def precompile(self, job: Job, options: EvalOptions) -> None:
+        self.precompile_times.append(time.perf_counter())
+        self.precompiled.append(job.candidate.text)
+
+    async def evaluate(self, job: Job, options: EvalOptions, *, pinned: bool = False) -> Verdict:
+        if self.baseline_done is None:  # the first evaluation is the input's
+            await asyncio.sleep(0.5)  # a slow input: its edits are asked for meanwhile
+            verdict = await super().evaluate(job, options, pinned=pinned)
+            self.baseline_done = time.perf_counter()
+            return verdict
+        return await super().evaluate(job, options, pinned=pinned)
+
+
+def test_the_first_edits_are_precompiled_while_the_input_is_measured():
+    """With the offline policy, the edits the search tries first are handed to the executor to
+    compile while the input is still being measured; the search then evaluates them."""
+    ex = Precompiling()
+    outcome, _ = run(ex)
+    assert ex.precompiled and len(ex.precompiled) <= PRECOMPILE_FIRST
+    assert max(ex.precompile_times) < ex.baseline_done
+    first = [n.kernel for n in outcome.trajectory.nodes if n.depth == 1 and n.measurement]
+    asked = set()
+    for text in ex.precompiled:
+        source = SourceFile(text, "saxpy.cu")
+        asked.add(kernel_text(source, source.kernel("saxpy")))
+    assert first and all(k in asked for k in first)  # every edit of the input it evaluated
 
 
 def test_wrong_candidates_are_pruned_not_offered():
