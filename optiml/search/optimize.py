@@ -196,7 +196,9 @@ async def optimize(
         trajectory.winner = winner.id if winner is not None else None
         if winner is not None:
             info = Measurement.model_validate(winner.info.get("measurement", {}))
-            trajectory.winner_profile = info.profile
+            trajectory.winner_profile = info.profile or await _profile_of(
+                executor, problem.job(winner.state), opts
+            )
         trajectory.judge = verdict
         trajectory.outcome = _outcome(trajectory, confirmed, verdict)
         run.emit("done", best_speedup=run.best_speedup, last=trajectory.outcome)
@@ -246,6 +248,19 @@ class _Run:
     def check_stop(self) -> bool:
         self.stopped = self.should_stop()
         return self.stopped
+
+
+async def _profile_of(executor: Executor, job: Job, opts: OptimizeOptions):
+    """The winner's search-set profile, where the search did not profile it (it was not the best
+    when measured): the report's roofline and bottleneck shift need it. None if profiling is off
+    or fails (said in the log)."""
+    if not opts.profile:
+        return None
+    try:
+        return ProfileSummary.of(await executor.profile(job))
+    except OptimlError as e:
+        logger.warning("profiling the winner of %s: %s", job.kernel.name, e)
+        return None
 
 
 async def precompile_first(
