@@ -36,6 +36,7 @@ import math
 import random
 import re
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -406,7 +407,7 @@ async def judge(
     """Judge `job`'s candidate. `at_first_size` is its confirmed measurement at the first size;
     `llm_review`, if given, is an async callable returning a dict verdict."""
     rng = random.Random(secrets.randbits(64))
-    checks: list[Check] = []
+    checks = _Timed()
     spec = job.spec
     candidate = job.candidate or job.source
 
@@ -505,6 +506,21 @@ async def judge(
                 Check(name="LLM review", ok=llm["accept"], detail=str(llm.get("reason", "")))
             )
     return JudgeVerdict(accepted=all(c.ok for c in checks), checks=checks, llm=llm)
+
+
+class _Timed(list):
+    """The judge's checks, each stamped with the wall seconds since the one before it: what its
+    verdict took (one decided from another's run takes about none)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last = time.perf_counter()
+
+    def append(self, check: Check) -> None:
+        now = time.perf_counter()
+        check.seconds = round(now - self._last, 2)
+        self._last = now
+        super().append(check)
 
 
 async def _state_check(

@@ -190,6 +190,7 @@ class Check(BaseModel):
     name: str
     ok: bool
     detail: str
+    seconds: float | None = None  # wall time from the check before it to this one's verdict
 
 
 class JudgeVerdict(BaseModel):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 
 import pytest
@@ -226,6 +227,8 @@ def test_finds_confirms_and_judges_the_vectorized_saxpy():
         "no state across launches",
         "work scaling",
     }
+    # what each of the judge's verdicts took
+    assert all(c.seconds is not None and c.seconds >= 0 for c in t.judge.checks)
     assert [e.phase for e in events][0] == "baseline" and events[-1].phase == "done"
     # where the wall time went, phase by phase, adding up to (nearly all of) it
     assert list(t.phase_s) == ["baseline", "search", "confirm", "judge"]
@@ -241,6 +244,7 @@ def test_finds_confirms_and_judges_the_vectorized_saxpy():
     html = render(t)
     assert "Diff of the kernel" in html and "optiml_pack" in html and "<script" not in html
     assert "map: y: each element" in html
+    assert re.search(r"\(baseline [0-9.]+ s, search [0-9.]+ s, confirm [0-9.]+ s, judge", html)
     json.loads(t.model_dump_json())  # the trajectory is plain JSON
 
 
