@@ -68,6 +68,7 @@ from optiml.outline import (
     Syntax,
     draft_spec,
     outline,
+    syntax,
 )
 from optiml.profile.model import Hotspot, Profile
 from optiml.profile.run import profile_kernel
@@ -80,6 +81,7 @@ from optiml.spec import Spec, evaluated_at_run_time, load, parse_spec
 __all__ = [
     "Syntax",
     "changed",
+    "syntax",
     "BuildOptions",
     "build_data",
     "configure_build",

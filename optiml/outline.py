@@ -14,7 +14,7 @@ import logging
 import threading
 from dataclasses import dataclass
 
-from pydantic import BaseModel, Field, PrivateAttr
+from pydantic import BaseModel, Field
 from tree_sitter import Tree
 
 from optiml.cuda.draft import draft_spec as _draft_spec
@@ -96,13 +96,6 @@ class Outline(BaseModel):
     path: str
     kernels: list[KernelOutline] = Field(default_factory=list)
     error: str | None = None  # why the file could not be read at all
-    _source: SourceFile | None = PrivateAttr(default=None)  # the parse it was made from
-
-    @property
-    def syntax(self) -> Syntax | None:
-        """The parse of the outlined text, for `Syntax.within_body`; None where it was not kept."""
-        source = self._source
-        return Syntax(source._bytes, source.tree) if source is not None else None
 
     def kernel(self, name: str) -> KernelOutline | None:
         return next((k for k in self.kernels if k.name == name), None)
@@ -122,6 +115,7 @@ def outline(text: str, path: str = "<memory>") -> Outline:
     (or a spec issue), its traceback in the log."""
     try:
         source = _source(text, path)
+        _remember(source)  # a version outlined again (from the cache) is the path's last again
     except Exception as e:  # tree-sitter reads any text, so this is a bug in the source model
         logger.exception("parsing %s", path)
         return Outline(
@@ -134,11 +128,19 @@ def outline(text: str, path: str = "<memory>") -> Outline:
     launches: dict[str, list[Range]] = {}
     for site in source.launch_sites():
         launches.setdefault(site.kernel.rsplit("::", 1)[-1], []).append(_range(site.span))
-    made = Outline(
+    return Outline(
         path=path, kernels=[_kernel(source, k, kernels, launches) for k in source.kernels]
     )
-    made._source = source
-    return made
+
+
+def syntax(text: str, path: str = "<memory>") -> Syntax | None:
+    """The tree-sitter parse `outline` made of `text` as the file at `path`, while it is the last
+    one made for that path (None after another version's, or before any): for `Syntax.edit`."""
+    with _LAST_LOCK:
+        source = _LAST.get(path)
+    if source is None or source.text != text:
+        return None
+    return Syntax(source._bytes, source.tree)
 
 
 def _kernel(
@@ -198,16 +200,25 @@ def _source(text: str, path: str) -> SourceFile:
     """The source model of a text, kept for the few texts asked about last (an editor asks for the
     outline and then a draft of the same version); parsed from the tree of the last one made for
     the same path (an editor's previous version: tree-sitter re-parses only what changed)."""
-    source = SourceFile(text, path, _LAST.get(path))
-    _LAST.pop(path, None)
-    _LAST[path] = source
-    while len(_LAST) > _LAST_PATHS:
-        _LAST.pop(next(iter(_LAST)), None)
+    with _LAST_LOCK:
+        previous = _LAST.get(path)
+    source = SourceFile(text, path, previous)
+    _remember(source)
     return source
+
+
+def _remember(source: SourceFile) -> None:
+    """`source` as the last parse of its path (the next version's starts from its tree)."""
+    with _LAST_LOCK:  # outlines are made on several threads (the server's parse, jobs)
+        _LAST.pop(source.path, None)
+        _LAST[source.path] = source
+        while len(_LAST) > _LAST_PATHS:
+            _LAST.pop(next(iter(_LAST)), None)
 
 
 _LAST: dict[str, SourceFile] = {}  # the last source model made for each path, newest last
 _LAST_PATHS = 16
+_LAST_LOCK = threading.Lock()
 
 
 class SpecCache:

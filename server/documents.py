@@ -35,6 +35,7 @@ from optiml.api import (
     Syntax,
     changed,
     outline,
+    syntax,
 )
 
 logger = logging.getLogger(__name__)
@@ -285,7 +286,7 @@ def kernel_block(lines: list[str], kernel: KernelOutline) -> Block:
 def parse(snapshot: Snapshot, codec: PositionCodec) -> Model:
     lines = snapshot.text.split("\n")  # the source model counts lines by "\n" too
     made = outline(snapshot.text, snapshot.path)
-    return Model(snapshot, codec, lines, made, syntax=made.syntax)
+    return Model(snapshot, codec, lines, made, syntax=syntax(snapshot.text, snapshot.path))
 
 
 def carried(model: Model, snapshot: Snapshot) -> Model | None:
