@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -55,6 +57,9 @@ def cost(text: str) -> float:
     return ms
 
 
+_COMPILES = ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="stand-in-nvcc")
+
+
 class StandInExecutor(Executor):
     def __init__(self, wrong: str | None = None):
         self.calls: list[str] = []
@@ -67,9 +72,9 @@ class StandInExecutor(Executor):
     async def evaluate(self, job: Job, options: EvalOptions, *, pinned: bool = False) -> Verdict:
         self.calls.append("evaluate")
         source, kernel, spec = job.target
-        # on a thread, as the local executor's CPU pool does: the event loop goes on meanwhile
-        build = await asyncio.to_thread(
-            build_candidate, job.source, job.kernel, job.spec, source, options
+        # on a pool of a worker per CPU, as the local executor's: the event loop goes on meanwhile
+        build = await asyncio.get_running_loop().run_in_executor(
+            _COMPILES, build_candidate, job.source, job.kernel, job.spec, source, options
         )
         base = dict(
             file=job.source.path,
