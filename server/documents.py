@@ -4,9 +4,10 @@ per keystroke: a parse always takes the newest text, and its waiters get the new
 
 Requests that read kernels by position (code actions, hover, inlay hints) do not wait for the parse
 of a text that differs from the last parsed one only where it cannot change the outline: typing
-inside a kernel's body (identifiers, numbers, blanks, most operators; see `carried`). They get the
-last parse carried over the edit — its kernels where they are now — which is what the parse of the
-new text will say; anything else waits for that parse."""
+inside a function's body (see `carried`). They get the last parse carried over the edits — its
+kernels moved where they are now — which is what a parse of the new text says wherever that text
+has no syntax error; anything else waits for the parse. An edit's parse starts once the typing
+pauses (`PARSE_DELAY_S`), from the previous version's tree."""
 
 from __future__ import annotations
 
@@ -143,11 +144,10 @@ class Carry:
         return Position(p.path, line + 1, col + 1, end_line + 1, end_col + 1)
 
     def kernel(self, k: KernelOutline) -> KernelOutline:
-        """`k` where it is now (itself if nothing of it moved)."""
-        if self.point(k.range.end) == k.range.end and all(
-            self.point(r.end) == r.end for r in k.launches
-        ):
-            return k  # all of it is before the edits
+        """`k` where it is now (itself where all of it is before every edit)."""
+        last = max([k.range.end, *(r.end for r in k.launches)])
+        if all(last < r.start for r in self.regions):
+            return k
         return k.model_copy(
             update={
                 "range": self.range(k.range),
