@@ -25,7 +25,9 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = "saxpy.cu:saxpy,softmax.cu:softmax_rows,transpose.cu:transpose_naive,sgemm.cu:sgemm_naive"
+FIXTURES = (
+    "saxpy.cu:saxpy,softmax.cu:softmax_rows,transpose.cu:transpose_naive,sgemm.cu:sgemm_naive"
+)
 
 
 def rate(trajectory: dict) -> dict:
@@ -78,7 +80,10 @@ def run(file: str, kernel: str, parallel: int, budget: int, out: Path) -> dict:
         str(out),
         "--json",
     ]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     started = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     row: dict = {"fixture": f"{file}::{kernel}", "parallel": parallel, "budget": budget}
@@ -127,7 +132,9 @@ def main() -> None:
                 print(json.dumps(row), flush=True)
                 args.out.write_text(json.dumps(report, indent=1) + "\n")
     for p in {r["parallel"] for r in report["rows"]}:
-        rates = [r["per_minute"] for r in report["rows"] if r["parallel"] == p and r.get("per_minute")]
+        rates = [
+            r["per_minute"] for r in report["rows"] if r["parallel"] == p and r.get("per_minute")
+        ]
         if rates:
             report.setdefault("mean_per_minute", {})[str(p)] = round(sum(rates) / len(rates), 1)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
