@@ -200,8 +200,8 @@ def _source(text: str, path: str) -> SourceFile:
     """The source model of a text, kept for the few texts asked about last (an editor asks for the
     outline and then a draft of the same version); parsed from the tree of the last one made for
     the same path (an editor's previous version: tree-sitter re-parses only what changed)."""
-    with _LAST_LOCK:
-        previous = _LAST.get(path)
+    with _LAST_LOCK:  # a buffer with no file is no version of the last one seen
+        previous = _LAST.get(path) if path != "<memory>" else None
     source = SourceFile(text, path, previous)
     _remember(source)
     return source
