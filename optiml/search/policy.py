@@ -7,6 +7,7 @@ parameters. A policy never runs code."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 from dataclasses import dataclass, field
@@ -62,10 +63,12 @@ class OfflinePolicy:
         self.catalog = catalog if catalog is not None else CATALOG
 
     async def propose(self, request: NodeView, k: int, rng: random.Random) -> list[Candidate]:
+        # The catalog's proposals (lifting, rewriting) take a CPU for a while: on a thread, so
+        # that the search's loop goes on recording the results of the evaluations in flight.
+        found = await asyncio.to_thread(self.candidates, request)
         # A small seeded jitter breaks ties between equally ranked edits differently per seed.
         ranked = [
-            Candidate(c.edit, c.prior * (1 + JITTER * rng.random()), c.variant)
-            for c in self.candidates(request)
+            Candidate(c.edit, c.prior * (1 + JITTER * rng.random()), c.variant) for c in found
         ]
         ranked.sort(key=lambda c: (-c.prior, c.edit.key))
         return ranked
