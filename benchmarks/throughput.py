@@ -25,6 +25,10 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from kernelbench import _optiml  # noqa: E402  (`optiml ... --json` in a process of its own)
+
 FIXTURES = (
     "saxpy.cu:saxpy,softmax.cu:softmax_rows,transpose.cu:transpose_naive,sgemm.cu:sgemm_naive"
 )
@@ -61,40 +65,17 @@ def rate(trajectory: dict) -> dict:
 
 
 def run(file: str, kernel: str, parallel: int, budget: int, out: Path) -> dict:
-    cmd = [
-        sys.executable,
-        "-c",
-        "from optiml.cli import main; main()",
-        "optimize",
-        str(ROOT / "fixtures" / file),
-        "--kernel",
-        kernel,
-        "--budget",
-        str(budget),
-        "--time",
-        "0",
-        "--parallel",
-        str(parallel),
-        "--no-sanitize",
-        "--out",
-        str(out),
-        "--json",
-    ]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
-    started = time.monotonic()
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     row: dict = {"fixture": f"{file}::{kernel}", "parallel": parallel, "budget": budget}
+    started = time.monotonic()
+    payload, error = _optiml(
+        ["optimize", str(ROOT / "fixtures" / file), "--kernel", kernel]
+        + ["--budget", str(budget), "--time", "0", "--parallel", str(parallel)]
+        + ["--no-sanitize", "--out", str(out)],
+        timeout=900,
+    )
     row["process_s"] = round(time.monotonic() - started, 1)
-    try:
-        payload = json.loads(done.stdout)
-    except json.JSONDecodeError:
-        payload = None
-    if done.returncode != 0 or not isinstance(payload, dict) or "error" in payload:
-        lines = (done.stderr or done.stdout).strip().splitlines()
-        row["error"] = f"exit {done.returncode}: {lines[-1] if lines else 'no output'}"
+    if payload is None:
+        row["error"] = error
         return row
     row.update(rate(payload))
     row["outcome"] = payload.get("outcome")

@@ -74,11 +74,19 @@ from optiml.profile.model import Hotspot, Profile
 from optiml.profile.run import profile_kernel
 from optiml.profile.static import ARCHES, StaticReport
 from optiml.search.optimize import Event
-from optiml.search.request import OptimizeRequest, OptimizeResult, default_out_dir
+from optiml.search.request import (
+    DEFAULT_BUDGET,
+    DEFAULT_SECONDS,
+    OptimizeRequest,
+    OptimizeResult,
+    default_out_dir,
+)
 from optiml.search.trajectory import ProfileSummary, Trajectory
 from optiml.spec import Spec, evaluated_at_run_time, load, parse_spec
 
 __all__ = [
+    "DEFAULT_BUDGET",
+    "DEFAULT_SECONDS",
     "Syntax",
     "changed",
     "syntax",

@@ -73,8 +73,9 @@ class Syntax:
         changed lie inside one function's body, between its braces: then the file's functions,
         their signatures and the comments above them are as they were."""
         data = text.encode("utf-8")
-        start, _, end = changed(self.data, data)
-        edited, tree = reparse_tree(self.data, self.tree, data)
+        region = changed(self.data, data)
+        start, _, end = region
+        edited, tree = reparse_tree(self.data, self.tree, data, region)
         after = Syntax(data, tree)
         node = tree.root_node.descendant_for_byte_range(start, end)
         while node is not None and node.type != "function_definition":

@@ -360,9 +360,8 @@ class Document:
     def __init__(self, snapshot: Snapshot):
         self.snapshot = snapshot  # the newest text
         self.model: Model | None = None  # the newest finished parse
-        self.carried: Model | None = (
-            None  # that parse carried over to the newest text, if it can be
-        )
+        # that parse carried over to the newest text, where it can be
+        self.carried: Model | None = None
         self.parsing: asyncio.Task[None] | None = None
 
 

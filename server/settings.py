@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from optiml.api import (
     ARCHES,
+    DEFAULT_BUDGET,
+    DEFAULT_SECONDS,
     OptimlError,
     Provider,
     arch_number,
@@ -138,7 +140,7 @@ class Settings(BaseModel):
         },
     )
     evaluations: int = Field(
-        default=48,
+        default=DEFAULT_BUDGET,
         ge=1,
         description=(
             "The search budget of an optimize job: how many candidate kernels it may compile, "
@@ -146,7 +148,7 @@ class Settings(BaseModel):
         ),
     )
     seconds: float = Field(
-        default=90.0,
+        default=DEFAULT_SECONDS,
         ge=0,
         description=(
             "The wall-time budget of an optimize job, in seconds: measuring the kernel, the "

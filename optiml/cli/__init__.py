@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.table import Table
 
 from optiml.api import (
+    DEFAULT_BUDGET,
+    DEFAULT_SECONDS,
     ExitCode,
     ExprError,
     OptimlError,
@@ -724,7 +726,7 @@ def lift(file: Path, kernel: str, as_json: bool) -> None:
 @click.option(
     "--budget",
     type=click.IntRange(1, None),
-    default=48,
+    default=DEFAULT_BUDGET,
     show_default=True,
     help="Evaluations the search may spend (each compiles, checks, times and profiles a variant).",
 )
@@ -732,7 +734,7 @@ def lift(file: Path, kernel: str, as_json: bool) -> None:
     "--time",
     "max_seconds",
     type=click.FloatRange(0, None),
-    default=90.0,
+    default=DEFAULT_SECONDS,
     show_default=True,
     help="Wall-time budget of the whole run, seconds: measuring the input, the search, confirming "
     "and judging the best. The search stops at three quarters of it; the checks are never cut "

@@ -54,9 +54,12 @@ def reparse(previous: SourceFile, data: bytes) -> tuple[Tree, Tree]:
     return reparse_tree(previous._bytes, previous.tree, data)
 
 
-def reparse_tree(old: bytes, old_tree: Tree, data: bytes) -> tuple[Tree, Tree]:
-    """`reparse` of a text's UTF-8 and tree."""
-    start, old_end, new_end = changed(old, data)
+def reparse_tree(
+    old: bytes, old_tree: Tree, data: bytes, region: tuple[int, int, int] | None = None
+) -> tuple[Tree, Tree]:
+    """`reparse` of a text's UTF-8 and tree; `region`: `changed(old, data)` where the caller has
+    it."""
+    start, old_end, new_end = region or changed(old, data)
     tree = old_tree.copy()
     if start == old_end == new_end:
         return tree, old_tree

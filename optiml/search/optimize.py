@@ -26,6 +26,7 @@ from optiml.search.judge import judge
 from optiml.search.mcts import Node, Progress, Search, SearchConfig, SearchResult
 from optiml.search.policy import NodeView, OfflinePolicy, Policy
 from optiml.search.problem import CODEC, KernelProblem, ProblemOptions, measure
+from optiml.search.request import DEFAULT_BUDGET
 from optiml.search.reward import RewardConfig, is_improvement
 from optiml.search.trajectory import (
     Confirmation,
@@ -68,7 +69,7 @@ PRECOMPILE_FIRST = 16
 
 @dataclass
 class OptimizeOptions:
-    budget: int | None = 48  # evaluations
+    budget: int | None = DEFAULT_BUDGET  # evaluations
     # the whole run's wall time (measuring the input, search, confirmation, judging): the search
     # stops early enough to leave FINISH_SHARE of it for the rest; None: the budget alone
     max_seconds: float | None = None

@@ -10,14 +10,19 @@ from pydantic import BaseModel, Field
 
 from optiml.search.trajectory import ProfileSummary, Trajectory
 
+# What a run gets where nobody says (the CLI, the editor's settings, the API): evaluations the
+# search may spend, and the whole run's wall time in seconds.
+DEFAULT_BUDGET = 48
+DEFAULT_SECONDS = 90.0
+
 
 class OptimizeRequest(BaseModel):
     """One search on one kernel; plain data that serializes to JSON and back."""
 
     file: Path
     kernel: str
-    budget: int | None = 48
-    max_seconds: float | None = 90.0  # the whole run's wall time; None: the budget alone
+    budget: int | None = DEFAULT_BUDGET
+    max_seconds: float | None = DEFAULT_SECONDS  # the whole run's wall time; None: the budget alone
     policy: str = "offline"  # offline | llm
     llm_overrides: dict[str, Any] | None = None  # provider, model, base_url, replay
     editor_settings: dict[str, Any] | None = None  # the LLM section of an editor's settings
