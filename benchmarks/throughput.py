@@ -54,6 +54,13 @@ def rate(trajectory: dict) -> dict:
         "profiled": profiled,
         "stop": trajectory.get("stop"),
         "wall_s": round(trajectory.get("wall_s") or 0.0, 1),
+        # where the rest of the run's wall time went: the input's measurement, the search, the
+        # confirmation and each of the judge's checks
+        "phase_s": trajectory.get("phase_s"),
+        "judge_s": {
+            c["name"]: c.get("seconds")
+            for c in ((trajectory.get("judge") or {}).get("checks") or [])
+        },
     }
     if len(points) >= 2:
         first, last = points[0], points[-1]

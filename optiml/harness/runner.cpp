@@ -80,9 +80,25 @@ static std::string num(double v) {
   return buf;
 }
 
+// With OPTIML_PHASE_TIMES set, each phase also says when it began (ms since the runner started):
+// where an evaluation's wall time goes (benchmarks/eval_phases.py).
+static const auto g_started = std::chrono::steady_clock::now();
+static const bool g_phase_times = getenv("OPTIML_PHASE_TIMES") != nullptr;
+
 static void phase(const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
+  if (g_phase_times) {
+    va_list copy;
+    va_copy(copy, ap);
+    const double ms = std::chrono::duration<double, std::milli>(
+                          std::chrono::steady_clock::now() - g_started)
+                          .count();
+    fprintf(stderr, "phase-time %.1f ", ms);
+    vfprintf(stderr, fmt, copy);
+    fprintf(stderr, "\n");
+    va_end(copy);
+  }
   fprintf(stderr, "phase ");
   vfprintf(stderr, fmt, ap);
   fprintf(stderr, "\n");
@@ -936,9 +952,11 @@ int main(int argc, char** argv) {
     fail("harness_error", "plan", "no reference kernel and no NumPy reference");
 
   int dev = 0;
+  phase("plan read");
   check(cudaSetDevice(dev), "harness", "cudaSetDevice");
   cudaDeviceProp prop;
   check(cudaGetDeviceProperties(&prop, dev), "harness", "cudaGetDeviceProperties");
+  phase("device ready");
   int driver = 0, runtime = 0;
   cudaDriverGetVersion(&driver);
   cudaRuntimeGetVersion(&runtime);
@@ -960,6 +978,7 @@ int main(int argc, char** argv) {
   Kernel oracle;
   const bool have_oracle = argc == 6 && !plan.profile_only && have_reference && !same;
   if (have_oracle) oracle = load_kernel(argv[5], "oracle");
+  phase("kernels loaded");
 
   // The legacy default stream: what is recorded on it waits for the work of every other blocking
   // stream, so no launch can hand its work to another stream and stop the clock early.
@@ -1723,6 +1742,7 @@ int main(int argc, char** argv) {
         if (p) cudaFree(p);
     free_case();
   }
+  phase("done");
   write_result("done", "", "");
   return 0;
 }

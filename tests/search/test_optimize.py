@@ -16,7 +16,7 @@ import pytest
 
 from optiml.cuda.source import SourceFile
 from optiml.executors.base import Executor, Job
-from optiml.harness.evaluate import EvalOptions, build_candidate
+from optiml.harness.evaluate import EvalOptions, build_candidate, reference_of
 from optiml.harness.sanitize import SanitizerReport
 from optiml.harness.verdict import (
     BufferCheck,
@@ -38,8 +38,10 @@ from optiml.search.optimize import (
     optimize,
     search_seconds,
 )
+from optiml.search.policy import OfflinePolicy
 from optiml.search.report import render
 from optiml.search.variant import kernel_text
+from optiml.spec import load
 from tests.support import FIXTURES
 
 BASE_MS = 1.0
@@ -241,16 +243,39 @@ def test_finds_confirms_and_judges_the_vectorized_saxpy():
     assert sum(t.phase_s.values()) == pytest.approx(t.wall_s, abs=0.5)
     assert t.evaluations == 12 and len(t.progress) >= 11
     assert t.baseline.profile.bottleneck == "dram"
-    # the input profiled once with the full set, every candidate with the search set
+    # offline, the input is profiled with the search set as every candidate is (no prompt reads
+    # ncu's rules; the full set's replay passes cost a large share of the run's time)
     profiles = [c for c in ex.calls if c.startswith("profile")]
-    assert profiles[0] == "profile (full)" and "profile (full)" not in profiles[1:]
-    assert len(profiles) > 1
+    assert "profile (full)" not in profiles and len(profiles) > 1
     assert t.computes.startswith("map: y: each element")  # what the lifting reads
     html = render(t)
     assert "Diff of the kernel" in html and "optiml_pack" in html and "<script" not in html
     assert "map: y: each element" in html
     assert re.search(r"\(baseline [0-9.]+ s, search [0-9.]+ s, confirm [0-9.]+ s, judge", html)
     json.loads(t.model_dump_json())  # the trajectory is plain JSON
+
+
+class Prompted:
+    """A policy other than the offline one (as an LLM's is): its proposals are the catalog's."""
+
+    name = "prompted"
+
+    def __init__(self) -> None:
+        self.inner = OfflinePolicy()
+
+    async def propose(self, request, k, rng):
+        return await self.inner.propose(request, k, rng)
+
+
+def test_a_prompted_policy_gets_the_inputs_full_profile():
+    # ncu's rules reach an LLM's prompt: the input alone is profiled with the full set
+    ex = StandInExecutor()
+    outcome = asyncio.run(
+        optimize(FIXTURES / "saxpy.cu", "saxpy", ex, OptimizeOptions(budget=6), policy=Prompted())
+    )
+    profiles = [c for c in ex.calls if c.startswith("profile")]
+    assert profiles[0] == "profile (full)" and "profile (full)" not in profiles[1:]
+    assert outcome.trajectory.evaluations == 6
 
 
 class Precompiling(StandInExecutor):
@@ -455,7 +480,8 @@ def test_a_time_budget_is_the_whole_runs_and_leaves_the_checks_their_share():
 
     class Slow(StandInExecutor):
         async def evaluate(self, job, options, *, pinned=False):
-            await asyncio.sleep(0.8)  # 40 of these take longer than the search's share
+            # 40 of these, 8 at a time, take longer than the search's share (12.5 s > 10.5 s)
+            await asyncio.sleep(2.5)
             return await super().evaluate(job, options, pinned=pinned)
 
     budget_s = 14.0  # room for a few evaluations after the input's, on a loaded machine too
@@ -488,3 +514,40 @@ def test_progress_is_the_budget_that_runs_out_first():
     assert e.search_done() == pytest.approx(45.0 / (90.0 * (1 - FINISH_SHARE)))
     assert Event(phase="search", evaluations=60, budget=48).search_done() == 1.0
     assert Event(phase="search").search_done() is None
+
+
+class References(StandInExecutor):
+    """Records, per evaluation, whether the kernel as written was to be the reference."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kernel_reference: list[bool] = []
+
+    async def evaluate(self, job, options, *, pinned=False):
+        self.kernel_reference.append(options.kernel_reference)
+        return await super().evaluate(job, options, pinned=pinned)
+
+
+def test_a_numpy_reference_checks_the_input_and_the_input_checks_the_candidates():
+    # The input passes against the spec's NumPy function; candidates are then checked against
+    # the input on the GPU (timed side by side with it: a speedup, where a NumPy reference gives
+    # none), confirmed and judged the same way.
+    ex = References()
+    outcome = asyncio.run(
+        optimize(FIXTURES / "numpy_ref" / "rmsnorm.cu", "rmsnorm", ex, OptimizeOptions(budget=4))
+    )
+    assert ex.kernel_reference[0] is False  # the input, against NumPy
+    assert len(ex.kernel_reference) > 4 and all(ex.kernel_reference[1:])
+    assert outcome.trajectory.evaluations == 4
+
+
+def test_which_reference_a_candidate_is_checked_against():
+    source, kernel, spec = load(FIXTURES / "numpy_ref" / "rmsnorm.cu", "rmsnorm")
+    target, label = reference_of(source, kernel, spec, EvalOptions())
+    assert target is None and label.startswith("rmsnorm in ") and label.endswith("rmsnorm_ref.py")
+    target, label = reference_of(source, kernel, spec, EvalOptions(kernel_reference=True))
+    assert target is not None and target.kernel is kernel and label.endswith("rmsnorm.cu")
+    # a kernel checked against itself or another kernel is unchanged by the option
+    source, kernel, spec = load(FIXTURES / "saxpy.cu", "saxpy")
+    for opts in (EvalOptions(), EvalOptions(kernel_reference=True)):
+        assert reference_of(source, kernel, spec, opts)[0].kernel is kernel
