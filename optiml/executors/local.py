@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from optiml.errors import NoGpu, UsageError, quote
 from optiml.executors.base import Executor, Job
+from optiml.harness.ahead import AHEAD
 from optiml.harness.evaluate import EvalOptions, build_candidate, evaluate
 from optiml.harness.gpu import local_gpus, require_gpu
 from optiml.harness.sanitize import SanitizerReport, sanitize
@@ -146,3 +147,4 @@ class LocalExecutor(Executor):
     async def close(self) -> None:
         self._compile.shutdown(wait=False, cancel_futures=True)
         self._run.shutdown(wait=False, cancel_futures=True)
+        AHEAD.close()  # runners started for evaluations that will not come

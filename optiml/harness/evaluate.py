@@ -36,6 +36,7 @@ from optiml.cuda.types import DTYPES, struct_layout
 from optiml.errors import ExitCode, OptimlError, SpecError, SpecValueError, quote
 from optiml.expr import ExprError, Number
 from optiml.harness import inputs, procs
+from optiml.harness.ahead import AHEAD, Started
 from optiml.harness.build import DEFAULT_FLAGS, Build, build_kernel, runner_binary
 from optiml.harness.ceilings import device_ceilings, floor_of
 from optiml.harness.device import device_values
@@ -107,6 +108,9 @@ class EvalOptions:
     # function's outputs, computed on the CPU at every size and seed of every evaluation, took
     # minutes a candidate at KernelBench's sizes (a 2048 x 1048576 matrix-vector product).
     kernel_reference: bool = False
+    # Run in a runner started ahead of the job, whose exit is not waited for (optiml.harness.ahead):
+    # ~0.3 s of a ~0.9 s evaluation of a small kernel is a runner opening and closing the GPU.
+    ahead: bool = False
     floor: bool = True  # a time below the physical floor is a verdict
     workdir: Path | None = None
     env: dict[str, str] = field(default_factory=dict)  # e.g. CUDA_VISIBLE_DEVICES for a worker
@@ -699,7 +703,10 @@ def _run_isolated(cmd: list[str], opts: EvalOptions, work: Path, stdin: list[byt
     """Run in a new process group so that a hung kernel's process (and anything it started) can
     be killed whole at the limit. The plan (and a NumPy reference's outputs) go in on standard
     input; the result comes back on a pipe (`fd:{result}` in `cmd`), never through a file a
-    candidate could read or forge; output goes to files so a chatty kernel cannot block us."""
+    candidate could read or forge; output goes to files so a chatty kernel cannot block us.
+    `opts.ahead`: in a runner started ahead (optiml.harness.ahead), `work` unused."""
+    if opts.ahead:
+        return _run_ahead(cmd, opts, stdin)
     out_path, err_path = work / "stdout.txt", work / "stderr.txt"
     env = {**os.environ, **opts.env}
     start = time.perf_counter()
@@ -742,6 +749,52 @@ def _run_isolated(cmd: list[str], opts: EvalOptions, work: Path, stdin: list[byt
         time.perf_counter() - start,
         b"".join(chunks).decode("utf-8", errors="replace"),
     )
+
+
+def _run_ahead(cmd: list[str], opts: EvalOptions, stdin: list[bytes]) -> _Outcome:
+    """`_run_isolated` in a runner that opened the GPU while the job before it ran: done when the
+    result pipe closes (the runner closes it once the result is written), the process's exit
+    waited for on a thread."""
+    job = AHEAD.take(Path(cmd[0]), opts.env, opts.workdir)
+    start = time.perf_counter()
+    args = "\t".join(part.replace("{result}", str(job.fd)) for part in cmd[1:])
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=_drain, args=(job.read_end, chunks), daemon=True)
+    feeder = threading.Thread(
+        target=_feed, args=(job.proc.stdin, [args.encode() + b"\n", *stdin]), daemon=True
+    )
+    reader.start()
+    feeder.start()
+    reader.join(timeout=opts.timeout_s)
+    rc: int | None
+    if reader.is_alive():  # the time limit
+        procs.kill_group(job.proc.pid)
+        job.proc.wait()
+        reader.join(timeout=5)
+        rc = None
+    elif chunks:  # the result is in; the process may still be closing the GPU
+        rc = job.proc.poll() or 0
+    else:  # it ended without a result: its exit status says how
+        try:
+            rc = job.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            procs.kill_group(job.proc.pid)
+            rc = job.proc.wait()
+    feeder.join(timeout=5)
+    outcome = _Outcome(
+        rc,
+        _tail(job.work / "stderr.txt"),
+        _tail(job.work / "stdout.txt"),
+        time.perf_counter() - start,
+        b"".join(chunks).decode("utf-8", errors="replace"),
+    )
+    threading.Thread(target=_discard_after, args=(job,), daemon=True).start()
+    return outcome
+
+
+def _discard_after(job: Started) -> None:
+    procs.finish(job.proc, timeout=30)
+    job.discard()
 
 
 def _drain(fd: int, chunks: list[bytes]) -> None:
@@ -938,6 +991,7 @@ def _tolerances(x: float | str) -> str:
 
 # The runner's phases outside its cases, as a verdict says where it stopped.
 _STEPS = {
+    "starting ahead": "while opening the GPU, started ahead of its job",
     "plan read": "while opening the GPU",
     "device ready": "while loading the kernels",
     "kernels loaded": "before the first kernel ran",

@@ -48,6 +48,28 @@ def spawned(cmd: list[str], **popen: object) -> Iterator[subprocess.Popen]:
             _live.discard(proc.pid)
 
 
+def start(cmd: list[str], **popen: object) -> subprocess.Popen:
+    """`Popen` in a new session, registered until `finish`: for a process that outlives the
+    block that started it (a runner started ahead of its job)."""
+    proc = subprocess.Popen(cmd, start_new_session=True, **popen)  # type: ignore[call-overload]
+    with _lock:
+        _live.add(proc.pid)
+    return proc
+
+
+def finish(proc: subprocess.Popen, timeout: float | None = None) -> None:
+    """Wait up to `timeout` seconds for a `start`ed process to end (None: do not wait), kill its
+    group if it has not, and unregister it."""
+    if timeout:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=timeout)
+    if proc.poll() is None:
+        kill_group(proc.pid)
+        proc.wait()
+    with _lock:
+        _live.discard(proc.pid)
+
+
 @dataclass
 class Finished:
     returncode: int | None  # None: killed at the time limit

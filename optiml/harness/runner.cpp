@@ -932,26 +932,45 @@ int main(int argc, char** argv) {
     write_text(d.str());
     return 0;
   }
-  if (argc != 5 && argc != 6) {
-    fprintf(stderr, "usage: %s PLAN|- RESULT|fd:N REFERENCE.so|- CANDIDATE.so [ORACLE.so]\n",
-            argv[0]);
+  int dev = 0;
+  std::vector<std::string> args(argv, argv + argc);
+  if (argc == 2 && strcmp(argv[1], "--args-on-stdin") == 0) {
+    // Started ahead of its job (while the job before it runs): the GPU is opened first, then the
+    // arguments come as the first line of standard input (tab-separated), then the plan.
+    phase("starting ahead");
+    cudaSetDevice(dev);
+    cudaFree(nullptr);  // the context, made now
+    std::string line;
+    if (!std::getline(std::cin, line)) return 2;
+    args.assign(1, argv[0]);
+    for (size_t start = 0;;) {
+      size_t tab = line.find('\t', start);
+      args.push_back(line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
+      if (tab == std::string::npos) break;
+      start = tab + 1;
+    }
+  }
+  if (args.size() != 5 && args.size() != 6) {
+    fprintf(stderr,
+            "usage: %s PLAN|- RESULT|fd:N REFERENCE.so|- CANDIDATE.so [ORACLE.so]\n"
+            "       %s --args-on-stdin (those arguments, tab-separated, on the first line)\n",
+            argv[0], argv[0]);
     return 2;
   }
-  g_result_target = argv[2];
+  g_result_target = args[2];
   Plan plan;
-  if (strcmp(argv[1], "-") == 0) {
+  if (args[1] == "-") {
     plan = read_plan(std::cin);
   } else {
-    std::ifstream f(argv[1], std::ios::binary);
-    if (!f) fail("harness_error", "plan", std::string("cannot open plan ") + argv[1]);
+    std::ifstream f(args[1], std::ios::binary);
+    if (!f) fail("harness_error", "plan", "cannot open plan " + args[1]);
     plan = read_plan(f);
   }
-  bool same = strcmp(argv[3], argv[4]) == 0;
-  bool have_reference = strcmp(argv[3], "-") != 0;
+  bool same = args[3] == args[4];
+  bool have_reference = args[3] != "-";
   if (!have_reference && !plan.numpy_reference)
     fail("harness_error", "plan", "no reference kernel and no NumPy reference");
 
-  int dev = 0;
   phase("plan read");
   check(cudaSetDevice(dev), "harness", "cudaSetDevice");
   cudaDeviceProp prop;
@@ -973,11 +992,11 @@ int main(int argc, char** argv) {
   }
 
   // With no candidate the kernel is checked against a second run of itself: call both "kernel".
-  Kernel reference, candidate = load_kernel(argv[4], same ? "kernel" : "candidate");
-  if (have_reference) reference = same ? candidate : load_kernel(argv[3], "reference");
+  Kernel reference, candidate = load_kernel(args[4].c_str(), same ? "kernel" : "candidate");
+  if (have_reference) reference = same ? candidate : load_kernel(args[3].c_str(), "reference");
   Kernel oracle;
-  const bool have_oracle = argc == 6 && !plan.profile_only && have_reference && !same;
-  if (have_oracle) oracle = load_kernel(argv[5], "oracle");
+  const bool have_oracle = args.size() == 6 && !plan.profile_only && have_reference && !same;
+  if (have_oracle) oracle = load_kernel(args[5].c_str(), "oracle");
   phase("kernels loaded");
 
   // The legacy default stream: what is recorded on it waits for the work of every other blocking

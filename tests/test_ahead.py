@@ -1,0 +1,96 @@
+"""Runners started ahead of their jobs (optiml.harness.ahead), with a stand-in runner that behaves
+as the real one does in `--args-on-stdin` mode: its arguments on the first line of standard input,
+the plan after them, the result written to the pipe it is given and the pipe closed, then a slow
+exit (closing the GPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from optiml.harness import ahead
+from optiml.harness.evaluate import EvalOptions, _run_isolated
+
+STAND_IN = f"""#!{sys.executable}
+import json, os, sys, time
+started = time.time()
+assert sys.argv[1:] == ["--args-on-stdin"], sys.argv
+args = sys.stdin.readline().rstrip("\\n").split("\\t")
+plan = sys.stdin.read().strip()
+print("phase kernels loaded", file=sys.stderr, flush=True)
+if plan == "hang":
+    time.sleep(60)
+if plan == "die":
+    sys.exit(7)
+fd = int(args[1].split(":")[1])
+os.write(fd, json.dumps({{"args": args, "plan": plan, "pid": os.getpid(), "started": started,
+                          "cwd": os.getcwd()}}).encode())
+os.close(fd)
+time.sleep(2)  # closing the GPU
+"""
+
+
+@pytest.fixture
+def runner(tmp_path: Path) -> Path:
+    path = tmp_path / "runner"
+    path.write_text(STAND_IN)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    yield path
+    ahead.AHEAD.close()
+
+
+def run(runner: Path, plan: str, timeout: float = 20.0):
+    cmd = [str(runner), "-", "fd:{result}", "ref.so", "cand.so"]
+    opts = EvalOptions(ahead=True, timeout_s=timeout, env={"OPTIML_TEST": "ahead"})
+    began = time.perf_counter()
+    outcome = _run_isolated(cmd, opts, Path("/nonexistent"), [plan.encode()])
+    return outcome, time.perf_counter() - began
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").exists() and " Z " not in Path(f"/proc/{pid}/stat").read_text()
+
+
+def test_the_job_ends_with_its_result_and_the_next_runner_is_already_started(runner):
+    first, seconds = run(runner, "one")
+    result = json.loads(first.result)
+    assert first.returncode == 0 and result["plan"] == "one"
+    # the arguments as the command gives them, the result pipe's number in place
+    assert result["args"][0] == "-" and result["args"][2:] == ["ref.so", "cand.so"]
+    assert result["args"][1].startswith("fd:") and result["args"][1] != "fd:{result}"
+    assert seconds < 1.8  # not the 2 s the stand-in takes to exit after its result
+    assert "phase kernels loaded" in first.stderr
+    time.sleep(0.5)
+    began = time.time()
+    second, _ = run(runner, "two")
+    result2 = json.loads(second.result)
+    assert result2["pid"] != result["pid"]  # a process of its own for every job
+    assert result2["started"] < began  # started while the first job ran
+    assert result2["cwd"] != result["cwd"]  # and a folder of its own
+
+
+def test_a_runner_past_the_time_limit_is_killed_and_one_that_dies_says_how(runner):
+    hung, seconds = run(runner, "hang", timeout=1.0)
+    assert hung.returncode is None and hung.result == "" and seconds < 10
+    died, _ = run(runner, "die")
+    assert died.returncode == 7 and died.result == ""
+
+
+def test_closing_ends_the_runners_waiting_for_a_job(runner):
+    run(runner, "one")
+    time.sleep(0.5)
+    idle = list(ahead.AHEAD._idle.values())
+    assert len(idle) == 1 and alive(idle[0].proc.pid)
+    ahead.AHEAD.close()
+    assert not ahead.AHEAD._idle and not alive(idle[0].proc.pid)
+    assert not idle[0].work.exists()
