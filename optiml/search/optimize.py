@@ -38,7 +38,7 @@ from optiml.search.trajectory import (
     TrajectoryNode,
 )
 from optiml.search.variant import Variant, kernel_text
-from optiml.spec import load, parse_spec
+from optiml.spec import Spec, load, parse_spec
 
 logger = logging.getLogger(__name__)
 
@@ -302,6 +302,22 @@ async def precompile_first(
         tasks.append(asyncio.ensure_future(executor.precompile(variant_job, options)))
 
 
+# The most elements (all buffers together) of a size at which `optimize` checks its input against
+# a NumPy reference: the function's inputs alone take ~1 s per 16 M elements to make at every seed
+# (NumPy, one core), its outputs more; KernelBench's 4096 x 393216 maps would take minutes.
+NUMPY_ELEMENTS = 1 << 25
+
+
+def numpy_sizes(spec: Spec) -> list[dict[str, int]] | None:
+    """The declared sizes at which the input is checked against its NumPy reference: those of at
+    most `NUMPY_ELEMENTS` elements, the smallest size at least; None where that is all of them."""
+    work = [(sum(spec.case(s).lengths.values()), i) for i, s in enumerate(spec.sizes)]
+    fit = [spec.sizes[i] for n, i in work if n <= NUMPY_ELEMENTS]
+    if len(fit) == len(work):
+        return None
+    return fit or [spec.sizes[min(work)[1]]]
+
+
 async def measure_baseline(
     executor: Executor, job: Job, options: ProblemOptions, *, full: bool = True
 ) -> Measurement:
@@ -309,8 +325,27 @@ async def measure_baseline(
     the report as hints), else with the search set, as the candidates are: its bottleneck is what
     steers the search, and the full set's replay passes took 17 to 29 s of a 90 s run on an H100
     (the SGEMM fixture; KernelBench's 2048x4096x8192 GEMM, benchmarks/results/kernelbench/).
-    `BaselineFailed` when it does not pass its own checks."""
+    `BaselineFailed` when it does not pass its own checks.
+
+    Against a NumPy reference, sizes beyond `NUMPY_ELEMENTS` are left to the kernel: the input is
+    checked against the function at the others (the smallest at least), then measured against
+    itself at every size."""
+    checked = ""
+    sizes = numpy_sizes(job.spec) if job.spec.reference.kind == "numpy" else None
+    if sizes is not None:
+        check = Measurement.of(
+            await executor.evaluate(job, replace(options.eval, sizes=sizes, time=False))
+        )
+        if check.status != "ok":
+            raise BaselineFailed(
+                f"the input itself does not pass its checks: {check.message}", check.status
+            )
+        at = "; ".join(", ".join(f"{k}={v}" for k, v in s.items()) for s in sizes)
+        checked = f"checked against `{job.spec.reference.function}` at {at} (larger sizes: "
+        checked += "too costly for the CPU; the input is the reference there); "
+        options = replace(options, eval=replace(options.eval, kernel_reference=True))
     baseline = await measure(executor, job, options, full_profile=full)
+    baseline.message = checked + baseline.message
     if baseline.status != "ok":
         raise BaselineFailed(
             f"the input itself does not pass its checks: {baseline.message}", baseline.status

@@ -35,6 +35,7 @@ from optiml.search.optimize import (
     PRECOMPILE_FIRST,
     Event,
     OptimizeOptions,
+    numpy_sizes,
     optimize,
     search_seconds,
 )
@@ -551,3 +552,44 @@ def test_which_reference_a_candidate_is_checked_against():
     source, kernel, spec = load(FIXTURES / "saxpy.cu", "saxpy")
     for opts in (EvalOptions(), EvalOptions(kernel_reference=True)):
         assert reference_of(source, kernel, spec, opts)[0].kernel is kernel
+
+
+class Options(StandInExecutor):
+    """Records the options of every evaluation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.options: list[EvalOptions] = []
+
+    async def evaluate(self, job, options, *, pinned=False):
+        self.options.append(options)
+        return await super().evaluate(job, options, pinned=pinned)
+
+
+def test_an_input_too_large_for_numpy_is_checked_against_it_at_the_sizes_it_can_take(tmp_path):
+    # rmsnorm with a first size of 2^27 elements: NumPy checks the input at the second size only;
+    # the input is then measured against itself at both, timed at the first.
+    original = (FIXTURES / "numpy_ref" / "rmsnorm.cu").read_text()
+    big = original.replace("(8192, 1024), (1000, 333)", "(131072, 1024), (1000, 333)")
+    assert big != original
+    (tmp_path / "rmsnorm.cu").write_text(big)
+    (tmp_path / "rmsnorm_ref.py").write_text(
+        (FIXTURES / "numpy_ref" / "rmsnorm_ref.py").read_text()
+    )
+    _, _, spec = load(tmp_path / "rmsnorm.cu", "rmsnorm")
+    assert numpy_sizes(spec) == [{"rows": 1000, "cols": 333}]
+    ex = Options()
+    outcome = asyncio.run(
+        optimize(tmp_path / "rmsnorm.cu", "rmsnorm", ex, OptimizeOptions(budget=2))
+    )
+    check, measured = ex.options[:2]
+    assert check.sizes == [{"rows": 1000, "cols": 333}] and not check.time
+    assert not check.kernel_reference
+    assert measured.kernel_reference and measured.sizes is None and measured.time
+    baseline = outcome.trajectory.baseline
+    assert baseline.status == "ok" and "checked against `rmsnorm` at rows=1000, cols=333" in (
+        baseline.message
+    )
+    # the declared sizes within reach of NumPy: all of them, and nothing to split
+    _, _, spec = load(FIXTURES / "numpy_ref" / "rmsnorm.cu", "rmsnorm")
+    assert numpy_sizes(spec) is None
