@@ -3,7 +3,8 @@ catalog's first proposal of the named transformation), evaluated as the search e
 cached), the runner's phases with the milliseconds at which each began (OPTIML_PHASE_TIMES), grouped
 into starting the process and the GPU, loading the kernels, each case's checked runs, the oracle,
 the dependence probes and the timing; and the wall time of a bare runner process (`--device`: start,
-open the GPU, exit) for the fixed cost a warm runner would save.
+open the GPU, exit); each evaluation in a runner started for it and in one started ahead
+(`EvalOptions.ahead`), alternately.
 
     python3 benchmarks/eval_phases.py --out benchmarks/results/eval-phases-h100.json [--repeats 3]
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import json
 import os
 import platform
@@ -107,13 +109,16 @@ def main() -> None:
         cand = SourceFile(proposals[0].variant.text, str(path))
         flags = tuple(proposals[0].variant.flags) or opts.flags
         ev.evaluate(source, kernel, spec, cand, replace(opts, candidate_flags=flags))
-        for _ in range(args.repeats):
+        for _, ahead in itertools.product(range(args.repeats), (False, True)):
             seen.clear()
-            v = ev.evaluate(source, kernel, spec, cand, replace(opts, candidate_flags=flags))
+            v = ev.evaluate(
+                source, kernel, spec, cand, replace(opts, candidate_flags=flags, ahead=ahead)
+            )
             outcome = seen[-1]
             rows.append(
                 {
                     "fixture": file,
+                    "ahead": ahead,
                     "candidate": proposals[0].summary,
                     "status": v.status,
                     "wall_s": round(v.wall_s, 3),
@@ -136,6 +141,17 @@ def main() -> None:
         "bare_runner_s": [round(b, 3) for b in bare],
         "bare_runner_median_s": round(statistics.median(bare), 3),
         "rows": rows,
+        # the evaluation's wall time, in a runner started for it and in one started ahead
+        "median_wall_s": {
+            f"{file} {'ahead' if ahead else 'cold'}": round(
+                statistics.median(
+                    r["wall_s"] for r in rows if r["fixture"] == file and r["ahead"] == ahead
+                ),
+                3,
+            )
+            for file in sorted({r["fixture"] for r in rows})
+            for ahead in (False, True)
+        },
     }
     args.out.write_text(json.dumps(report, indent=1) + "\n")
 
