@@ -518,6 +518,11 @@ async def judge_confirmed(
         run.emit("judge", best_speedup=c.speedup, last="judging the best candidate")
         # The confirmation does not profile; the review gets the search's profile of the node.
         seen = Measurement.model_validate(n.info.get("measurement", {})) if n.info else None
+        if llm_review is not None and seen is not None and seen.profile is None and not m.profile:
+            # the search did not profile it (within its step of the kernel it comes from): the
+            # review reads the candidate's own profile, kept for the report
+            seen.profile = await _profile_of(executor, problem.job(n.state), opts)
+            n.info["measurement"] = seen.model_dump()
         shown = m if m.profile or seen is None else m.model_copy(update={"profile": seen.profile})
         review = (
             (lambda n=n, shown=shown: llm_review(n.state, shown))

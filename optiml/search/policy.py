@@ -34,6 +34,8 @@ class NodeView:
     kernel: str
     applied: tuple[str, ...] = ()  # the transformations on the way to it
     profile: ProfileSummary | None = None
+    # where `profile` is not the variant's own: the speedup of the kernel it comes from whose it is
+    profile_from: float | None = None
     speedup: float | None = None
     sm_count: int = 132
     tried: set[str] = field(default_factory=set)  # edit keys its node already has

@@ -39,7 +39,14 @@ def prompt_variables(
     return {
         "code": code,
         "flags": " ".join(view.variant.flags) or "(none)",
-        "profile": view.profile.text() if view.profile else "not profiled",
+        "profile": (
+            "not profiled"
+            if view.profile is None
+            else view.profile.text()
+            if view.profile_from is None
+            else "not profiled itself; the profile of the kernel it comes from "
+            f"({view.profile_from:.2f}x):\n{view.profile.text()}"
+        ),
         "history": history,
         "catalog": catalog,
         "k": n,
