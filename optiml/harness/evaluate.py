@@ -110,6 +110,8 @@ class EvalOptions:
     kernel_reference: bool = False
     # Run in a runner started ahead of the job, whose exit is not waited for (optiml.harness.ahead):
     # ~0.3 s of a ~0.9 s evaluation of a small kernel is a runner opening and closing the GPU.
+    # Off by default until measured on a GPU (benchmarks/eval_phases.py runs both ways); a GPU in
+    # an exclusive-process compute mode cannot have a second runner open it.
     ahead: bool = False
     floor: bool = True  # a time below the physical floor is a verdict
     workdir: Path | None = None

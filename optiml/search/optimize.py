@@ -81,9 +81,7 @@ class OptimizeOptions:
     judge: bool = True
     # the search times the first size only, briefly; confirmation times it longer
     search_eval: EvalOptions = field(
-        default_factory=lambda: EvalOptions(
-            time_all_sizes=False, reps_min=10, target_ms=100.0, ahead=True
-        )
+        default_factory=lambda: EvalOptions(time_all_sizes=False, reps_min=10, target_ms=100.0)
     )
     confirm_eval: EvalOptions = field(
         default_factory=lambda: EvalOptions(time_all_sizes=False, reps_min=30, target_ms=400.0)
