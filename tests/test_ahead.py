@@ -20,8 +20,12 @@ from optiml.harness.evaluate import EvalOptions, _run_isolated
 STAND_IN = f"""#!{sys.executable}
 import json, os, sys, time
 started = time.time()
-assert sys.argv[1:] == ["--args-on-stdin"], sys.argv
-args = sys.stdin.readline().rstrip("\\n").split("\\t")
+if sys.argv[1:] == ["--args-on-stdin"]:
+    if os.environ.get("OPTIML_TEST") == "exclusive":  # the GPU cannot be opened ahead
+        sys.exit(4)
+    args = sys.stdin.readline().rstrip("\\n").split("\\t")
+else:  # a runner of its own
+    args = sys.argv[1:]
 plan = sys.stdin.read().strip()
 print("phase kernels loaded", file=sys.stderr, flush=True)
 if plan == "hang":
@@ -30,7 +34,7 @@ if plan == "die":
     sys.exit(7)
 fd = int(args[1].split(":")[1])
 os.write(fd, json.dumps({{"args": args, "plan": plan, "pid": os.getpid(), "started": started,
-                          "cwd": os.getcwd()}}).encode())
+                          "cwd": os.getcwd(), "ahead": sys.argv[1] == "--args-on-stdin"}}).encode())
 os.close(fd)
 time.sleep(2)  # closing the GPU
 """
@@ -45,11 +49,13 @@ def runner(tmp_path: Path) -> Path:
     ahead.AHEAD.close()
 
 
-def run(runner: Path, plan: str, timeout: float = 20.0):
+def run(
+    runner: Path, plan: str, timeout: float = 20.0, mode: str = "ahead", work: Path | None = None
+):
     cmd = [str(runner), "-", "fd:{result}", "ref.so", "cand.so"]
-    opts = EvalOptions(ahead=True, timeout_s=timeout, env={"OPTIML_TEST": "ahead"})
+    opts = EvalOptions(ahead=True, timeout_s=timeout, env={"OPTIML_TEST": mode})
     began = time.perf_counter()
-    outcome = _run_isolated(cmd, opts, Path("/nonexistent"), [plan.encode()])
+    outcome = _run_isolated(cmd, opts, work or Path("/nonexistent"), [plan.encode()])
     return outcome, time.perf_counter() - began
 
 
@@ -94,3 +100,14 @@ def test_closing_ends_the_runners_waiting_for_a_job(runner):
     ahead.AHEAD.close()
     assert not ahead.AHEAD._idle and not alive(idle[0].proc.pid)
     assert not idle[0].work.exists()
+
+
+def test_a_gpu_that_cannot_be_opened_ahead_gets_a_runner_of_its_own_per_job(runner, tmp_path):
+    # an exclusive-process GPU: the runner started ahead exits 4 before its job; the job runs in
+    # a runner of its own, and so does every later one there
+    for plan in ("one", "two"):
+        outcome, _ = run(runner, plan, mode="exclusive", work=tmp_path)
+        result = json.loads(outcome.result)
+        assert outcome.returncode == 0 and result["plan"] == plan and not result["ahead"]
+    assert not ahead.AHEAD.usable(runner, {"OPTIML_TEST": "exclusive"}, None)
+    assert ahead.AHEAD.usable(runner, {"OPTIML_TEST": "ahead"}, None)

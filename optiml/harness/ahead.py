@@ -20,6 +20,9 @@ from pathlib import Path
 
 from optiml.harness import procs
 
+# A runner started ahead exits with this before its job where it cannot open the GPU.
+CANNOT_OPEN = 4
+
 
 @dataclass
 class Started:
@@ -43,26 +46,49 @@ class Ahead:
     def __init__(self) -> None:
         self._idle: dict[tuple, Started] = {}
         self._lock = threading.Lock()
+        self._refused: set[tuple] = set()  # runners and GPUs that cannot be opened ahead
+        self._closings = 0  # a runner started before the last `close` is not kept
+
+    @staticmethod
+    def key(runner: Path, env: dict[str, str], workdir: Path | None) -> tuple:
+        return (str(runner), tuple(sorted(env.items())), str(workdir))
+
+    def usable(self, runner: Path, env: dict[str, str], workdir: Path | None) -> bool:
+        return self.key(runner, env, workdir) not in self._refused
+
+    def refuse(self, runner: Path, env: dict[str, str], workdir: Path | None) -> None:
+        """A runner started ahead could not open its GPU (`CANNOT_OPEN`): from now on, jobs there
+        run in runners of their own."""
+        key = self.key(runner, env, workdir)
+        with self._lock:
+            self._refused.add(key)
+            idle = self._idle.pop(key, None)
+        if idle is not None:
+            idle.discard()
 
     def take(self, runner: Path, env: dict[str, str], workdir: Path | None) -> Started:
         """A started runner for a job now, and another started for the next job."""
-        key = (str(runner), tuple(sorted(env.items())), str(workdir))
+        key = self.key(runner, env, workdir)
         with self._lock:
             ready = self._idle.pop(key, None)
         if ready is not None and ready.proc.poll() is not None:  # it died waiting: a fresh one
             ready.discard()
             ready = None
         job = ready or _start(runner, env, workdir)
-        threading.Thread(target=self._refill, args=(key, runner, env, workdir), daemon=True).start()
+        threading.Thread(
+            target=self._refill, args=(key, runner, env, workdir, self._closings), daemon=True
+        ).start()
         return job
 
-    def _refill(self, key: tuple, runner: Path, env: dict[str, str], workdir: Path | None) -> None:
+    def _refill(
+        self, key: tuple, runner: Path, env: dict[str, str], workdir: Path | None, closings: int
+    ) -> None:
         try:
             started = _start(runner, env, workdir)
         except OSError:
             return  # the next job starts its own
         with self._lock:
-            if key in self._idle:
+            if key in self._idle or key in self._refused or closings != self._closings:
                 extra: Started | None = started
             else:
                 self._idle[key], extra = started, None
@@ -73,6 +99,7 @@ class Ahead:
         """End the runners waiting for a job (an executor's close, the process's exit)."""
         with self._lock:
             idle, self._idle = list(self._idle.values()), {}
+            self._closings += 1
         for started in idle:
             started.discard()
 

@@ -36,7 +36,7 @@ from optiml.cuda.types import DTYPES, struct_layout
 from optiml.errors import ExitCode, OptimlError, SpecError, SpecValueError, quote
 from optiml.expr import ExprError, Number
 from optiml.harness import inputs, procs
-from optiml.harness.ahead import AHEAD, Started
+from optiml.harness.ahead import AHEAD, CANNOT_OPEN, Started
 from optiml.harness.build import DEFAULT_FLAGS, Build, build_kernel, runner_binary
 from optiml.harness.ceilings import device_ceilings, floor_of
 from optiml.harness.device import device_values
@@ -707,8 +707,12 @@ def _run_isolated(cmd: list[str], opts: EvalOptions, work: Path, stdin: list[byt
     input; the result comes back on a pipe (`fd:{result}` in `cmd`), never through a file a
     candidate could read or forge; output goes to files so a chatty kernel cannot block us.
     `opts.ahead`: in a runner started ahead (optiml.harness.ahead), `work` unused."""
-    if opts.ahead:
-        return _run_ahead(cmd, opts, stdin)
+    if opts.ahead and AHEAD.usable(Path(cmd[0]), opts.env, opts.workdir):
+        outcome = _run_ahead(cmd, opts, stdin)
+        if outcome.returncode != CANNOT_OPEN or outcome.result:
+            return outcome
+        # it could not open the GPU while another runner held it: one runner at a time there
+        AHEAD.refuse(Path(cmd[0]), opts.env, opts.workdir)
     out_path, err_path = work / "stdout.txt", work / "stderr.txt"
     env = {**os.environ, **opts.env}
     start = time.perf_counter()

@@ -938,8 +938,9 @@ int main(int argc, char** argv) {
     // Started ahead of its job (while the job before it runs): the GPU is opened first, then the
     // arguments come as the first line of standard input (tab-separated), then the plan.
     phase("starting ahead");
-    cudaSetDevice(dev);
-    cudaFree(nullptr);  // the context, made now
+    // The context, made now; where it cannot be (a GPU in an exclusive-process compute mode, held
+    // by the runner before), exit 4 before the job: the harness runs it in a runner of its own.
+    if (cudaSetDevice(dev) != cudaSuccess || cudaFree(nullptr) != cudaSuccess) return 4;
     std::string line;
     if (!std::getline(std::cin, line)) return 2;
     args.assign(1, argv[0]);
