@@ -506,9 +506,7 @@ class _Digits:
     def coords(self, prefix: str) -> list[Coord]:
         if not self.vars:
             self.vars = [Var(f"{prefix}{i}", self.coord_type) for i in range(len(self.chain))]
-        return [
-            Coord(v, mono_affine(ext)) for v, ext in zip(self.vars, self.extents, strict=True)
-        ]
+        return [Coord(v, mono_affine(ext)) for v, ext in zip(self.vars, self.extents, strict=True)]
 
     def value(self, lo: Mono, hi: Mono | None) -> Expr:
         if isinstance(self.base, _VarBase) and lo == ONE and hi is None:

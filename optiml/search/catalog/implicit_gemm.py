@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from optiml.lift import Lifted, lift
 from optiml.lift.emit import C_TYPES, CEmitter, NotEmittable
-from optiml.lift.families import Affine, affine
+from optiml.lift.families import Affine
 from optiml.lift.implicit import Coord, Implicit, NotImplicit, implicit
 from optiml.lift.model import (
     INTS,
@@ -32,7 +32,6 @@ from optiml.lift.model import (
     Binary,
     Cast,
     Expr,
-    Load,
     Loop,
     LoopOut,
     Select,
@@ -40,7 +39,7 @@ from optiml.lift.model import (
     walk_expr,
 )
 from optiml.lift.ranges import Env, interval
-from optiml.search.catalog import contraction_tiling, gemm_tiling
+from optiml.search.catalog import contraction_tiling
 from optiml.search.catalog._gemm import match, render
 from optiml.search.catalog.base import STATIC_SMEM, Context, Rewrite, Transformation
 
@@ -152,37 +151,43 @@ def _propose(ctx: Context) -> list[Rewrite]:
     envs = [env for *_, env in sizes]
     _prove_in_bounds(ctx, lifted, imp, envs)
 
+    out = []
+    for config, weight in _ranked(sizes):
+        text = _kernel(ctx, lifted, imp, config, envs)
+        grid = [f"cdiv({_text(imp.n)}, {config.bn})", f"cdiv({_text(imp.m)}, {config.bm})"]
+        if imp.batch:
+            grid.append(_text(imp.batch))
+        variant = ctx.rewrite(text, launch=(grid, [str(config.threads)], "0"))
+        summary = (
+            f"implicit GEMM from the lifted model: {config.bm}x{config.bn}x{config.bk} tiles of "
+            f"M = {_text(imp.m)} by N = {_text(imp.n)} over K = {_text(imp.k)}, "
+            f"{config.tm}x{config.tn} FFMA per thread "
+            f"({config.threads} threads); A = {', '.join(imp.a_tensors)}, B = "
+            f"{', '.join(imp.b_tensors)} evaluated into shared memory"
+            + (f", batch {_text(imp.batch)} on blockIdx.z" if imp.batch else "")
+        )
+        out.append(Rewrite(config.params, summary, variant, weight))
+    if not out:
+        raise _NoPlan("no tile fits")
+    return out
+
+
+def _ranked(sizes: list[tuple]) -> list[tuple[Config, float]]:
+    """The configs to propose, best first: those no taller than M (rounded up to 16), their
+    weights scaled by the share of the tiles' rows that hold outputs at the main size."""
+    m_main = sizes[0][0]
     ranked = []
     for config, weight in CONFIGS:
         if config.bm > -(-m_main // 16) * 16:
             continue
-        if any(-(-m // config.bm) > MAX_GRID_YZ or -(-n // config.bn) > INT_MAX for m, n, *_ in sizes):
+        if any(-(-m // config.bm) > MAX_GRID_YZ for m, *_ in sizes):
             continue
         if config.smem_bytes > STATIC_SMEM:
             continue
         used = m_main / (-(-m_main // config.bm) * config.bm)
         ranked.append((config, weight * used))
     ranked.sort(key=lambda t: -t[1])
-    out = []
-    for config, weight in ranked[:PROPOSED]:
-        text = _kernel(ctx, lifted, imp, config, envs)
-        grid = [f"cdiv({_spec(_product(imp.n))}, {config.bn})"]
-        grid.append(f"cdiv({_spec(_product(imp.m))}, {config.bm})")
-        if imp.batch:
-            grid.append(_spec(_product(imp.batch)))
-        variant = ctx.rewrite(text, launch=(grid, [str(config.threads)], "0"))
-        summary = (
-            f"implicit GEMM from the lifted model: {config.bm}x{config.bn}x{config.bk} tiles of "
-            f"M = {_names(imp.m, imp)} by N = {_names(imp.n, imp)} over K = "
-            f"{_names(imp.k, imp)}, {config.tm}x{config.tn} FFMA per thread "
-            f"({config.threads} threads); A = {', '.join(imp.a_tensors)}, B = "
-            f"{', '.join(imp.b_tensors)} evaluated into shared memory"
-            + (f", batch {_names(imp.batch, imp)} on blockIdx.z" if imp.batch else "")
-        )
-        out.append(Rewrite(config.params, summary, variant, weight))
-    if not out:
-        raise _NoPlan("no tile fits")
-    return out
+    return ranked[:PROPOSED]
 
 
 # ---- sizes ----------------------------------------------------------------------------------
@@ -260,14 +265,10 @@ def _prove_in_bounds(ctx: Context, lifted: Lifted, imp: Implicit, envs: list[Env
                     )
 
 
-def _spec(f: Affine) -> str:
-    return render(f)
-
-
-def _names(coords: tuple[Coord, ...], imp: Implicit) -> str:
-    if not coords:
-        return "1"
-    return " x ".join(render(c.extent) for c in reversed(coords))
+def _text(coords: tuple[Coord, ...]) -> str:
+    """The product of the coordinates' extents, slowest first, as C and spec text."""
+    parts = [render(c.extent) for c in reversed(coords)]
+    return " * ".join(p if " " not in p else f"({p})" for p in parts) or "1"
 
 
 # ---- the kernel -----------------------------------------------------------------------------
@@ -286,7 +287,8 @@ class _Emitter(CEmitter):
     def fits(self, e: Expr) -> bool:
         if e not in self._fits:
             ok = all(
-                -(2**31) <= lo and hi <= INT_MAX for lo, hi in (interval(e, env) for env in self.envs)
+                lo >= -(2**31) and hi <= INT_MAX
+                for lo, hi in (interval(e, env) for env in self.envs)
             )
             if ok and isinstance(e, Binary):
                 ok = all(self.fits(x) for x in (e.a, e.b) if x.type in INTS)
@@ -307,7 +309,9 @@ class _Emitter(CEmitter):
                 return f"({a} {e.op} {b})"
             return f"((long long){a} {e.op} (long long){b})"
         if isinstance(e, Cast) and e.type in INTS and e.a.type in INTS:
-            return self.expr(e.a) if self.fits(e.a) or e.type != "int" else f"((int){self.expr(e.a)})"
+            return (
+                self.expr(e.a) if self.fits(e.a) or e.type != "int" else f"((int){self.expr(e.a)})"
+            )
         return super().expr(e)
 
 
@@ -350,9 +354,8 @@ class _Writer:
 
     def value(self, em: _Emitter, e: Expr, depth: int) -> str:
         """`e` as C, the loops whose values it reads written first as statements."""
-        for loop in _loops_read(e):
-            if loop.uid != self.imp.loop.uid:  # the sum: the accumulators
-                self.loop(em, loop, depth)
+        for loop in _loops_read(e, self.imp.loop.uid):
+            self.loop(em, loop, depth)
         return em.expr(e)
 
     def loop(self, em: _Emitter, loop: Loop, depth: int) -> None:
@@ -365,7 +368,7 @@ class _Writer:
             init = self.value(em, c.init, depth)
             self.emit(f"{C_TYPES[c.var.type]} {names[c.var.uid]} = {init};", depth)
         em.names.update(names)
-        if _loops_read(loop.cond):
+        if _loops_read(loop.cond, self.imp.loop.uid):
             raise NotEmittable("a loop condition that reads a loop's value")
         self.emit(f"while ({em.expr(loop.cond)}) {{", depth)
         temps = []
@@ -379,19 +382,21 @@ class _Writer:
         self.emit("}", depth)
 
 
-def _loops_read(e: Expr) -> list[Loop]:
-    """The loops whose results `e` reads (outside loops of its own), each once, in order."""
+def _loops_read(e: Expr, skip: int) -> list[Loop]:
+    """The loops whose results `e` reads (outside loops of its own), each once, in order, but
+    the loop `skip` (the sum, whose value is the accumulators)."""
     found: dict[int, Loop] = {}
     for x in walk_expr(e, into_loops=False):
-        if isinstance(x, LoopOut):
+        if isinstance(x, LoopOut) and x.loop.uid != skip:
             found.setdefault(x.loop.uid, x.loop)
-    if any(isinstance(x, Select) for x in walk_expr(e, into_loops=False)) and found:
+    for x in walk_expr(e, into_loops=False):
         # a loop's value under a select would be computed where the original does not compute it
-        for x in walk_expr(e, into_loops=False):
-            if isinstance(x, Select) and any(
-                isinstance(y, LoopOut) for b in (x.a, x.b) for y in walk_expr(b, into_loops=False)
-            ):
-                raise NotEmittable("a loop's value under a condition")
+        if isinstance(x, Select) and any(
+            isinstance(y, LoopOut) and y.loop.uid in found
+            for b in (x.a, x.b)
+            for y in walk_expr(b, into_loops=False)
+        ):
+            raise NotEmittable("a loop's value under a condition")
     return list(found.values())
 
 
@@ -400,9 +405,8 @@ def _kernel(ctx: Context, lifted: Lifted, imp: Implicit, cfg: Config, envs: list
     w = _Writer(imp, envs, lifted)
     out_type = lifted.tensors[imp.store.tensor].dtype
     acc_name = "optiml_acc[optiml_i][optiml_j]"
-    em0 = _Emitter({imp.acc.var.uid: acc_name}, envs)
 
-    m_text, n_text, k_text = (render(_product(x)) for x in (imp.m, imp.n, imp.k))
+    m_text, n_text, k_text = (_text(x) for x in (imp.m, imp.n, imp.k))
     w.emit("{", 0)
     w.emit(
         f"// Implicit GEMM from the lifted model: {imp.store.tensor} = epilogue(sum over k of "
@@ -412,7 +416,7 @@ def _kernel(ctx: Context, lifted: Lifted, imp: Implicit, cfg: Config, envs: list
     )
     w.emit(
         f"// M = {m_text}, N = {n_text}, K = {k_text}"
-        + (f", batch {render(_product(imp.batch))} on blockIdx.z" if imp.batch else "")
+        + (f", batch {_text(imp.batch)} on blockIdx.z" if imp.batch else "")
         + f". {bm} x {bn} tiles in K steps of {bk}, {tm} x {tn} outputs per thread.",
         1,
     )
@@ -431,7 +435,9 @@ def _kernel(ctx: Context, lifted: Lifted, imp: Implicit, cfg: Config, envs: list
     w.emit(f"const int optiml_K = {k_text};", 1)
     w.emit("const int optiml_tid = threadIdx.x;", 1)
     w.emit(f"const int optiml_m0 = blockIdx.y * {bm}, optiml_n0 = blockIdx.x * {bn};", 1)
-    w.emit(f"const int optiml_tm = optiml_tid / {bn // tn}, optiml_tn = optiml_tid % {bn // tn};", 1)
+    w.emit(
+        f"const int optiml_tm = optiml_tid / {bn // tn}, optiml_tn = optiml_tid % {bn // tn};", 1
+    )
     batch = w.decompose(imp.batch, "blockIdx.z", 1)
 
     # the tile loaders: each thread's rows (columns) of A (B) and its k rows of each
@@ -452,9 +458,7 @@ def _kernel(ctx: Context, lifted: Lifted, imp: Implicit, cfg: Config, envs: list
             xname = w.fresh(f"{side}x")
             w.emit(f"const int {xname} = {x};", 1)
             flat = w.fresh(f"{side}flat")
-            w.emit(
-                f"const int {flat} = optiml_{'m' if side == 'a' else 'n'}0 + {xname};", 1
-            )
+            w.emit(f"const int {flat} = optiml_{'m' if side == 'a' else 'n'}0 + {xname};", 1)
             ok = w.fresh(f"{side}ok")
             w.emit(f"const bool {ok} = {flat} < {ext_name};", 1)
             names = w.decompose(coords, f"({ok} ? {flat} : 0)", 1)
@@ -476,7 +480,7 @@ def _kernel(ctx: Context, lifted: Lifted, imp: Implicit, cfg: Config, envs: list
                     w.emit("{", depth)
                     k = w.fresh("k")
                     w.emit(f"const int {k} = {k0} + {kk};", depth + 1)
-                    w.emit(f"float optiml_v = 0.0f;", depth + 1)
+                    w.emit("float optiml_v = 0.0f;", depth + 1)
                     w.emit(f"if ({ok} && {k} < optiml_K) {{", depth + 1)
                     knames = w.decompose(imp.k, k, depth + 2)
                     em = _Emitter({**names, **batch, **knames}, envs)
@@ -524,7 +528,10 @@ def _kernel(ctx: Context, lifted: Lifted, imp: Implicit, cfg: Config, envs: list
     w.emit("#pragma unroll", 1)
     w.emit(f"for (int optiml_i = 0; optiml_i < {tm}; ++optiml_i) {{", 1)
     w.emit("#pragma unroll", 2)
-    w.emit(f"for (int optiml_j = 0; optiml_j < {tn}; ++optiml_j) optiml_acc[optiml_i][optiml_j] = 0.0f;", 2)
+    w.emit(
+        f"for (int optiml_j = 0; optiml_j < {tn}; ++optiml_j) optiml_acc[optiml_i][optiml_j] = 0.0f;",
+        2,
+    )
     w.emit("}", 1)
     if imp.seed is not None:
 
@@ -592,12 +599,4 @@ def _kernel(ctx: Context, lifted: Lifted, imp: Implicit, cfg: Config, envs: list
 
     outputs(epilogue, 1)
     w.emit("}", 0)
-    del em0
     return contraction_tiling.head(ctx, threads, 1) + "\n".join(w.lines)
-
-
-def _is_load(e: Expr) -> bool:
-    return isinstance(e, Load)
-
-
-__all__ = ["Config", "ImplicitGemm", "read", "why_not", "affine", "gemm_tiling"]
