@@ -57,7 +57,12 @@ SMALL = {
         "height": 3,
         "width": 4,
     },
-    76: {"batch_size": 2, "in_channels": 5, "out_channels": 20, "length": 70},  # 1-D strided dilated
+    76: {
+        "batch_size": 2,
+        "in_channels": 5,
+        "out_channels": 20,
+        "length": 70,
+    },  # 1-D strided dilated
     78: {"batch_size": 2, "in_channels": 3, "out_channels": 20, "height": 6, "width": 9},
     80: {"batch_size": 2, "in_channels": 3, "out_channels": 20, "width": 27, "height": 13},
     82: {"batch_size": 2, "in_channels": 20, "width": 9, "height": 7},  # depthwise
@@ -66,7 +71,10 @@ SMALL = {
 HOST = [50, 54, 58, 64, 72, 76, 78, 80, 86]
 # Sizes to run on the host where the spec's are slow there (50 keeps its 224 x 224 input).
 HOST_SIZES = {
-    50: [{"batch_size": 1, "out_channels": 20, "OH": 3}, {"batch_size": 2, "out_channels": 9, "OH": 2}]
+    50: [
+        {"batch_size": 1, "out_channels": 20, "OH": 3},
+        {"batch_size": 2, "out_channels": 9, "OH": 2},
+    ]
 }
 
 _made: dict = {}
@@ -232,7 +240,10 @@ def test_kernelbench_convolutions_compute_what_the_original_does(n, tmp_path):
         ),
         pytest.param(
             lambda: inline(WRITTEN, "conv_relu"),
-            [{"B": 2, "C": 3, "F": 19, "H": 11, "W": 14}, {"B": 1, "C": 2, "F": 33, "H": 8, "W": 21}],
+            [
+                {"B": 2, "C": 3, "F": 19, "H": 11, "W": 14},
+                {"B": 1, "C": 2, "F": 33, "H": 8, "W": 21},
+            ],
             id="written-strided-dilated",
         ),
     ],
