@@ -203,7 +203,7 @@ def implicit(lifted: Lifted) -> Implicit:
     d1, d2 = _uses(f1, out_uids), _uses(f2, out_uids)
     if not (_uses(f1, k_uids) and _uses(f2, k_uids)):
         raise NotImplicit("a factor does not move with k")
-    unit = out_coords[0].var.uid  # the fastest digit: the output's unit-stride coordinate
+    unit = _unit_stride(store.index, out_coords)
     if unit in d1 and unit not in d2:
         f1, f2, d1, d2 = f2, f1, d2, d1
     a, b, da, db = f1, f2, d1, d2
@@ -277,6 +277,14 @@ def implicit(lifted: Lifted) -> Implicit:
         threads.base.block,
         unguarded,
     )
+
+
+def _unit_stride(index: Expr, coords: list[Coord]) -> int:
+    """The output coordinate whose step moves the store by one element (where the index is
+    affine in the coordinates and one has coefficient 1), else the fastest digit."""
+    f = affine(index) or {}
+    unit = [c.var.uid for c in coords if f.get((f"{c.var.name}#{c.var.uid}",)) == 1]
+    return unit[0] if len(unit) == 1 else coords[0].var.uid
 
 
 def size_mono_affine(f: Affine) -> Mono:
@@ -475,6 +483,8 @@ class _Digits:
             if d[1] is not None:
                 self.places.add(d[1])
             return
+        if isinstance(e, Builtin) and not e.name.endswith(".x"):
+            raise NotImplicit(f"`{e.name}`: only a flat 1-D launch's thread index is read")
         if self.base.stray(e):
             raise NotImplicit("the index is used other than by its digits")
         if isinstance(e, LoopOut):
@@ -509,8 +519,6 @@ class _Digits:
         return [Coord(v, mono_affine(ext)) for v, ext in zip(self.vars, self.extents, strict=True)]
 
     def value(self, lo: Mono, hi: Mono | None) -> Expr:
-        if isinstance(self.base, _VarBase) and lo == ONE and hi is None:
-            return self.base.var
         self.coords("c")
         first = self.chain.index(lo)
         last = len(self.chain) if hi is None else self.chain.index(hi)

@@ -472,7 +472,31 @@ def _kernel(ctx: Context, lifted: Lifted, imp: Implicit, cfg: Config, envs: list
             krow = [str(r) for r in range(rows)]
         loaders.append((side, factor, pos, krow))
 
-    def load(k0: str, depth: int) -> None:
+    # K's coordinates, taken back from k once per K tile into shared memory (a row per k of the
+    # tile) rather than once per element loaded
+    table = len(imp.k) > 1
+    if table:
+        w.emit(f"__shared__ int optiml_kt[2][{bk}][{len(imp.k)}];", 1)
+
+    def fill(k0: str, buf: str, depth: int) -> None:
+        if not table:
+            return
+        w.emit(f"if (optiml_tid < {bk}) {{", depth)
+        names = w.decompose(imp.k, f"{k0} + optiml_tid", depth + 1)
+        for i, c in enumerate(imp.k):
+            w.emit(f"optiml_kt[{buf}][optiml_tid][{i}] = {names[c.var.uid]};", depth + 1)
+        w.emit("}", depth)
+
+    def k_names(k: str, buf: str, kk: str, depth: int) -> dict[int, str]:
+        if not table:
+            return w.decompose(imp.k, k, depth)
+        names = {}
+        for i, c in enumerate(imp.k):
+            names[c.var.uid] = w.fresh("c")
+            w.emit(f"const int {names[c.var.uid]} = optiml_kt[{buf}][{kk}][{i}];", depth)
+        return names
+
+    def load(k0: str, buf: str, depth: int) -> None:
         for side, factor, pos, krow in loaders:
             for p, (_, ok, names) in enumerate(pos):
                 for r, kk in enumerate(krow):
@@ -482,7 +506,7 @@ def _kernel(ctx: Context, lifted: Lifted, imp: Implicit, cfg: Config, envs: list
                     w.emit(f"const int {k} = {k0} + {kk};", depth + 1)
                     w.emit("float optiml_v = 0.0f;", depth + 1)
                     w.emit(f"if ({ok} && {k} < optiml_K) {{", depth + 1)
-                    knames = w.decompose(imp.k, k, depth + 2)
+                    knames = k_names(k, buf, kk, depth + 2)
                     em = _Emitter({**names, **batch, **knames}, envs)
                     text = w.value(em, factor, depth + 2)
                     w.emit(f"optiml_v = {text};", depth + 2)
@@ -546,14 +570,20 @@ def _kernel(ctx: Context, lifted: Lifted, imp: Implicit, cfg: Config, envs: list
     pa = len(loaders[0][2]) * len(loaders[0][3])
     pb = len(loaders[1][2]) * len(loaders[1][3])
     w.emit(f"float optiml_ra[{pa}], optiml_rb[{pb}];", 1)
-    load("0", 1)
+    if table:
+        fill("0", "0", 1)
+        w.emit("__syncthreads();", 1)
+    load("0", "0", 1)
     w.emit(f"const int optiml_tiles = (optiml_K + {bk - 1}) / {bk};", 1)
     w.emit("for (int optiml_t = 0; optiml_t < optiml_tiles; ++optiml_t) {", 1)
     w.emit("const int optiml_buf = optiml_t & 1;", 2)
     store("optiml_buf", 2)
+    # the next tile's k coordinates go to the table's other half, last read before the previous
+    # barrier; the barrier makes both the stored tile and them visible
+    fill(f"(optiml_t + 1) * {bk}", "optiml_buf ^ 1", 2)
     w.emit("__syncthreads();", 2)
     w.emit("if (optiml_t + 1 < optiml_tiles) {", 2)
-    load(f"(optiml_t + 1) * {bk}", 3)
+    load(f"(optiml_t + 1) * {bk}", "optiml_buf ^ 1", 3)
     w.emit("}", 2)
     w.emit("#pragma unroll", 2)
     w.emit(f"for (int optiml_kk = 0; optiml_kk < {bk}; ++optiml_kk) {{", 2)
