@@ -37,11 +37,12 @@ import random
 import re
 import secrets
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from optiml.cuda.kernel_ast import KernelAST
+from optiml.cuda.kernel_ast import KernelAST, walk
 from optiml.cuda.source import SourceFile
 from optiml.cuda.types import DTYPES
 from optiml.errors import OptimlError
@@ -261,14 +262,20 @@ def hardcoded_constants(
     original: SourceFile, candidate: SourceFile, kernel: str, spec: Spec
 ) -> list[int]:
     """Integer literals of the candidate's kernel equal to a problem-size value of the spec (over
-    255) that the input's kernel does not have: a variant that wires in the size it was tested at."""
+    255) that the input's kernel does not have: a variant that wires in the size it was tested at.
+    `__launch_bounds__`'s arguments are not read: they bound the block's resources (a block of 256
+    threads where a dimension is 256 is no wired-in size), and a kernel cannot compute with them."""
     values = {v for s in spec.sizes for v in s.values() if v > 255}
     for s in spec.sizes:
         case = spec.case(s)
         values |= {v for v in case.lengths.values() if v > 255}
 
     def literals(src: SourceFile) -> set[int]:
-        return set(KernelAST(src, src.kernel(kernel)).int_literals())
+        ast = KernelAST(src, src.kernel(kernel))
+        bounds = [n for n in walk(ast.outer) if n.type == "launch_bounds"]
+        every = Counter(ast.int_literals())
+        every.subtract(v for n in bounds for v in ast.int_literals(n))
+        return {v for v, count in every.items() if count > 0}
 
     return sorted((literals(candidate) - literals(original)) & values)
 

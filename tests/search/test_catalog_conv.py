@@ -286,7 +286,7 @@ def test_the_signature_buffers_and_sizes_stay_and_the_launch_covers_the_tiles():
             "groups",
         ]
         assert launch.block == [str(p.params["threads"])]
-        assert f"__launch_bounds__({ig._lit(p.params['threads'])}, 1)" in out.source.text
+        assert f"__launch_bounds__({p.params['threads']}, 1)" in out.source.text
 
 
 @needs_kb

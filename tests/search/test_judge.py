@@ -312,3 +312,41 @@ def test_a_variable_template_that_caches_across_launches_is_state():
     assert len(found) == 1
     assert re.fullmatch(r"device memory `seen<(\(int\))?1>` that no launch resets", found[0])
     assert hidden_state(original, original, original.kernel("k"), spec, "sm_90") == []
+
+
+def test_a_wired_in_size_is_found_and_a_block_bound_is_not():
+    from optiml.cuda.source import SourceFile
+    from optiml.search.judge import hardcoded_constants
+    from optiml.spec import parse_spec
+
+    original = """
+/* @optiml
+ *   args:   x: inout float[n]
+ *   launch: grid = cdiv(n, 256), block = 256
+ *   sizes:  n = (512), (1000)
+ */
+__global__ void k(float* x, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = 2.0f * x[i];
+}
+"""
+    source = SourceFile(original, "k.cu")
+    spec = parse_spec(source, source.kernel("k"))
+
+    def found(body_from: str, body_to: str) -> list[int]:
+        text = original.replace(body_from, body_to)
+        assert text != original
+        return hardcoded_constants(source, SourceFile(text, "k.cu"), "k", spec)
+
+    # a size the candidate was tested at, wired into its code: found
+    assert found("if (i < n)", "if (i < 512)") == [512]
+    assert found("if (i < n)", "if (i < 1000)") == [1000]
+    # a block of 512 threads declared as its bound: a resource, not the problem's size
+    assert found("__global__ void k", "__global__ void __launch_bounds__(512) k") == []
+    # ... but the same value used in the code is still found
+    both = found(
+        "__global__ void k(float* x, int n)\n{",
+        "__global__ void __launch_bounds__(512) k(float* x, int n)\n{\n    if (n != 512) return;",
+    )
+    assert both == [512]
