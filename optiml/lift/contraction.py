@@ -14,7 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from optiml.lift.coords import Flat, NotSplit, delinearize
-from optiml.lift.families import Affine, affine, global_indices, induction_steps, reduction_of
+from optiml.lift.families import (
+    Affine,
+    add_affine,
+    affine,
+    global_indices,
+    induction_steps,
+    reduction_of,
+)
 from optiml.lift.model import (
     BOOL,
     Binary,
@@ -101,7 +108,7 @@ class Contraction:
 
     @property
     def k_extent(self) -> Affine:
-        return _add(self.k_end, {m: -c for m, c in self.k_start.items()})
+        return add_affine(self.k_end, {m: -c for m, c in self.k_start.items()})
 
     @property
     def input_types(self) -> tuple[str, str]:
@@ -272,10 +279,10 @@ def _uniform(e: Expr) -> Affine | None:
 def _k_bound(cond: Expr, k: Var) -> Affine | None:
     if isinstance(cond, Binary) and cond.a == k and cond.op in ("<", "<="):
         f = _uniform(cond.b)
-        return None if f is None else (f if cond.op == "<" else _add(f, {(): 1}))
+        return None if f is None else (f if cond.op == "<" else add_affine(f, {(): 1}))
     if isinstance(cond, Binary) and cond.b == k and cond.op in (">", ">="):
         f = _uniform(cond.a)
-        return None if f is None else (f if cond.op == ">" else _add(f, {(): 1}))
+        return None if f is None else (f if cond.op == ">" else add_affine(f, {(): 1}))
     return None
 
 
@@ -354,10 +361,3 @@ def _spelled_blocks(indices: list[Expr]) -> dict[str, int]:
                 if raw.get(local):
                     out[d] = coef // raw[local]
     return out
-
-
-def _add(a: Affine, b: Affine) -> Affine:
-    out = dict(a)
-    for m, c in b.items():
-        out[m] = out.get(m, 0) + c
-    return {m: c for m, c in out.items() if c}

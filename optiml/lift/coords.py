@@ -14,6 +14,7 @@ covers the virtual one (`total` threads along `dim`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from optiml.lift.families import Affine, affine, global_indices
@@ -24,7 +25,6 @@ from optiml.lift.model import (
     Binary,
     Builtin,
     Call,
-    Carried,
     Cast,
     Const,
     Expr,
@@ -33,6 +33,7 @@ from optiml.lift.model import (
     Loop,
     LoopOut,
     Param,
+    Rewriter,
     Select,
     Stmt,
     Store,
@@ -108,8 +109,29 @@ class Flat:
         return None if m is None else mono_affine(m)
 
 
+def digit_range(
+    e: Expr, is_base: Callable[[Expr], bool], what: str
+) -> tuple[Mono, Mono | None] | None:
+    """(lo, hi) where `e` is (base % hi) / lo for an expression `is_base` accepts; None where it
+    is not a digit range of the base; `NotSplit` where a division cuts across digits."""
+    if is_base(e):
+        return (ONE, None)
+    if isinstance(e, Cast) and e.type in (INT, LONG) and e.a.type in (INT, LONG):
+        return digit_range(e.a, is_base, what)
+    if not (isinstance(e, Binary) and e.op in ("/", "%") and e.type in (INT, LONG)):
+        return None
+    inner = digit_range(e.a, is_base, what)
+    if inner is None:
+        return None
+    lo, hi = inner
+    m = times(lo, size_mono(e.b))
+    if hi is not None and over(hi, m) is None:
+        raise NotSplit(f"a division that does not split the {what}'s digits")
+    return (m, hi) if e.op == "/" else (lo, m)
+
+
 @dataclass
-class _Reader:
+class _Reader(Rewriter):
     """Finds the flat index's place values and bound (pass 1) and rewrites the model (pass 2)."""
 
     dim: str
@@ -137,20 +159,7 @@ class _Reader:
 
     def digits(self, e: Expr) -> tuple[Mono, Mono | None] | None:
         """(lo, hi) where `e` is (g % hi) / lo; None where `e` is not a digit range of g."""
-        if self.is_g(e):
-            return (ONE, None)
-        if isinstance(e, Cast) and e.type in (INT, LONG) and e.a.type in (INT, LONG):
-            return self.digits(e.a)
-        if not (isinstance(e, Binary) and e.op in ("/", "%") and e.type in (INT, LONG)):
-            return None
-        inner = self.digits(e.a)
-        if inner is None:
-            return None
-        lo, hi = inner
-        m = times(lo, size_mono(e.b))
-        if hi is not None and over(hi, m) is None:
-            raise NotSplit("a division that does not split the thread index's digits")
-        return (m, hi) if e.op == "/" else (lo, m)
+        return digit_range(e, self.is_g, "thread index")
 
     def compared(self, e: Expr) -> tuple[bool, Mono] | None:
         """(`g < B` holds when the comparison does, B) for `g < B`, `g >= B`, `B > g`, `B <= g`."""
@@ -246,13 +255,6 @@ class _Reader:
         assert out is not None
         return out
 
-    def sub(self, e: Expr) -> Expr:
-        if e in self.memo:
-            return self.memo[e]
-        out = self._sub(e)
-        self.memo[e] = out
-        return out
-
     def _sub(self, e: Expr) -> Expr:
         if not _moves(e):
             return e
@@ -264,39 +266,7 @@ class _Reader:
         if d is not None:
             v = self.value(*d)
             return v if v.type == e.type else Cast(v, e.type)
-        match e:
-            case Load():
-                return replace(e, index=self.sub(e.index))
-            case Unary() | Cast():
-                return replace(e, a=self.sub(e.a))
-            case Binary():
-                return replace(e, a=self.sub(e.a), b=self.sub(e.b))
-            case Call():
-                return replace(e, args=tuple(self.sub(x) for x in e.args))
-            case Select():
-                return replace(e, cond=self.sub(e.cond), a=self.sub(e.a), b=self.sub(e.b))
-            case LoopOut():
-                return LoopOut(self.loop(e.loop), e.var)
-        return e
-
-    def loop(self, loop: Loop) -> Loop:
-        key = ("loop", loop.uid)
-        if key not in self.memo:
-            self.memo[key] = replace(
-                loop,
-                carried=tuple(
-                    Carried(c.var, self.sub(c.init), self.sub(c.update)) for c in loop.carried
-                ),
-                cond=self.sub(loop.cond),
-                body=tuple(self.stmt(s) for s in loop.body),
-                guard=self.sub(loop.guard),
-            )
-        return self.memo[key]
-
-    def stmt(self, s: Stmt) -> Stmt:
-        if isinstance(s, Loop):
-            return self.loop(s)
-        return replace(s, index=self.sub(s.index), value=self.sub(s.value), guard=self.sub(s.guard))
+        return self.rebuilt(e)
 
 
 def delinearize(lifted: Lifted) -> tuple[Lifted, Flat]:

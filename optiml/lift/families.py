@@ -55,6 +55,14 @@ def _var_name(v: Var) -> str:
     return f"{v.name}#{v.uid}"
 
 
+def add_affine(a: Affine, b: Affine) -> Affine:
+    """a + b, without the monomials that cancel."""
+    out = dict(a)
+    for m, c in b.items():
+        out[m] = out.get(m, 0) + c
+    return {m: c for m, c in out.items() if c}
+
+
 def affine(e: Expr) -> Affine | None:
     """`e` as a sum of integer multiples of products of atoms (built-ins, scalar parameters,
     loop variables); None where it is not one (a division, a load, a floating value)."""

@@ -28,9 +28,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from optiml.lift.coords import ONE, Mono, mono_affine, over, size_mono, times
+from optiml.lift.coords import ONE, Mono, digit_range, mono_affine, over, size_mono
 from optiml.lift.coords import NotSplit as _NotSplit
-from optiml.lift.families import Affine, affine, global_indices, induction_steps, reduction_of
+from optiml.lift.families import (
+    Affine,
+    add_affine,
+    affine,
+    global_indices,
+    induction_steps,
+    reduction_of,
+)
 from optiml.lift.model import (
     BOOL,
     FALSE,
@@ -40,7 +47,6 @@ from optiml.lift.model import (
     TRUE,
     Binary,
     Builtin,
-    Call,
     Carried,
     Cast,
     Const,
@@ -50,8 +56,8 @@ from optiml.lift.model import (
     Loop,
     LoopOut,
     Param,
+    Rewriter,
     Select,
-    Stmt,
     Store,
     Unary,
     Var,
@@ -348,11 +354,11 @@ def _counter(loop: Loop) -> tuple[Var, Affine, Affine]:
     if isinstance(cond, Binary) and _strip(cond.a) == c.var and cond.op in ("<", "<="):
         bound = _uniform(cond.b)
         if bound is not None and cond.op == "<=":
-            bound = _add(bound, {(): 1})
+            bound = add_affine(bound, {(): 1})
     elif isinstance(cond, Binary) and _strip(cond.b) == c.var and cond.op in (">", ">="):
         bound = _uniform(cond.a)
         if bound is not None and cond.op == ">=":
-            bound = _add(bound, {(): 1})
+            bound = add_affine(bound, {(): 1})
     if start is None or bound is None:
         raise NotImplicit("a loop of the sum whose range is not made of the kernel's sizes")
     return c.var, start, bound
@@ -416,7 +422,7 @@ class _VarBase:
 
 
 @dataclass
-class _Digits:
+class _Digits(Rewriter):
     """A flat index's digits (`(base % hi) / lo`): their place values, the bound `base < total`,
     and the model rewritten with a coordinate Var per digit (as `optiml.lift.coords` does for up
     to three launch dimensions, here for any number)."""
@@ -433,22 +439,14 @@ class _Digits:
     seen: set[int] = field(default_factory=set)
 
     def digits(self, e: Expr) -> tuple[Mono, Mono | None] | None:
-        if self.base(e):
-            if e.type == LONG:
+        def is_base(x: Expr) -> bool:
+            if not self.base(x):
+                return False
+            if x.type == LONG:
                 self.coord_type = LONG
-            return (ONE, None)
-        if isinstance(e, Cast) and e.type in (INT, LONG) and e.a.type in (INT, LONG):
-            return self.digits(e.a)
-        if not (isinstance(e, Binary) and e.op in ("/", "%") and e.type in (INT, LONG)):
-            return None
-        inner = self.digits(e.a)
-        if inner is None:
-            return None
-        lo, hi = inner
-        m = times(lo, size_mono(e.b))
-        if hi is not None and over(hi, m) is None:
-            raise _NotSplit("a division that does not split the index's digits")
-        return (m, hi) if e.op == "/" else (lo, m)
+            return True
+
+        return digit_range(e, is_base, "index")
 
     def compared(self, e: Expr) -> tuple[bool, Mono] | None:
         if not isinstance(self.base, _ThreadBase):
@@ -529,13 +527,6 @@ class _Digits:
             total = term if total is None else Binary("+", total, term, self.coord_type)
         return total if total is not None else Const(0, self.coord_type)
 
-    def sub(self, e: Expr) -> Expr:
-        if e in self.memo:
-            return self.memo[e]
-        out = self._sub(e)
-        self.memo[e] = out
-        return out
-
     def _sub(self, e: Expr) -> Expr:
         if not self.base.moves(e) and not isinstance(e, LoopOut):
             return e
@@ -546,39 +537,10 @@ class _Digits:
         if d is not None:
             v = self.value(*d)
             return v if v.type == e.type else Cast(v, e.type)
-        match e:
-            case Load():
-                return replace(e, index=self.sub(e.index))
-            case Unary() | Cast():
-                return replace(e, a=self.sub(e.a))
-            case Binary():
-                return replace(e, a=self.sub(e.a), b=self.sub(e.b))
-            case Call():
-                return replace(e, args=tuple(self.sub(x) for x in e.args))
-            case Select():
-                return replace(e, cond=self.sub(e.cond), a=self.sub(e.a), b=self.sub(e.b))
-            case LoopOut():
-                return LoopOut(self.loop(e.loop), e.var)
-        return e
+        return self.rebuilt(e)
 
-    def loop(self, loop: Loop) -> Loop:
-        key = ("loop", loop.uid)
-        if key not in self.memo:
-            self.memo[key] = replace(
-                loop,
-                carried=tuple(
-                    Carried(c.var, self.sub(c.init), self.sub(c.update)) for c in loop.carried
-                ),
-                cond=self.sub(loop.cond),
-                body=tuple(self.stmt(s) for s in loop.body),
-                guard=_simplify(self.sub(loop.guard)),
-            )
-        return self.memo[key]
-
-    def stmt(self, s: Stmt) -> Stmt:
-        if isinstance(s, Loop):
-            return self.loop(s)
-        return replace(s, index=self.sub(s.index), value=self.sub(s.value), guard=self.sub(s.guard))
+    def guard(self, e: Expr) -> Expr:
+        return _simplify(e)
 
 
 def _mono_expr(m: Mono, t: str) -> Expr:
@@ -697,12 +659,5 @@ def _simplify(e: Expr) -> Expr:
     return e
 
 
-def _add(a: Affine, b: Affine) -> Affine:
-    out = dict(a)
-    for m, c in b.items():
-        out[m] = out.get(m, 0) + c
-    return {m: c for m, c in out.items() if c}
-
-
 def _sub_affine(a: Affine, b: Affine) -> Affine:
-    return _add(a, {m: -c for m, c in b.items()})
+    return add_affine(a, {m: -c for m, c in b.items()})

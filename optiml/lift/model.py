@@ -16,7 +16,7 @@ structure (accesses, reductions, the iteration domain).
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 # Scalar types of values: what C's usual arithmetic conversions need, and what NumPy computes in.
 BOOL, INT, LONG, FLOAT, DOUBLE, HALF, BF16 = (
@@ -220,6 +220,64 @@ def children(e: Expr) -> tuple[Expr, ...]:
         case Select(cond=c, a=a, b=b):
             return (c, a, b)
     return ()
+
+
+class Rewriter:
+    """A rewrite of a model's expressions, statements and loops: `sub` of an expression is the
+    subclass's `_sub` (which rebuilds what it does not change itself with `rebuilt`), each
+    expression and loop rewritten once (`memo`, which a subclass holds), `guard` applied to a
+    rewritten loop's guard."""
+
+    memo: dict
+
+    def sub(self, e: Expr) -> Expr:
+        if e in self.memo:
+            return self.memo[e]
+        out = self._sub(e)
+        self.memo[e] = out
+        return out
+
+    def _sub(self, e: Expr) -> Expr:
+        return self.rebuilt(e)
+
+    def rebuilt(self, e: Expr) -> Expr:
+        """`e` with each operand rewritten (a loop's value from its rewritten loop)."""
+        match e:
+            case Load():
+                return replace(e, index=self.sub(e.index))
+            case Unary() | Cast():
+                return replace(e, a=self.sub(e.a))
+            case Binary():
+                return replace(e, a=self.sub(e.a), b=self.sub(e.b))
+            case Call():
+                return replace(e, args=tuple(self.sub(x) for x in e.args))
+            case Select():
+                return replace(e, cond=self.sub(e.cond), a=self.sub(e.a), b=self.sub(e.b))
+            case LoopOut():
+                return LoopOut(self.loop(e.loop), e.var)
+        return e
+
+    def guard(self, e: Expr) -> Expr:
+        return e
+
+    def loop(self, loop: Loop) -> Loop:
+        key = ("loop", loop.uid)
+        if key not in self.memo:
+            self.memo[key] = replace(
+                loop,
+                carried=tuple(
+                    Carried(c.var, self.sub(c.init), self.sub(c.update)) for c in loop.carried
+                ),
+                cond=self.sub(loop.cond),
+                body=tuple(self.stmt(s) for s in loop.body),
+                guard=self.guard(self.sub(loop.guard)),
+            )
+        return self.memo[key]
+
+    def stmt(self, s: Stmt) -> Stmt:
+        if isinstance(s, Loop):
+            return self.loop(s)
+        return replace(s, index=self.sub(s.index), value=self.sub(s.value), guard=self.sub(s.guard))
 
 
 def walk_expr(e: Expr, into_loops: bool = True):

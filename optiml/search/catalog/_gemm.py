@@ -24,6 +24,7 @@ from optiml.cuda.kernel_ast import (
     walk,
 )
 from optiml.cuda.types import lookup
+from optiml.lift.families import add_affine
 from optiml.search.catalog.base import STATIC_SMEM
 
 # Include-guarded, so that a file whose other kernel already has it stays valid.
@@ -923,7 +924,7 @@ def _index_form(
     index = ast.affine(args.named_children[0], env)
     if offset is None or index is None:
         return None
-    return name, _add(offset, index)
+    return name, add_affine(offset, index)
 
 
 def _alias(ast: KernelAST, decls: list[Node], name: str) -> tuple[str, Node | None] | None:
@@ -1009,13 +1010,6 @@ def _uniform(form: Affine | None, ints: set[str]) -> Affine | None:
 
 def _positive(form: Affine) -> bool:
     return bool(form) and all(c > 0 for c in form.values())
-
-
-def _add(a: Affine, b: Affine) -> Affine:
-    out = dict(a)
-    for m, c in b.items():
-        out[m] = out.get(m, 0) + c
-    return {m: c for m, c in out.items() if c}
 
 
 def render(form: Affine, wide: bool = False) -> str:
