@@ -5,7 +5,7 @@
 #
 #   OUT=/tmp/out benchmarks/gpu_run.sh [step ...]
 #     steps: search profile tests catalog editor llm verdicts tricks overhead deliver lift linear remote
-#            intents kernelbench schedules corpus
+#            intents kernelbench schedules corpus phases throughput
 #
 # search: measures for SEARCH_SECONDS (default 200; SEARCH_FIXTURES: only these fixture files)
 # into $OUT/search-table-h200.json, starting from benchmarks/results/search-table-h200.json when it
@@ -32,6 +32,10 @@
 #   (SCHEDULES_SHARD=i/n, SCHEDULES_SECONDS: stop starting kernels after that; SCHEDULES_TIMEOUT).
 # corpus: benchmarks/corpus.py, `optiml optimize` with its defaults on the same kernels against
 #   PyTorch and the floor (CORPUS_SHARD=i/n, CORPUS_ONLY, CORPUS_TIMEOUT for the step).
+# phases: benchmarks/eval_phases.py, where an evaluation's time goes, each one in a runner started
+#   for it and in one started ahead (PHASES_REPEATS, PHASES_TIMEOUT).
+# throughput: benchmarks/throughput.py, the search's evaluations a minute (THROUGHPUT_FIXTURES,
+#   THROUGHPUT_PARALLEL, THROUGHPUT_BUDGET, THROUGHPUT_TIMEOUT).
 # remote: `optiml optimize` of fixtures/softmax.cu locally, over SSH on loopback and on Ray
 #   (benchmarks/remote_search.py; REMOTE_SSHD: the sshd binary to start, see its docstring).
 set -uo pipefail
@@ -141,6 +145,18 @@ for step in "${steps[@]}"; do
       timeout -s INT -k 15 "${SCHEDULES_TIMEOUT:-560}" python3 benchmarks/schedules.py --out "$OUT/schedules" \
         --shard "${SCHEDULES_SHARD:-1/1}" --seconds "${SCHEDULES_SECONDS:-480}" \
         2>&1 | (header; cat) | tee "$OUT/schedules.log" | tail -5
+      ;;
+    phases)
+      timeout -s INT -k 15 "${PHASES_TIMEOUT:-120}" python3 benchmarks/eval_phases.py \
+        --out "$OUT/eval-phases.json" --repeats "${PHASES_REPEATS:-2}" \
+        2>&1 | (header; cat) | tee "$OUT/eval-phases.log" | tail -3
+      ;;
+    throughput)
+      # shellcheck disable=SC2086
+      timeout -s INT -k 15 "${THROUGHPUT_TIMEOUT:-560}" python3 benchmarks/throughput.py \
+        --out "$OUT/throughput.json" --parallel "${THROUGHPUT_PARALLEL:-8}" \
+        --budget "${THROUGHPUT_BUDGET:-20}" ${THROUGHPUT_FIXTURES:+--fixtures $THROUGHPUT_FIXTURES} \
+        2>&1 | (header; cat) | tee "$OUT/throughput.log" | tail -3
       ;;
     corpus)
       # shellcheck disable=SC2086
