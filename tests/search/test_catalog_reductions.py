@@ -670,19 +670,6 @@ __global__ void copy_and_count(const int* data, unsigned int* bins, int* copy, i
     }
 }
 """,
-    # 8-byte counters
-    "wide_counts": """
-/* @optiml
- *   args:   data: in int[n] in [0, 256), bins: inout uint64[256]
- *   launch: grid = cdiv(n, 256), block = 256
- *   sizes:  n = 4096, 1001
- */
-__global__ void wide_counts(const int* data, unsigned long long* bins, int n)
-{
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) atomicAdd(&bins[data[i]], 1ull);
-}
-""",
 }
 
 
@@ -732,3 +719,61 @@ def test_a_while_grid_stride_loop_is_a_loop_over_elements(tmp_path):
     # a loop whose index also moves in the body is not one element per step
     moved = WHILE_SUM.replace("atomicAdd(total, x[i]);", "atomicAdd(total, x[i]); i += 1;")
     assert by_name("block_reduce").propose(context(moved, "while_sum")) == []
+
+
+# 64-bit pair counts (a big volume's can pass 2^32), one at a time, with a 32-bit element index.
+WIDE_PAIR_BINS = """
+/* @optiml
+ *   args:   u: in uint8[n] in [0, A), v: in uint8[n] in [0, B), joint: inout uint64[A * B]
+ *   launch: grid = cdiv(n, 256), block = 256
+ *   sizes:  n, A, B = (1 << 22, 64, 64), (100003, 5, 7)
+ */
+__global__ void wide_pairs(const unsigned char* u, const unsigned char* v,
+                           unsigned long long* joint, int n, int A, int B)
+{
+    int p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (p < n) {
+        int cell = u[p] * B + v[p];
+        atomicAdd(&joint[cell], 1ULL);
+    }
+}
+"""
+
+
+def test_64_bit_bins_counted_by_ones_get_32_bit_private_counts(tmp_path):
+    # a block counts at most 2^31 - 1 elements (its index is an int): 32-bit shared counts, each
+    # merged once into its 64-bit bin
+    proposals = HISTOGRAM.propose(context(WIDE_PAIR_BINS, "wide_pairs"))
+    assert_well_formed(proposals, "wide_pairs")
+    for p in proposals:
+        assert "unsigned int* opt_hist" in p.variant.text
+        assert "atomicAdd(&joint[opt_j], (unsigned long long)opt_sum);" in p.variant.text
+    found = atomics(ptx(proposals[0], tmp_path))
+    assert any(".shared.add.u32" in a for a in found), found
+    merges = [a for a in found if ".shared" not in a]  # the merge loop, unrolled by nvcc
+    assert merges and all(".global.add.u64" in a for a in merges), merges
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+def test_32_bit_private_counts_of_64_bit_bins_count_what_the_original_does(tmp_path):
+    ctx = context(WIDE_PAIR_BINS, "wide_pairs")
+    candidates = [
+        Context.of(p.variant, ctx.source.path, "wide_pairs") for p in HISTOGRAM.propose(ctx)
+    ]
+    sizes = [{"n": 3000, "A": 5, "B": 7}, {"n": 77, "A": 3, "B": 4}]
+    assert candidates and run_against(ctx, candidates, sizes, tmp_path) == [0] * len(candidates)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        ("atomicAdd(&joint[cell], 1ULL);", "atomicAdd(&joint[cell], (unsigned long long)u[p]);"),
+        ("int p = blockIdx.x", "long long p = (long long)blockIdx.x"),
+    ],
+    ids=["a weight, not a one", "a 64-bit index"],
+)
+def test_64_bit_bins_keep_64_bit_counts_or_no_privatization(change):
+    # a weighted count, or more elements a block than 32 bits hold: nothing to narrow, no proposal
+    text = WIDE_PAIR_BINS.replace(*change)
+    assert text != WIDE_PAIR_BINS
+    assert HISTOGRAM.propose(context(text, "wide_pairs")) == []

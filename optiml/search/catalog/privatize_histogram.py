@@ -5,6 +5,8 @@ global atomic per non-zero bin and block."""
 
 from __future__ import annotations
 
+import re
+
 from optiml.cuda.kernel_ast import words
 from optiml.expr import Expr, ExprError
 from optiml.lift import Lifted, lift
@@ -34,6 +36,12 @@ from optiml.search.catalog.base import STATIC_SMEM, Context, Rewrite, Transforma
 
 MAX_BINS = 12 * 1024
 BIN_TYPES = frozenset({"f32", "i32", "u32"})  # 4-byte counters: shared atomics, one bank each
+# 64-bit bins counted one at a time: a block's private counts fit 32 bits where the element index
+# does (at most 2^32 - 1 elements a block), so the copies are 4-byte too and each count is merged
+# into its 64-bit bin once. Any other increment, or a 64-bit index, keeps them out.
+WIDE_BINS = frozenset({"u64"})
+INDEX_32 = frozenset({"int", "unsigned", "unsigned int", "uint32_t", "int32_t"})
+UNIT = re.compile(r"^\(?\s*(?:\(\s*unsigned long long\s*\))?\s*1(?:u|ull|llu|ul|lu)?\s*\)?$", re.I)
 SMEM_PER_SM = 228 * 1024
 SMEM_PER_BLOCK = 227 * 1024
 SMEM_RESERVED = 1024  # the runtime's share of each block's shared memory
@@ -81,7 +89,7 @@ class PrivatizeHistogram(Transformation):
             or any(a.index is None for a in ek.atomics)
             or param.pointer_depth != 1
             or dtype is None
-            or dtype.code not in BIN_TYPES
+            or (dtype.code not in BIN_TYPES and not _counted_by_ones(ek, dtype.code))
             or lengths is None
             or not all(0 < n <= MAX_BINS for n in lengths)
         ):
@@ -97,15 +105,19 @@ class PrivatizeHistogram(Transformation):
         width = 4 if vectors else 1
         out = []
         seen = set()
+        # the private copies' type: the bins' own, or 32-bit counts of 64-bit bins
+        private = "unsigned int" if dtype.code in WIDE_BINS else param.type_text
         for rank, (layout, copies, block, loads_in_flight, per_sm) in enumerate(CONFIGS):
             unroll = slots(loads_in_flight, vectors)
-            size = copies * max(lengths) * dtype.size
+            size = copies * max(lengths) * 4
             if size > SMEM_PER_BLOCK or per_sm * (size + SMEM_RESERVED) > SMEM_PER_SM:
                 continue
             if (layout, copies, block, unroll, per_sm) in seen:
                 continue
             seen.add((layout, copies, block, unroll, per_sm))
-            body, smem = _body(ek, pointer, param.type_text, bins, layout, copies, block, unroll)
+            body, smem = _body(
+                ek, pointer, private, param.type_text, bins, layout, copies, block, unroll
+            )
             launch = ([grid(ek, block * unroll * width, per_sm)], [str(block)], smem)
             if layout == "lanes":
                 where = f"{copies} copies per lane"
@@ -132,6 +144,16 @@ class PrivatizeHistogram(Transformation):
                 )
             )
         return out
+
+
+def _counted_by_ones(ek: ElementKernel, code: str) -> bool:
+    """64-bit bins whose every atomic adds 1, in a kernel whose element index is 32-bit."""
+    index_type = " ".join(w for w in ek.index_type.split() if w != "const")
+    return (
+        code in WIDE_BINS
+        and index_type in INDEX_32
+        and all(a.value is not None and UNIT.match(ek.ast.text(a.value)) for a in ek.atomics)
+    )
 
 
 def _proven(ctx: Context, pointer: str) -> bool:
@@ -225,6 +247,7 @@ def _body(
     ek: ElementKernel,
     pointer: str,
     ctype: str,
+    bins_type: str,
     bins: tuple[str, str, int | None],
     layout: str,
     copies: int,
@@ -302,7 +325,9 @@ def _body(
         f"{ind}{ind}{ind}{p}sum += {p}hist[{cell}];",
         f"{ind}{ind}}}",
         f"{ind}{ind}if ({p}sum != 0) {{",
-        f"{ind}{ind}{ind}atomicAdd(&{pointer}[{p}j], {p}sum);",
+        f"{ind}{ind}{ind}atomicAdd(&{pointer}[{p}j], {p}sum);"
+        if ctype == bins_type
+        else f"{ind}{ind}{ind}atomicAdd(&{pointer}[{p}j], ({bins_type}){p}sum);",
         f"{ind}{ind}}}",
         f"{ind}}}",
     ]
