@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from optiml.cuda.source import SourceFile
 from optiml.errors import OptimlError
 from optiml.executors.base import Executor, Job
+from optiml.expr import ExprError
 from optiml.harness.evaluate import EvalOptions
 from optiml.harness.nvcc import find_toolkit
 from optiml.search.judge import judge
@@ -309,7 +310,10 @@ NUMPY_ELEMENTS = 1 << 25
 def numpy_sizes(spec: Spec) -> list[dict[str, int]] | None:
     """The declared sizes at which the input is checked against its NumPy reference: those of at
     most `NUMPY_ELEMENTS` elements, the smallest size at least; None where that is all of them."""
-    work = [(sum(spec.case(s).lengths.values()), i) for i, s in enumerate(spec.sizes)]
+    try:
+        work = [(sum(spec.case(s).lengths.values()), i) for i, s in enumerate(spec.sizes)]
+    except ExprError:  # a length only the GPU's values decide: every size, as declared
+        return None
     fit = [spec.sizes[i] for n, i in work if n <= NUMPY_ELEMENTS]
     if len(fit) == len(work):
         return None
