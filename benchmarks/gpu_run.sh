@@ -68,7 +68,7 @@ for step in "${steps[@]}"; do
       tar czf "$OUT/profile.tgz" -C "$OUT" profile && rm -rf "$OUT/profile"
       ;;
     tests)
-      timeout -s INT -k 15 "${TESTS_TIMEOUT:-150}" python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 --dist loadgroup \
+      timeout -s INT -k 15 "${TESTS_TIMEOUT:-300}" python3 -m pytest -m gpu -q -p no:cacheprovider -n 8 --dist loadgroup \
         tests/test_gpu.py tests/search/test_gpu_catalog.py -k "not test_proposal_is_correct" -rfEsp \
         2>&1 | (header; cat) | tee "$OUT/gpu-tests.txt" | tail -15
       ;;
