@@ -1186,5 +1186,50 @@ def _literal(text: str, node: Node | None) -> Const:
 
 
 def lift(source: SourceFile, kernel: Kernel, spec: Spec) -> Lifted | Unlifted:
-    """What `kernel` computes, or where and why the model cannot follow it."""
-    return Lifter(source, kernel, spec).lift()
+    """What `kernel` computes, or where and why the model cannot follow it. Where the parser read
+    a comparison as a template's arguments (`yy < H && xx >= 0`: C++'s `<` ambiguity, which
+    tree-sitter settles for a template), the kernel is read again with the comparison's left side
+    parenthesized (`(yy) < H`), which only a comparison can be, on the same lines."""
+    lifted = Lifter(source, kernel, spec).lift()
+    if isinstance(lifted, Unlifted):
+        again = _disambiguated(source, kernel)
+        if again is not None:
+            relifted = Lifter(again, again.kernel(kernel.name), spec).lift()
+            if isinstance(relifted, Lifted):
+                return relifted
+    return lifted
+
+
+def _disambiguated(source: SourceFile, kernel: Kernel) -> SourceFile | None:
+    """`source` with the name of every template the kernel seems to use parenthesized where that
+    name is one of the kernel's variables (a parameter or a local), not a template; None where
+    there is none."""
+    ast = KernelAST(source, kernel)
+    variables = {p.name for p in kernel.params}
+    for n in walk(ast.body):
+        if n.type in ("init_declarator", "declaration", "parameter_declaration"):
+            d = n.child_by_field_name("declarator")
+            while d is not None and d.type not in ("identifier",):
+                d = d.child_by_field_name("declarator")
+            if d is not None:
+                variables.add(_t(d))
+    names = [
+        name
+        for n in walk(ast.body)
+        if n.type == "template_function"
+        and (name := n.child_by_field_name("name")) is not None
+        and name.type == "identifier"
+        and _t(name) in variables
+    ]
+    if not names:
+        return None
+    data = source.text.encode()
+    for name in sorted(names, key=lambda x: -x.start_byte):
+        data = (
+            data[: name.start_byte]
+            + b"("
+            + data[name.start_byte : name.end_byte]
+            + b")"
+            + (data[name.end_byte :])
+        )
+    return SourceFile(data.decode(), source.path)

@@ -27,9 +27,6 @@ OPAQUE = {
     "hgemm_tiled": "shared memory",
     "histogram_privatized": "shared memory",
     "softmaxWarpPerRow": "warp shuffle",
-    # `(yy >= 0 && yy < H && xx >= 0 && xx < W)`: tree-sitter reads `yy < H && xx >` as a
-    # template's argument list
-    "conv2d_3x3_zero_pad": "as a template's arguments",
 }
 
 

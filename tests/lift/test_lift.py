@@ -10,10 +10,12 @@ import math
 import numpy as np
 import pytest
 
+from optiml.cuda.kernel_ast import walk
 from optiml.cuda.source import SourceFile
 from optiml.lift import Lifted, Unlifted, lift, run
 from optiml.lift.families import describe
 from optiml.lift.run import round_bf16
+from optiml.lift.symbolic import _disambiguated
 from optiml.spec import parse_spec
 
 
@@ -188,6 +190,47 @@ __global__ void conv3x3(const float *img, const float *k, float *res, int H, int
     res[y * W + x] = acc;
 }
 """
+
+
+def test_a_comparison_the_parser_reads_as_a_template_is_read_again_as_a_comparison():
+    # `yy < H && xx >= 0` in an initializer: tree-sitter reads `yy < H && xx >` as a template's
+    # argument list; the kernel is read again with `(yy) < H`, which only a comparison can be
+    ternary = CONV3.replace(
+        """            if (yy >= 0 && yy < H && xx >= 0 && xx < W)
+                acc += img[yy * W + xx] * k[(dy + 1) * 3 + dx + 1];""",
+        """            float v = (yy >= 0 && yy < H && xx >= 0 && xx < W) ? img[yy * W + xx] : 0.0f;
+            acc += v * k[(dy + 1) * 3 + dx + 1];""",
+    )
+    assert ternary != CONV3
+    source = SourceFile(ternary, "conv.cu")
+    assert any(n.type == "template_function" for n in walk(source.tree.root_node))
+    H, W = 40, 33
+    img, k = uniform(H * W), uniform(9)
+    out, _ = model_outputs(ternary, {"H": H, "W": W}, {"img": img, "k": k})
+    padded = np.pad(img.reshape(H, W), 1)
+    kk = k.reshape(3, 3)
+    expect = sum(kk[a, b] * padded[a : a + H, b : b + W] for a in range(3) for b in range(3))
+    np.testing.assert_allclose(out["res"].reshape(H, W), expect, rtol=1e-12, atol=1e-14)
+
+
+def test_a_real_templates_arguments_are_not_read_as_a_comparison():
+    # `clampv<float>(...)`'s name is no variable of the kernel: the text is left as it is
+    text = """
+template <typename T> __device__ T clampv(T x, T lo, T hi) { return x < lo ? lo : (x > hi ? hi : x); }
+/* @optiml
+ *   args:   x: in float[n], y: out float[n]
+ *   launch: grid = cdiv(n, 256), block = 256
+ *   sizes:  n = 1000
+ */
+__global__ void clamp_all(const float* x, float* y, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = clampv<float>(x[i], -0.5f, 0.5f);
+}
+"""
+    source = SourceFile(text, "clamp.cu")
+    kernel = source.kernel("clamp_all")
+    assert _disambiguated(source, kernel) is None
 
 
 def test_a_three_by_three_convolution_with_zero_padding():
