@@ -36,7 +36,8 @@ fd = int(args[1].split(":")[1])
 os.write(fd, json.dumps({{"args": args, "plan": plan, "pid": os.getpid(), "started": started,
                           "cwd": os.getcwd(), "ahead": sys.argv[1] == "--args-on-stdin"}}).encode())
 os.close(fd)
-time.sleep(2)  # closing the GPU
+if sys.argv[1] == "--args-on-stdin":
+    time.sleep(6)  # closing the GPU (a runner of its own is waited for: it need not)
 """
 
 
@@ -74,7 +75,8 @@ def test_the_job_ends_with_its_result_and_the_next_runner_is_already_started(run
     # the arguments as the command gives them, the result pipe's number in place
     assert result["args"][0] == "-" and result["args"][2:] == ["ref.so", "cand.so"]
     assert result["args"][1].startswith("fd:") and result["args"][1] != "fd:{result}"
-    assert seconds < 1.8  # not the 2 s the stand-in takes to exit after its result
+    # done with the result, not with the process: it is still closing the GPU (6 s in the stand-in)
+    assert alive(result["pid"]), seconds
     assert "phase kernels loaded" in first.stderr
     time.sleep(0.5)
     began = time.time()
