@@ -27,16 +27,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from verdict_overhead import first_proposal  # noqa: E402  (a fixture's first proposal)
 
 import optiml.harness.evaluate as ev  # noqa: E402
-from optiml.cuda.source import SourceFile  # noqa: E402
 from optiml.harness.build import runner_binary  # noqa: E402
 from optiml.harness.gpu import default_arch  # noqa: E402
 from optiml.harness.nvcc import find_toolkit  # noqa: E402
-from optiml.search.catalog import CATALOG, Context  # noqa: E402
 from optiml.search.optimize import OptimizeOptions  # noqa: E402
-from optiml.search.variant import Variant  # noqa: E402
-from optiml.spec import load  # noqa: E402
 
 FIXTURES = [
     ("saxpy.cu", "saxpy", "vectorize"),
@@ -100,14 +99,11 @@ def main() -> None:
             bare.append(time.perf_counter() - t)
     rows = []
     for file, kernel_name, transformation in FIXTURES:
-        path = ROOT / "fixtures" / file
-        source, kernel, spec = load(path, kernel_name)
-        ctx = Context.of(Variant(source.text), str(path), kernel.name, sm_count=132)
-        proposals = CATALOG[transformation].propose(ctx)
-        if not proposals:
+        found = first_proposal(file, kernel_name, transformation)
+        if found is None:
             continue
-        cand = SourceFile(proposals[0].variant.text, str(path))
-        flags = tuple(proposals[0].variant.flags) or opts.flags
+        source, kernel, spec, cand, flags, summary = found
+        flags = tuple(flags) or opts.flags
         ev.evaluate(source, kernel, spec, cand, replace(opts, candidate_flags=flags))
         for _, ahead in itertools.product(range(args.repeats), (False, True)):
             seen.clear()
@@ -119,7 +115,7 @@ def main() -> None:
                 {
                     "fixture": file,
                     "ahead": ahead,
-                    "candidate": proposals[0].summary,
+                    "candidate": summary,
                     "status": v.status,
                     "wall_s": round(v.wall_s, 3),
                     "compile_s": round(v.compile_s or 0.0, 3),

@@ -37,10 +37,9 @@ from optiml.errors import OptimlError  # noqa: E402
 from optiml.generate import generate  # noqa: E402
 from optiml.generate.from_torch import translate  # noqa: E402
 from optiml.harness.ceilings import device_ceilings  # noqa: E402
-from optiml.harness.evaluate import EvalOptions, evaluate_file  # noqa: E402
+from optiml.harness.evaluate import EvalOptions, evaluate_file, numpy_sizes  # noqa: E402
 from optiml.harness.verdict import Dependence, DeviceInfo  # noqa: E402
 from optiml.harness.work import moved_bytes  # noqa: E402
-from optiml.search.optimize import numpy_sizes  # noqa: E402
 from optiml.spec import Spec, load  # noqa: E402
 
 DEFAULT_TASKS = ROOT.parent / "shared" / "kernelbench" / "level1"

@@ -43,6 +43,19 @@ FIXTURES = [
 ]
 
 
+def first_proposal(file: str, kernel_name: str, transformation: str):
+    """A fixture's kernel (source, kernel, spec) and the catalog's first proposal of
+    `transformation` for it (its file, flags and summary); None where it proposes nothing."""
+    path = ROOT / "fixtures" / file
+    source, kernel, spec = load(path, kernel_name)
+    ctx = Context.of(Variant(source.text), str(path), kernel.name, sm_count=132)
+    proposals = CATALOG[transformation].propose(ctx)
+    if not proposals:
+        return None
+    p = proposals[0]
+    return source, kernel, spec, SourceFile(p.variant.text, str(path)), p.variant.flags, p.summary
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -55,15 +68,12 @@ def main() -> None:
     )
     rows = []
     for file, kernel_name, transformation in FIXTURES:
-        path = ROOT / "fixtures" / file
-        source, kernel, spec = load(path, kernel_name)
-        ctx = Context.of(Variant(source.text), str(path), kernel.name, sm_count=132)
-        proposals = CATALOG[transformation].propose(ctx)
-        if not proposals:
+        found = first_proposal(file, kernel_name, transformation)
+        if found is None:
             print(f"{file}: no {transformation} proposal", flush=True)
             continue
-        cand = SourceFile(proposals[0].variant.text, str(path))
-        flags = tuple(proposals[0].variant.flags) or full.flags
+        source, kernel, spec, cand, flags, summary = found
+        flags = tuple(flags) or full.flags
         runs: dict[str, list[float]] = {"full": [], "bare": []}
         statuses = set()
         evaluate(source, kernel, spec, cand, replace(full, candidate_flags=flags))  # compile once
@@ -76,7 +86,7 @@ def main() -> None:
         rows.append(
             {
                 "fixture": file,
-                "candidate": proposals[0].summary,
+                "candidate": summary,
                 "statuses": sorted(statuses),
                 "bare_s": runs["bare"],
                 "full_s": runs["full"],

@@ -34,8 +34,9 @@ class Started:
     read_end: int
     fd: int
 
-    def discard(self) -> None:
-        procs.finish(self.proc)
+    def discard(self, wait: float | None = None) -> None:
+        """End it (after up to `wait` seconds for it to exit of itself) and remove its files."""
+        procs.finish(self.proc, timeout=wait)
         os.close(self.read_end)
         shutil.rmtree(self.work, ignore_errors=True)
 

@@ -36,7 +36,7 @@ from optiml.cuda.types import DTYPES, struct_layout
 from optiml.errors import ExitCode, OptimlError, SpecError, SpecValueError, quote
 from optiml.expr import ExprError, Number
 from optiml.harness import inputs, procs
-from optiml.harness.ahead import AHEAD, CANNOT_OPEN, Started
+from optiml.harness.ahead import AHEAD, CANNOT_OPEN
 from optiml.harness.build import DEFAULT_FLAGS, Build, build_kernel, runner_binary
 from optiml.harness.ceilings import device_ceilings, floor_of
 from optiml.harness.device import device_values
@@ -307,6 +307,27 @@ def reference_of(
         target = Target(source, source.kernel(ref.kernel or ""))
         return target, f"{target.kernel.name} in {source.path}"
     return None, f"{ref.function} in {ref.path}"
+
+
+# The most elements (all buffers together) of a size at which a NumPy reference is worth running
+# where the kernel itself can stand in for it (`kernel_reference`): the function's inputs alone
+# take ~1 s per 16 M elements to make at every seed (NumPy, one core), its outputs more;
+# KernelBench's 4096 x 393216 maps would take minutes.
+NUMPY_ELEMENTS = 1 << 25
+
+
+def numpy_sizes(spec: Spec) -> list[dict[str, int]] | None:
+    """The declared sizes at which a kernel is checked against its NumPy reference before it
+    stands in for it: those of at most `NUMPY_ELEMENTS` elements, the smallest size at least;
+    None where that is all of them."""
+    try:
+        work = [(sum(spec.case(s).lengths.values()), i) for i, s in enumerate(spec.sizes)]
+    except ExprError:  # a length only the GPU's values decide: every size, as declared
+        return None
+    fit = [spec.sizes[i] for n, i in work if n <= NUMPY_ELEMENTS]
+    if len(fit) == len(work):
+        return None
+    return fit or [spec.sizes[min(work)[1]]]
 
 
 def _case(spec: Spec, plan: CasePlan, device: Device | None = None) -> Case:
@@ -794,13 +815,8 @@ def _run_ahead(cmd: list[str], opts: EvalOptions, stdin: list[bytes]) -> _Outcom
         time.perf_counter() - start,
         b"".join(chunks).decode("utf-8", errors="replace"),
     )
-    threading.Thread(target=_discard_after, args=(job,), daemon=True).start()
+    threading.Thread(target=job.discard, kwargs={"wait": 30}, daemon=True).start()
     return outcome
-
-
-def _discard_after(job: Started) -> None:
-    procs.finish(job.proc, timeout=30)
-    job.discard()
 
 
 def _drain(fd: int, chunks: list[bytes]) -> None:

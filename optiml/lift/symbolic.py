@@ -1205,14 +1205,7 @@ def _disambiguated(source: SourceFile, kernel: Kernel) -> SourceFile | None:
     name is one of the kernel's variables (a parameter or a local), not a template; None where
     there is none."""
     ast = KernelAST(source, kernel)
-    variables = {p.name for p in kernel.params}
-    for n in walk(ast.body):
-        if n.type in ("init_declarator", "declaration", "parameter_declaration"):
-            d = n.child_by_field_name("declarator")
-            while d is not None and d.type not in ("identifier",):
-                d = d.child_by_field_name("declarator")
-            if d is not None:
-                variables.add(_t(d))
+    variables = {p.name for p in kernel.params} | set(ast.local_declarations(ast.body))
     names = [
         name
         for n in walk(ast.body)

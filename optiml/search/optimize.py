@@ -20,8 +20,7 @@ from pydantic import BaseModel
 from optiml.cuda.source import SourceFile
 from optiml.errors import OptimlError
 from optiml.executors.base import Executor, Job
-from optiml.expr import ExprError
-from optiml.harness.evaluate import EvalOptions
+from optiml.harness.evaluate import EvalOptions, numpy_sizes
 from optiml.harness.nvcc import find_toolkit
 from optiml.search.judge import judge
 from optiml.search.mcts import Node, Progress, Search, SearchConfig, SearchResult
@@ -39,7 +38,7 @@ from optiml.search.trajectory import (
     TrajectoryNode,
 )
 from optiml.search.variant import Variant, kernel_text
-from optiml.spec import Spec, load, parse_spec
+from optiml.spec import load, parse_spec
 
 logger = logging.getLogger(__name__)
 
@@ -285,7 +284,7 @@ async def precompile_first(
 ) -> None:
     """While the input is measured (its GPU busy, the CPUs not), have the executor compile the
     edits of it that the search will evaluate first: a GEMM tiling's template takes nvcc ~10 s,
-    and the input's checked run and full profile ~20 to 30 s. The offline policy only (an LLM's
+    and the input's checked runs and profile several seconds. The offline policy only (an LLM's
     proposals cost a request, and are asked for once the input's profile is there)."""
     if not isinstance(policy, OfflinePolicy):
         return
@@ -301,25 +300,6 @@ async def precompile_first(
         tasks.append(asyncio.ensure_future(executor.precompile(variant_job, options)))
 
 
-# The most elements (all buffers together) of a size at which `optimize` checks its input against
-# a NumPy reference: the function's inputs alone take ~1 s per 16 M elements to make at every seed
-# (NumPy, one core), its outputs more; KernelBench's 4096 x 393216 maps would take minutes.
-NUMPY_ELEMENTS = 1 << 25
-
-
-def numpy_sizes(spec: Spec) -> list[dict[str, int]] | None:
-    """The declared sizes at which the input is checked against its NumPy reference: those of at
-    most `NUMPY_ELEMENTS` elements, the smallest size at least; None where that is all of them."""
-    try:
-        work = [(sum(spec.case(s).lengths.values()), i) for i, s in enumerate(spec.sizes)]
-    except ExprError:  # a length only the GPU's values decide: every size, as declared
-        return None
-    fit = [spec.sizes[i] for n, i in work if n <= NUMPY_ELEMENTS]
-    if len(fit) == len(work):
-        return None
-    return fit or [spec.sizes[min(work)[1]]]
-
-
 async def measure_baseline(
     executor: Executor, job: Job, options: ProblemOptions, *, full: bool = True
 ) -> Measurement:
@@ -329,7 +309,7 @@ async def measure_baseline(
     (the SGEMM fixture; KernelBench's 2048x4096x8192 GEMM, benchmarks/results/kernelbench/).
     `BaselineFailed` when it does not pass its own checks.
 
-    Against a NumPy reference, sizes beyond `NUMPY_ELEMENTS` are left to the kernel: the input is
+    Against a NumPy reference, sizes beyond `numpy_sizes` are left to the kernel: the input is
     checked against the function at the others (the smallest at least), then measured against
     itself at every size."""
     checked = ""
@@ -342,7 +322,7 @@ async def measure_baseline(
             raise BaselineFailed(
                 f"the input itself does not pass its checks: {check.message}", check.status
             )
-        at = "; ".join(", ".join(f"{k}={v}" for k, v in s.items()) for s in sizes)
+        at = "; ".join(job.spec.case(s).label for s in sizes)
         checked = f"checked against `{job.spec.reference.function}` at {at} (larger sizes: "
         checked += "too costly for the CPU; the input is the reference there); "
         options = replace(options, eval=replace(options.eval, kernel_reference=True))

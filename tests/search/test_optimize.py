@@ -16,7 +16,7 @@ import pytest
 
 from optiml.cuda.source import SourceFile
 from optiml.executors.base import Executor, Job
-from optiml.harness.evaluate import EvalOptions, build_candidate, reference_of
+from optiml.harness.evaluate import EvalOptions, build_candidate, numpy_sizes, reference_of
 from optiml.harness.sanitize import SanitizerReport
 from optiml.harness.verdict import (
     BufferCheck,
@@ -35,7 +35,6 @@ from optiml.search.optimize import (
     PRECOMPILE_FIRST,
     Event,
     OptimizeOptions,
-    numpy_sizes,
     optimize,
     search_seconds,
 )

@@ -5,9 +5,9 @@ global atomic per non-zero bin and block."""
 
 from __future__ import annotations
 
-import re
+from tree_sitter import Node
 
-from optiml.cuda.kernel_ast import words
+from optiml.cuda.kernel_ast import KernelAST, unparen, words
 from optiml.expr import Expr, ExprError
 from optiml.lift import Lifted, lift
 from optiml.lift.ranges import indices_within
@@ -41,7 +41,6 @@ BIN_TYPES = frozenset({"f32", "i32", "u32"})  # 4-byte counters: shared atomics,
 # into its 64-bit bin once. Any other increment, or a 64-bit index, keeps them out.
 WIDE_BINS = frozenset({"u64"})
 INDEX_32 = frozenset({"int", "unsigned", "unsigned int", "uint32_t", "int32_t"})
-UNIT = re.compile(r"^\(?\s*(?:\(\s*unsigned long long\s*\))?\s*1(?:u|ull|llu|ul|lu)?\s*\)?$", re.I)
 SMEM_PER_SM = 228 * 1024
 SMEM_PER_BLOCK = 227 * 1024
 SMEM_RESERVED = 1024  # the runtime's share of each block's shared memory
@@ -152,8 +151,16 @@ def _counted_by_ones(ek: ElementKernel, code: str) -> bool:
     return (
         code in WIDE_BINS
         and index_type in INDEX_32
-        and all(a.value is not None and UNIT.match(ek.ast.text(a.value)) for a in ek.atomics)
+        and all(a.value is not None and _is_one(ek.ast, a.value) for a in ek.atomics)
     )
+
+
+def _is_one(ast: KernelAST, value: Node) -> bool:
+    """`1`, `1ULL`, `(unsigned long long)1`, parenthesized or not."""
+    value = unparen(value)
+    if value.type == "cast_expression":
+        value = unparen(value.child_by_field_name("value"))
+    return value.type == "number_literal" and ast.int_literals(value) == [1]
 
 
 def _proven(ctx: Context, pointer: str) -> bool:
