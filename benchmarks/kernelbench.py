@@ -37,7 +37,7 @@ from optiml.errors import OptimlError  # noqa: E402
 from optiml.generate import generate  # noqa: E402
 from optiml.generate.from_torch import translate  # noqa: E402
 from optiml.harness.ceilings import device_ceilings  # noqa: E402
-from optiml.harness.evaluate import EvalOptions, evaluate_file, numpy_sizes  # noqa: E402
+from optiml.harness.evaluate import numpy_sizes  # noqa: E402
 from optiml.harness.verdict import Dependence, DeviceInfo  # noqa: E402
 from optiml.harness.work import moved_bytes  # noqa: E402
 from optiml.spec import Spec, load  # noqa: E402
@@ -215,18 +215,16 @@ def delivered_ms(verdict: dict) -> float | None:
 
 
 def eval_step(row: dict, args: argparse.Namespace) -> None:
-    """The delivered kernel through `optiml eval` (against the NumPy reference at every size,
-    timed at the task's); where a size is beyond what `optimize` checks against NumPy
-    (`numpy_sizes`), against NumPy at the others and timed against itself at every size, as
-    `optimize` measures its input (minutes of CPU per seed otherwise at KernelBench's sizes)."""
+    """The delivered kernel through `optiml eval`, timed at the task's sizes: against the NumPy
+    reference at the sizes within its reach (`numpy_sizes`, recorded in the row), against the
+    kernel as generated (itself checked there) beyond them, as the harness does for any kernel."""
     _, _, spec = load(Path(row["file"]), row["kernel"])
     sizes = numpy_sizes(spec)
-    if sizes is None:
-        verdict, error = _optiml(
-            ["eval", row["file"], "--kernel", row["kernel"]], timeout=args.eval_timeout
-        )
-    else:
-        verdict, error = _split_eval(row, sizes, args.eval_timeout)
+    if sizes is not None:
+        row["numpy_checked_at"] = sizes
+    verdict, error = _optiml(
+        ["eval", row["file"], "--kernel", row["kernel"]], timeout=args.eval_timeout
+    )
     if verdict is None:
         row["delivered_error"] = error
         return
@@ -235,31 +233,10 @@ def eval_step(row: dict, args: argparse.Namespace) -> None:
         row["delivered_error"] = verdict.get("message", "")
         return
     row["delivered_ms"] = delivered_ms(verdict)
-    _, _, spec = load(Path(row["file"]), row["kernel"])
     floor = memory_floor_ms(spec, verdict)
     if floor and row["delivered_ms"]:
         row["floor_ms"] = floor
         row["over_floor"] = row["delivered_ms"] / floor
-
-
-def _split_eval(row: dict, sizes: list[dict], timeout: float) -> tuple[dict | None, str]:
-    try:
-        check = evaluate_file(
-            Path(row["file"]),
-            row["kernel"],
-            options=EvalOptions(sizes=sizes, time=False, timeout_s=timeout),
-        )
-        if check.status != "ok":
-            return check.model_dump(mode="json"), ""
-        timed = evaluate_file(
-            Path(row["file"]),
-            row["kernel"],
-            options=EvalOptions(kernel_reference=True, time_all_sizes=False, timeout_s=timeout),
-        )
-    except OptimlError as e:  # as `optiml eval` would end: its exit code and message
-        return None, f"exit {int(e.exit_code)}: {str(e).splitlines()[0]}"
-    row["numpy_checked_at"] = sizes
-    return timed.model_dump(mode="json"), ""
 
 
 def memory_floor_ms(spec: Spec, verdict: dict) -> float | None:

@@ -438,6 +438,13 @@ def _dims(dims) -> str:
     help="Wall-clock limit of the run, seconds.",
 )
 @click.option("--no-time", is_flag=True, help="Check correctness only.")
+@click.option(
+    "--numpy-all-sizes",
+    is_flag=True,
+    help="Against a NumPy reference, check at every size. By default sizes of more than 2^25 "
+    "elements are checked against the kernel as written once it has passed against NumPy at the "
+    "others (the function's inputs and outputs take minutes of CPU there).",
+)
 @build_options
 @executor_option
 @json_option
@@ -449,6 +456,7 @@ def eval_(
     arch: str | None,
     timeout_s: float,
     no_time: bool,
+    numpy_all_sizes: bool,
     build: BuildArgs,
     executor_url: str,
     as_json: bool,
@@ -475,6 +483,7 @@ def eval_(
         candidate_text=candidate_text,
         timeout_s=timeout_s,
         time=not no_time,
+        numpy_all_sizes=numpy_all_sizes,
         build=build_data,
     )
     verdict = Verdict.model_validate(_run_job(executor, request))

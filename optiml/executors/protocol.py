@@ -45,6 +45,7 @@ class Request(BaseModel):
     candidate_text: str | None = None
     timeout_s: float = 60.0
     time: bool = True
+    numpy_all_sizes: bool = False  # a NumPy reference at every size, however large
     # the search's jobs: a candidate (`candidate_text`, None: the kernel itself) built with `flags`
     spec: dict[str, Any] | None = None  # the contract (`Spec`) the caller holds for the kernel
     flags: list[str] | None = None

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import traceback
+from dataclasses import replace
 from typing import Any, TextIO
 
 from pydantic import ValidationError
@@ -128,6 +129,8 @@ def execute(request: Request) -> dict:
     if request.candidate_text is not None:
         candidate = SourceFile(request.candidate_text, request.candidate_path or "<candidate>")
     options = api.EvalOptions(arch=arch, timeout_s=request.timeout_s, time=request.time)
+    if request.numpy_all_sizes:
+        options = replace(options, numpy_elements=None)
     verdict = api.evaluate_source(source, request.kernel, candidate, options)
     return json.loads(verdict.model_dump_json())
 

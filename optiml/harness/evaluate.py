@@ -77,6 +77,13 @@ class CasePlan:
     note: str = ""  # said after the size in labels, e.g. "inputs: spikes"
 
 
+# The most elements (all buffers together) of a size at which a NumPy reference is worth running
+# where the kernel itself can stand in for it (`kernel_reference`): the function's inputs alone
+# take ~1 s per 16 M elements to make at every seed (NumPy, one core), its outputs more;
+# KernelBench's 4096 x 393216 maps would take minutes.
+NUMPY_ELEMENTS = 1 << 25
+
+
 @dataclass
 class EvalOptions:
     arch: str | None = None  # None: the spec's `arch`, else the local GPU's, else sm_90
@@ -108,6 +115,10 @@ class EvalOptions:
     # function's outputs, computed on the CPU at every size and seed of every evaluation, took
     # minutes a candidate at KernelBench's sizes (a 2048 x 1048576 matrix-vector product).
     kernel_reference: bool = False
+    # Where kernel_reference is off: the most elements (all buffers together) of a size checked
+    # against the NumPy function; larger sizes are checked against the kernel as written once it
+    # has passed at the others (`evaluate`). None: the function at every size.
+    numpy_elements: int | None = NUMPY_ELEMENTS
     # Run in a runner started ahead of the job, whose exit is not waited for (optiml.harness.ahead):
     # ~0.3 s of a ~0.9 s evaluation of a small kernel is a runner opening and closing the GPU.
     # Off by default until measured on a GPU (benchmarks/eval_phases.py runs both ways); a GPU in
@@ -138,8 +149,56 @@ def evaluate(
     options: EvalOptions | None = None,
 ) -> Verdict:
     """Check `candidate`'s version of `kernel` (the kernel itself when there is no candidate)
-    against the spec's reference, at every size with every seed, and time both."""
+    against the spec's reference, at every size with every seed, and time both.
+
+    Against a NumPy reference, the declared sizes beyond `numpy_elements` are checked against the
+    kernel as written instead, once it has passed against the function at the others (the
+    smallest at least; `numpy_sizes`): one verdict of both steps, whose message says so."""
     opts = options or EvalOptions()
+    small = None
+    if spec.reference.kind == "numpy" and not opts.kernel_reference and not opts.sizes:
+        small = None if opts.cases else numpy_sizes(spec, opts.numpy_elements)
+    if small is None:
+        return _evaluate(source, kernel, spec, candidate, opts)
+    large = [s for s in spec.sizes if s not in small]
+    opts = replace(opts, seeds=opts.seeds or fresh_seeds(spec.seeds))
+
+    def timed(part: list[dict[str, int]]) -> bool:  # `time_all_sizes=False`: the first size only
+        return opts.time and (opts.time_all_sizes or spec.sizes[0] in part)
+
+    checked = _evaluate(
+        source, kernel, spec, candidate, replace(opts, sizes=small, time=timed(small))
+    )
+    at = "; ".join(spec.case(s).label for s in small)
+    said = f"checked against `{spec.reference.function}` at {at} (larger sizes against "
+    said += f"`{kernel.name}` as written: too costly for the CPU)"
+    if not checked.ok:
+        return checked.model_copy(update={"message": f"{checked.message} ({said})"})
+    rest = _evaluate(
+        source,
+        kernel,
+        spec,
+        candidate,
+        replace(opts, sizes=large, time=timed(large), kernel_reference=True),
+    )
+    order = {spec.case(s).label: i for i, s in enumerate(spec.sizes)}
+    cases = sorted([*checked.cases, *rest.cases], key=lambda c: order.get(c.label, len(order)))
+    return rest.model_copy(
+        update={
+            "message": f"{said}; {rest.message}",
+            "reference": f"{checked.reference}, then {rest.reference}",
+            "cases": cases,
+            "compile_s": checked.compile_s + rest.compile_s,
+            "run_s": checked.run_s + rest.run_s,
+            "wall_s": checked.wall_s + rest.wall_s,
+        }
+    )
+
+
+def _evaluate(
+    source: SourceFile, kernel: Kernel, spec: Spec, candidate: SourceFile | None, opts: EvalOptions
+) -> Verdict:
+    """`evaluate` at the sizes `opts` names, against one reference."""
     opts = replace(opts, arch=opts.arch or spec.arch or default_arch())
     start = time.perf_counter()
     tk = find_toolkit()
@@ -309,22 +368,17 @@ def reference_of(
     return None, f"{ref.function} in {ref.path}"
 
 
-# The most elements (all buffers together) of a size at which a NumPy reference is worth running
-# where the kernel itself can stand in for it (`kernel_reference`): the function's inputs alone
-# take ~1 s per 16 M elements to make at every seed (NumPy, one core), its outputs more;
-# KernelBench's 4096 x 393216 maps would take minutes.
-NUMPY_ELEMENTS = 1 << 25
-
-
-def numpy_sizes(spec: Spec) -> list[dict[str, int]] | None:
+def numpy_sizes(spec: Spec, limit: int | None = NUMPY_ELEMENTS) -> list[dict[str, int]] | None:
     """The declared sizes at which a kernel is checked against its NumPy reference before it
-    stands in for it: those of at most `NUMPY_ELEMENTS` elements, the smallest size at least;
-    None where that is all of them."""
+    stands in for it: those of at most `limit` elements, the smallest size at least; None where
+    that is all of them (or there is no limit)."""
+    if limit is None:
+        return None
     try:
         work = [(sum(spec.case(s).lengths.values()), i) for i, s in enumerate(spec.sizes)]
     except ExprError:  # a length only the GPU's values decide: every size, as declared
         return None
-    fit = [spec.sizes[i] for n, i in work if n <= NUMPY_ELEMENTS]
+    fit = [spec.sizes[i] for n, i in work if n <= limit]
     if len(fit) == len(work):
         return None
     return fit or [spec.sizes[min(work)[1]]]

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from optiml.cuda.source import SourceFile
 from optiml.errors import OptimlError
 from optiml.executors.base import Executor, Job
-from optiml.harness.evaluate import EvalOptions, numpy_sizes
+from optiml.harness.evaluate import EvalOptions
 from optiml.harness.nvcc import find_toolkit
 from optiml.search.judge import judge
 from optiml.search.mcts import Node, Progress, Search, SearchConfig, SearchResult
@@ -309,25 +309,9 @@ async def measure_baseline(
     (the SGEMM fixture; KernelBench's 2048x4096x8192 GEMM, benchmarks/results/kernelbench/).
     `BaselineFailed` when it does not pass its own checks.
 
-    Against a NumPy reference, sizes beyond `numpy_sizes` are left to the kernel: the input is
-    checked against the function at the others (the smallest at least), then measured against
-    itself at every size."""
-    checked = ""
-    sizes = numpy_sizes(job.spec) if job.spec.reference.kind == "numpy" else None
-    if sizes is not None:
-        check = Measurement.of(
-            await executor.evaluate(job, replace(options.eval, sizes=sizes, time=False))
-        )
-        if check.status != "ok":
-            raise BaselineFailed(
-                f"the input itself does not pass its checks: {check.message}", check.status
-            )
-        at = "; ".join(job.spec.case(s).label for s in sizes)
-        checked = f"checked against `{job.spec.reference.function}` at {at} (larger sizes: "
-        checked += "too costly for the CPU; the input is the reference there); "
-        options = replace(options, eval=replace(options.eval, kernel_reference=True))
+    Against a NumPy reference, the harness checks sizes beyond `numpy_sizes` against the input
+    itself once it has passed against the function at the others (`evaluate`)."""
     baseline = await measure(executor, job, options, full_profile=full)
-    baseline.message = checked + baseline.message
     if baseline.status != "ok":
         raise BaselineFailed(
             f"the input itself does not pass its checks: {baseline.message}", baseline.status

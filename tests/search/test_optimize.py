@@ -11,6 +11,7 @@ import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -561,21 +562,8 @@ def test_which_reference_a_candidate_is_checked_against():
         assert reference_of(source, kernel, spec, opts)[0].kernel is kernel
 
 
-class Options(StandInExecutor):
-    """Records the options of every evaluation."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.options: list[EvalOptions] = []
-
-    async def evaluate(self, job, options, *, pinned=False):
-        self.options.append(options)
-        return await super().evaluate(job, options, pinned=pinned)
-
-
-def test_an_input_too_large_for_numpy_is_checked_against_it_at_the_sizes_it_can_take(tmp_path):
-    # rmsnorm with a first size of 2^27 elements: NumPy checks the input at the second size only;
-    # the input is then measured against itself at both, timed at the first.
+def _big_rmsnorm(tmp_path: Path) -> Path:
+    """rmsnorm with a first size of 2^27 elements, beyond NumPy's reach; its second, within."""
     original = (FIXTURES / "numpy_ref" / "rmsnorm.cu").read_text()
     big = original.replace("(8192, 1024), (1000, 333)", "(131072, 1024), (1000, 333)")
     assert big != original
@@ -583,20 +571,71 @@ def test_an_input_too_large_for_numpy_is_checked_against_it_at_the_sizes_it_can_
     (tmp_path / "rmsnorm_ref.py").write_text(
         (FIXTURES / "numpy_ref" / "rmsnorm_ref.py").read_text()
     )
-    _, _, spec = load(tmp_path / "rmsnorm.cu", "rmsnorm")
-    assert numpy_sizes(spec) == [{"rows": 1000, "cols": 333}]
-    ex = Options()
-    outcome = asyncio.run(
-        optimize(tmp_path / "rmsnorm.cu", "rmsnorm", ex, OptimizeOptions(budget=2))
+    return tmp_path / "rmsnorm.cu"
+
+
+class Steps:
+    """Stands in for the harness's single evaluation: records its options, a case per size."""
+
+    def __init__(self, fail_first: bool = False) -> None:
+        self.options: list[EvalOptions] = []
+        self.fail_first = fail_first
+
+    def __call__(self, source, kernel, spec, candidate, opts) -> Verdict:
+        self.options.append(opts)
+        wrong = self.fail_first and len(self.options) == 1
+        cases = [
+            CaseResult(label=spec.case(s).label, launch={}, seeds=[])
+            for s in opts.sizes or spec.sizes
+        ]
+        return Verdict(
+            status="wrong_result" if wrong else "ok",
+            message="y[3] is 1, expected 2" if wrong else "correct",
+            file=source.path,
+            kernel=kernel.name,
+            reference="self" if opts.kernel_reference else "numpy",
+            arch="sm_90",
+            nvcc_version="13.0",
+            date="2026-12-06",
+            cases=cases,
+            run_s=1.0,
+        )
+
+
+def test_sizes_beyond_numpys_reach_are_checked_against_the_kernel_once_it_passes(
+    tmp_path, monkeypatch
+):
+    # NumPy checks the kernel at the size it can take (untimed: the first size is the one timed
+    # where only the first is), then the kernel checks itself at the other, timed; one verdict.
+    import optiml.harness.evaluate as harness
+
+    source, kernel, spec = load(_big_rmsnorm(tmp_path), "rmsnorm")
+    small = {"rows": 1000, "cols": 333}
+    assert numpy_sizes(spec) == [small]
+    steps = Steps()
+    monkeypatch.setattr(harness, "_evaluate", steps)
+    verdict = harness.evaluate(source, kernel, spec, options=EvalOptions(time_all_sizes=False))
+    check, timed = steps.options
+    assert check.sizes == [small] and not check.time and not check.kernel_reference
+    assert timed.sizes == [spec.sizes[0]] and timed.time and timed.kernel_reference
+    assert check.seeds == timed.seeds and check.seeds  # the same seeds in both steps
+    assert verdict.ok and verdict.message.startswith(
+        "checked against `rmsnorm` at rows=1000, cols=333 (larger sizes against `rmsnorm`"
     )
-    check, measured = ex.options[:2]
-    assert check.sizes == [{"rows": 1000, "cols": 333}] and not check.time
-    assert not check.kernel_reference
-    assert measured.kernel_reference and measured.sizes is None and measured.time
-    baseline = outcome.trajectory.baseline
-    assert baseline.status == "ok" and "checked against `rmsnorm` at rows=1000, cols=333" in (
-        baseline.message
-    )
+    assert [c.label for c in verdict.cases] == [spec.case(s).label for s in spec.sizes]
+    assert verdict.run_s == 2.0 and verdict.reference == "numpy, then self"
+    # failing against NumPy ends it there, saying where it was checked
+    steps = Steps(fail_first=True)
+    monkeypatch.setattr(harness, "_evaluate", steps)
+    verdict = harness.evaluate(source, kernel, spec)
+    assert verdict.status == "wrong_result" and len(steps.options) == 1
+    assert verdict.message.startswith("y[3] is 1, expected 2 (checked against `rmsnorm` at")
+    # every size against NumPy where asked (`optiml eval --numpy-all-sizes`), or sizes named
+    for opts in (EvalOptions(numpy_elements=None), EvalOptions(sizes=spec.sizes)):
+        steps = Steps()
+        monkeypatch.setattr(harness, "_evaluate", steps)
+        harness.evaluate(source, kernel, spec, options=opts)
+        assert len(steps.options) == 1 and steps.options[0].sizes == opts.sizes
     # the declared sizes within reach of NumPy: all of them, and nothing to split
     _, _, spec = load(FIXTURES / "numpy_ref" / "rmsnorm.cu", "rmsnorm")
     assert numpy_sizes(spec) is None
