@@ -35,7 +35,7 @@
 # phases: benchmarks/eval_phases.py, where an evaluation's time goes, each one in a runner started
 #   for it and in one started ahead (PHASES_REPEATS, PHASES_TIMEOUT).
 # throughput: benchmarks/throughput.py, the search's evaluations a minute (THROUGHPUT_FIXTURES,
-#   THROUGHPUT_PARALLEL, THROUGHPUT_BUDGET, THROUGHPUT_TIMEOUT).
+#   THROUGHPUT_PARALLEL, THROUGHPUT_BUDGET, THROUGHPUT_AHEAD=off|on|both, THROUGHPUT_TIMEOUT).
 # remote: `optiml optimize` of fixtures/softmax.cu locally, over SSH on loopback and on Ray
 #   (benchmarks/remote_search.py; REMOTE_SSHD: the sshd binary to start, see its docstring).
 set -uo pipefail
@@ -156,6 +156,7 @@ for step in "${steps[@]}"; do
       timeout -s INT -k 15 "${THROUGHPUT_TIMEOUT:-560}" python3 benchmarks/throughput.py \
         --out "$OUT/throughput.json" --parallel "${THROUGHPUT_PARALLEL:-8}" \
         --budget "${THROUGHPUT_BUDGET:-20}" ${THROUGHPUT_FIXTURES:+--fixtures $THROUGHPUT_FIXTURES} \
+        --ahead "${THROUGHPUT_AHEAD:-off}" \
         2>&1 | (header; cat) | tee "$OUT/throughput.log" | tail -3
       ;;
     corpus)

@@ -7,7 +7,7 @@ input's own measurement (full profile) and the confirmation and judge after the 
 count; the run's whole wall time is recorded beside it.
 
     python3 benchmarks/throughput.py --out benchmarks/results/throughput-h100.json \
-        [--fixtures saxpy.cu:saxpy,...] [--parallel 2,8] [--budget 24]
+        [--fixtures saxpy.cu:saxpy,...] [--parallel 2,8] [--budget 24] [--ahead off|on|both]
 """
 
 from __future__ import annotations
@@ -71,8 +71,10 @@ def rate(trajectory: dict) -> dict:
     return out
 
 
-def run(file: str, kernel: str, parallel: int, budget: int, out: Path) -> dict:
+def run(file: str, kernel: str, parallel: int, budget: int, out: Path, ahead: bool) -> dict:
     row: dict = {"fixture": f"{file}::{kernel}", "parallel": parallel, "budget": budget}
+    row["ahead"] = ahead
+    os.environ["OPTIML_RUNNER_AHEAD"] = "1" if ahead else "0"  # read by `optiml optimize`
     started = time.monotonic()
     payload, error = _optiml(
         ["optimize", str(ROOT / "fixtures" / file), "--kernel", kernel]
@@ -95,6 +97,12 @@ def main() -> None:
     ap.add_argument("--fixtures", default=FIXTURES, help="FILE:KERNEL,... under fixtures/")
     ap.add_argument("--parallel", default="2,8", help="evaluations in flight, comma-separated")
     ap.add_argument("--budget", type=int, default=24)
+    ap.add_argument(
+        "--ahead",
+        default="off",
+        choices=("off", "on", "both"),
+        help="the search's runners started ahead (OPTIML_RUNNER_AHEAD); both: each run twice",
+    )
     args = ap.parse_args()
     gpu = subprocess.run(
         ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
@@ -115,16 +123,21 @@ def main() -> None:
         for spec in args.fixtures.split(","):
             file, kernel = spec.split(":")
             for p in (int(x) for x in args.parallel.split(",")):
-                row = run(file, kernel, p, args.budget, Path(tmp) / f"{kernel}-{p}")
-                report["rows"].append(row)
+                for ahead in {"off": [False], "on": [True], "both": [False, True]}[args.ahead]:
+                    out = Path(tmp) / f"{kernel}-{p}-{int(ahead)}"
+                    row = run(file, kernel, p, args.budget, out, ahead)
+                    report["rows"].append(row)
                 print(json.dumps(row), flush=True)
                 args.out.write_text(json.dumps(report, indent=1) + "\n")
-    for p in {r["parallel"] for r in report["rows"]}:
+    for p, ahead in {(r["parallel"], r["ahead"]) for r in report["rows"]}:
         rates = [
-            r["per_minute"] for r in report["rows"] if r["parallel"] == p and r.get("per_minute")
+            r["per_minute"]
+            for r in report["rows"]
+            if (r["parallel"], r["ahead"]) == (p, ahead) and r.get("per_minute")
         ]
         if rates:
-            report.setdefault("mean_per_minute", {})[str(p)] = round(sum(rates) / len(rates), 1)
+            key = f"{p}{' ahead' if ahead else ''}"
+            report.setdefault("mean_per_minute", {})[key] = round(sum(rates) / len(rates), 1)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps(report.get("mean_per_minute")))
 

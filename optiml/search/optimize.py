@@ -9,6 +9,7 @@ import asyncio
 import datetime as dt
 import logging
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -67,6 +68,12 @@ IN_FLIGHT_PER_GPU = 8
 PRECOMPILE_FIRST = 16
 
 
+def runners_ahead() -> bool:
+    """`OPTIML_RUNNER_AHEAD=1`: the search's evaluations in runners started ahead of them
+    (`EvalOptions.ahead`); off until benchmarks/eval_phases.py and throughput.py show it pays."""
+    return os.environ.get("OPTIML_RUNNER_AHEAD", "") == "1"
+
+
 @dataclass
 class OptimizeOptions:
     budget: int | None = DEFAULT_BUDGET  # evaluations
@@ -81,7 +88,9 @@ class OptimizeOptions:
     judge: bool = True
     # the search times the first size only, briefly; confirmation times it longer
     search_eval: EvalOptions = field(
-        default_factory=lambda: EvalOptions(time_all_sizes=False, reps_min=10, target_ms=100.0)
+        default_factory=lambda: EvalOptions(
+            time_all_sizes=False, reps_min=10, target_ms=100.0, ahead=runners_ahead()
+        )
     )
     confirm_eval: EvalOptions = field(
         default_factory=lambda: EvalOptions(time_all_sizes=False, reps_min=30, target_ms=400.0)

@@ -639,3 +639,11 @@ def test_sizes_beyond_numpys_reach_are_checked_against_the_kernel_once_it_passes
     # the declared sizes within reach of NumPy: all of them, and nothing to split
     _, _, spec = load(FIXTURES / "numpy_ref" / "rmsnorm.cu", "rmsnorm")
     assert numpy_sizes(spec) is None
+
+
+def test_runners_started_ahead_are_asked_for_by_the_environment(monkeypatch):
+    monkeypatch.delenv("OPTIML_RUNNER_AHEAD", raising=False)
+    assert not OptimizeOptions().search_eval.ahead
+    monkeypatch.setenv("OPTIML_RUNNER_AHEAD", "1")
+    options = OptimizeOptions()
+    assert options.search_eval.ahead and not options.confirm_eval.ahead
