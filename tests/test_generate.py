@@ -349,6 +349,18 @@ def test_defaults_are_said_and_given_sizes_are_used():
     assert not g.notes and "N = 65536, 16387" in g.kernel
 
 
+def test_the_odd_case_of_a_large_task_is_small_enough_for_numpy():
+    # 4096 x 393216 (KernelBench's maps): a quarter of each size would be 100 M elements a
+    # tensor, minutes of NumPy a seed; the odd case is cut a quarter at a time, largest first.
+    from optiml.generate.cuda import CHECK_ELEMENTS
+
+    g = generate("M = 4096\nK = 393216\nfor m < M, k < K: y[m, k] = max(x[m, k], 0)", "relu")
+    sizes = re.search(r"sizes: +M, K = \(4096, 393216\), \((\d+), (\d+)\)", g.kernel)
+    assert sizes is not None, g.kernel
+    m, k = int(sizes[1]), int(sizes[2])
+    assert 2 * m * k <= CHECK_ELEMENTS and m == 1027 and k % 256 and k > 1024
+
+
 def test_a_signed_sum_gets_an_atol_that_grows_with_its_length():
     g = generate("float x[R, C]; y[r] = sum(c) x[r, c]\nC = 4096", "row_sum")
     assert "a sum of up to 4096 terms of either sign" in g.kernel

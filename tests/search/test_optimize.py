@@ -641,9 +641,9 @@ def test_sizes_beyond_numpys_reach_are_checked_against_the_kernel_once_it_passes
     assert numpy_sizes(spec) is None
 
 
-def test_runners_started_ahead_are_asked_for_by_the_environment(monkeypatch):
+def test_the_searchs_runners_start_ahead_unless_the_environment_says_not(monkeypatch):
     monkeypatch.delenv("OPTIML_RUNNER_AHEAD", raising=False)
-    assert not OptimizeOptions().search_eval.ahead
-    monkeypatch.setenv("OPTIML_RUNNER_AHEAD", "1")
     options = OptimizeOptions()
     assert options.search_eval.ahead and not options.confirm_eval.ahead
+    monkeypatch.setenv("OPTIML_RUNNER_AHEAD", "0")
+    assert not OptimizeOptions().search_eval.ahead
