@@ -164,7 +164,7 @@ def run_optimize(row: dict, cu: Path, options: list[str], timeout: float) -> Non
 def search_summary(t: dict) -> dict:
     """What the search did, from its trajectory: why it stopped, how many evaluations it
     recorded, the baseline's and each evaluated node's time split (compile, run, profile), status,
-    speedup and edit — enough to tell a search that found nothing from one that never got to
+    speedup and edit, the judge's checks' seconds — enough to tell a search that found nothing from one that never got to
     evaluate."""
 
     def split(m: dict) -> dict:
@@ -192,6 +192,10 @@ def search_summary(t: dict) -> dict:
         "baseline": split(baseline),
         "nodes": nodes,
         "rejected_before_evaluation": len(t.get("rejected") or []),
+        # each of the judge's checks' seconds (where its time went)
+        "judge_s": {
+            c["name"]: c.get("seconds") for c in ((t.get("judge") or {}).get("checks") or [])
+        },
     }
 
 

@@ -139,6 +139,8 @@ def test_a_rows_search_summary_says_what_the_search_evaluated():
     assert len(s["nodes"]) == len(evaluated) > 0
     assert {n["edit"] for n in s["nodes"]} == {n["edit"]["transform"] for n in evaluated}
     assert all(n["status"] == "ok" and n["speedup"] > 1 for n in s["nodes"])
+    checks = t["judge"]["checks"]
+    assert list(s["judge_s"]) == [c["name"] for c in checks] and checks
 
 
 def test_the_floor_is_what_a_memory_bound_kernel_moves(tmp_path, monkeypatch):
