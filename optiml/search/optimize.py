@@ -68,6 +68,24 @@ IN_FLIGHT_PER_GPU = 8
 PRECOMPILE_FIRST = 16
 
 
+# An input whose launch takes at least this long is timed with fewer launches beside each
+# candidate: every evaluation times the input interleaved with the candidate, and KernelBench's
+# plain LogSoftmax (259 ms a launch on an H100) took 10 to 35 warm-up launches and 10 timed ones
+# of it per evaluation, seconds of a 90 s run; a launch that long is its own warm-up (the clocks
+# and caches settle within it) and varies by well under the noise the confirmation allows.
+SLOW_LAUNCH_MS = 20.0
+
+
+def paced(options: EvalOptions, input_ms: float | None) -> EvalOptions:
+    """`options` for evaluations timed beside an input of `input_ms` a launch: unchanged below
+    `SLOW_LAUNCH_MS`; above, one warm-up round (5 launches) and at least the repeats that fill
+    10 target times of the input, 5 at least, `reps_min` at most."""
+    if input_ms is None or input_ms < SLOW_LAUNCH_MS:
+        return options
+    reps = max(5, math.ceil(10 * options.target_ms / input_ms))
+    return replace(options, warmup_max=0, reps_min=min(options.reps_min, reps))
+
+
 def runners_ahead() -> bool:
     """The search's evaluations run in runners started ahead of them (`EvalOptions.ahead`) unless
     `OPTIML_RUNNER_AHEAD=0`: on an H100 at 8 in flight, 43 -> 49 evaluations a minute on the
@@ -191,6 +209,9 @@ async def optimize(
         finally:
             await early  # its compiles go on in the executor's pool; the policy is the search's now
         run.phase("baseline")
+        search_eval = paced(search_eval, baseline.candidate_ms)
+        confirm_eval = paced(confirm_eval, baseline.candidate_ms)
+        problem_opts = replace(problem_opts, eval=search_eval)
         problem = KernelProblem(
             source,
             kernel,

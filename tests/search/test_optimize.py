@@ -37,6 +37,7 @@ from optiml.search.optimize import (
     Event,
     OptimizeOptions,
     optimize,
+    paced,
     search_seconds,
 )
 from optiml.search.policy import OfflinePolicy
@@ -647,3 +648,36 @@ def test_the_searchs_runners_start_ahead_unless_the_environment_says_not(monkeyp
     assert options.search_eval.ahead and not options.confirm_eval.ahead
     monkeypatch.setenv("OPTIML_RUNNER_AHEAD", "0")
     assert not OptimizeOptions().search_eval.ahead
+
+
+def test_a_slow_input_is_timed_with_fewer_launches_beside_each_candidate():
+    search = OptimizeOptions().search_eval
+    assert paced(search, None) is search and paced(search, 19.9) is search
+    slow = paced(search, 259.0)  # KernelBench's plain LogSoftmax on an H100
+    assert slow.warmup_max == 0 and slow.reps_min == 5  # 10 x 100 ms of it: 4, at least 5
+    confirm = paced(OptimizeOptions().confirm_eval, 259.0)
+    assert confirm.reps_min == 16 and confirm.warmup_max == 0  # 10 x 400 ms of it
+    assert paced(OptimizeOptions().confirm_eval, 25.0).reps_min == 30  # never more than asked
+
+
+class Timings(StandInExecutor):
+    """Records the timing options of every evaluation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timing: list[tuple[int, int]] = []
+
+    async def evaluate(self, job, options, *, pinned=False):
+        self.timing.append((options.reps_min, options.warmup_max))
+        return await super().evaluate(job, options, pinned=pinned)
+
+
+def test_candidates_of_a_slow_input_are_paced_after_its_measurement(monkeypatch):
+    monkeypatch.setitem(globals(), "BASE_MS", 50.0)  # the stand-in's input: 50 ms a launch
+    ex = Timings()
+    asyncio.run(optimize(FIXTURES / "saxpy.cu", "saxpy", ex, OptimizeOptions(budget=3)))
+    defaults = OptimizeOptions().search_eval
+    assert ex.timing[0] == (defaults.reps_min, defaults.warmup_max)  # the input: not yet known
+    # then one warm-up round each; the search's 10 x 100 ms / 50 ms repeats, the confirmation's 30
+    assert ex.timing[1] == (10, 0) and all(w == 0 for _, w in ex.timing[1:])
+    assert {r for r, _ in ex.timing[1:]} == {10, 30}
