@@ -1,7 +1,8 @@
 """KernelBench level 1 through OptiML-G and OptiML-X, against PyTorch eager and torch.compile.
 
     python3 benchmarks/kernelbench.py --out DIR [--tasks DIR] [--budget 8] [--time 60]
-                                      [--only 50,94] [--shard 1/4]
+                                      [--only 50,94] [--shard 1/4] [--steps optimize,torch]
+                                      [--torch-from TABLE.json,...]
 
 For each task: `optiml generate --from-torch` (the formula, the plain kernel, its NumPy reference),
 `optiml optimize --write` on the generated file (budget and time caps from the arguments), then
@@ -12,6 +13,9 @@ DIR/kernelbench.json (rewritten after every task): one row per task (translated 
 is not, each step's time or error), speedups, geometric means over the rows with both times, the
 device, the date and the versions. A task that fails at any step is a row with its error; the run
 goes on. `--shard i/n` (1-based) takes every n-th task from the i-th, to split the run.
+`--steps` runs some of the GPU steps (`optimize` includes the delivered kernel's `optiml eval`);
+`--torch-from` takes a task's PyTorch times from committed tables measured on the same GPU with
+the same torch (the row says which), so that a rerun of OptiML's side need not time PyTorch again.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from optiml.harness.work import moved_bytes  # noqa: E402
 from optiml.spec import Spec, load  # noqa: E402
 
 DEFAULT_TASKS = ROOT.parent / "shared" / "kernelbench" / "level1"
+STEPS = ("optimize", "torch")
 
 
 def shard(text: str) -> tuple[int, int]:
@@ -63,7 +68,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--shard", type=shard, default=(1, 1), help="i/n: this run's share of tasks")
     p.add_argument("--eval-timeout", type=float, default=600.0, help="seconds for optiml eval")
+    p.add_argument(
+        "--steps",
+        default=",".join(STEPS),
+        help=f"the GPU steps to run, comma-separated, of {', '.join(STEPS)}",
+    )
+    p.add_argument(
+        "--torch-from",
+        default="",
+        help="kernelbench tables (comma-separated) whose PyTorch times are reused where their "
+        "GPU and torch are this run's",
+    )
     args = p.parse_args(argv)
+    args.steps = [x.strip() for x in args.steps.split(",") if x.strip()]
+    unknown = [x for x in args.steps if x not in STEPS]
+    if unknown:
+        p.error(f"--steps: no step {', '.join(unknown)}; the steps are {', '.join(STEPS)}")
     if args.budget < 1 or args.time < 1:
         p.error("--budget and --time are at least 1")
     return args
@@ -286,6 +306,38 @@ def torch_step(row: dict, path: Path) -> None:
     torch.cuda.empty_cache()
 
 
+def torch_times(tables: list[Path]) -> dict[tuple[str, str | None, str | None], dict]:
+    """PyTorch's times in committed tables, by (task, GPU, torch version): the eager and
+    torch.compile times (or errors) of each row that has them, and the table and date they are
+    from."""
+    out: dict[tuple[str, str | None, str | None], dict] = {}
+    for path in tables:
+        try:
+            table = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise SystemExit(f"--torch-from {path}: {e}") from None
+        for row in table.get("rows", []):
+            times = {
+                k: row[k]
+                for k in ("eager_ms", "compile_ms", "eager_error", "compile_error")
+                if k in row
+            }
+            if times:
+                key = (row["task"], table.get("device"), table.get("torch"))
+                out[key] = {**times, "torch_from": f"{path.name} ({table.get('date')})"}
+    return out
+
+
+def reuse_torch(row: dict, earlier: dict, table: dict) -> bool:
+    """Whether `row` got its PyTorch times from `earlier` (`torch_times`): only from a table of
+    the same GPU and torch as this run's."""
+    found = earlier.get((row["task"], table.get("device"), table.get("torch")))
+    if found is None or table.get("device") is None:
+        return False
+    row.update(found)
+    return True
+
+
 def speedups(row: dict) -> None:
     d = row.get("delivered_ms")
     for base in ("eager", "compile"):
@@ -348,14 +400,17 @@ def run(args: argparse.Namespace, gpu: bool = True) -> dict:
     )
     target = args.out / name
     save(table, target, summary)
+    earlier = torch_times([Path(f) for f in args.torch_from.split(",") if f.strip()])
     for path in tasks(args):
         row: dict = {"task": path.name, "number": _number(path)}
         try:
             row.update(translate_step(path, args.out / "work" / path.stem))
             if row["translated"] and gpu:
-                optimize_step(row, args)
-                eval_step(row, args)
-                torch_step(row, path)
+                if "optimize" in args.steps:
+                    optimize_step(row, args)
+                    eval_step(row, args)
+                if "torch" in args.steps and not reuse_torch(row, earlier, table):
+                    torch_step(row, path)
                 speedups(row)
         except Exception as e:  # never a crash: the row says what went wrong
             row["error"] = failure(e)

@@ -193,3 +193,33 @@ def test_the_delivered_kernel_beyond_numpys_reach_says_where_numpy_checked_it(
     assert row["delivered_status"] == "ok" and row["numpy_checked_at"] == [
         {"rows": 1000, "cols": 333}
     ]
+
+
+def test_pytorch_times_are_reused_only_from_the_same_gpu_and_torch(tmp_path):
+    earlier = {
+        "date": "2026-12-06T14:51:44+00:00",
+        "device": "NVIDIA H100 80GB HBM3",
+        "torch": "2.11.0+cu130",
+        "rows": [
+            {"task": "94_MSELoss.py", "eager_ms": 2.0, "compile_ms": 1.5, "delivered_ms": 9.0},
+            {"task": "4_Matrix_vector_multiplication_.py", "translated": True},  # none timed
+        ],
+    }
+    path = tmp_path / "kb.json"
+    path.write_text(json.dumps(earlier))
+    times = bench.torch_times([path])
+    same = {"device": "NVIDIA H100 80GB HBM3", "torch": "2.11.0+cu130"}
+    row = {"task": "94_MSELoss.py", "delivered_ms": 1.0}
+    assert bench.reuse_torch(row, times, same)
+    assert (row["eager_ms"], row["compile_ms"], row["delivered_ms"]) == (2.0, 1.5, 1.0)
+    assert row["torch_from"] == "kb.json (2026-12-06T14:51:44+00:00)"
+    for other in ({**same, "device": "NVIDIA H200"}, {**same, "torch": "2.12.0"}):
+        assert not bench.reuse_torch({"task": "94_MSELoss.py"}, times, other)
+    assert not bench.reuse_torch({"task": "4_Matrix_vector_multiplication_.py"}, times, same)
+
+
+def test_steps_are_checked(capsys):
+    assert bench.parse_args(["--out", "x", "--steps", "torch"]).steps == ["torch"]
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--out", "x", "--steps", "optimise"])
+    assert "no step optimise" in capsys.readouterr().err
