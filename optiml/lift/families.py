@@ -754,3 +754,30 @@ def _is_product(update: Expr, var: Var) -> bool:
 def _inside_loop(value: Expr, ld: Load) -> bool:
     """Whether `ld` is reached only through a loop's result (a reduction's operand)."""
     return all(not (x is ld or x == ld) for x in walk_expr(value, into_loops=False))
+
+
+def canon(e, counter: int) -> str:
+    """`e` as text with the loop counter `counter` written `K` and integer widths ignored: the
+    same element read by two loops has the same text."""
+    match e:
+        case Var(uid=u):
+            return "K" if u == counter else f"v{u}"
+        case LoopOut(var=Var(uid=u)):
+            return f"v{u}"
+        case Const(value=v):
+            return repr(v)
+        case Param(name=n) | Builtin(name=n):
+            return n
+        case Cast(a=a, type=t):
+            return canon(a, counter) if t in ("int", "long") else f"({t}){canon(a, counter)}"
+        case Unary(op=op, a=a):
+            return f"({op}{canon(a, counter)})"
+        case Binary(op=op, a=a, b=b):
+            return f"({canon(a, counter)}{op}{canon(b, counter)})"
+        case Load(tensor=t, index=i):
+            return f"{t}[{canon(i, counter)}]"
+        case Call(fn=fn, args=args):
+            return f"{fn}({','.join(canon(a, counter) for a in args)})"
+        case Select(cond=c, a=a, b=b):
+            return f"({canon(c, counter)}?{canon(a, counter)}:{canon(b, counter)})"
+    raise ValueError(f"cannot compare {type(e).__name__}")

@@ -256,3 +256,42 @@ def test_many_long_rows_also_get_a_block_per_row_and_short_ones_do_not():
     short = FEW_ROWS.replace("(16, 1 << 22)", "(16384, 1024)")
     ctx = Context.of(Variant(short), str(ROOT / "kernel.cu"), "norm_rows", sm_count=132)
     assert [p.params["per_row"] for p in WARP.propose(ctx)] == ["warp", "warp"]
+
+
+# A max over the row, then a sum of exp(value - max): one pass (an online softmax's pair).
+ONLINE = [
+    ("softmax.cu", "softmax_rows", {"rows": 37, "cols": 70}),
+    ("corpus/log_softmax.cu", "log_softmax_fwd", None),
+    ("corpus/cross_entropy.cu", "crossentropy_forward_kernel", None),
+]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+@pytest.mark.parametrize("file,kernel,size", ONLINE, ids=[k for _, k, _ in ONLINE])
+def test_a_max_and_a_sum_of_exp_from_it_are_one_pass(file, kernel, size, tmp_path):
+    # (not cross_entropy.cu's softmax_forward_kernel: its sum's loop also stores each exp)
+    ctx = context(file, kernel)
+    (warp, *_) = [p for p in WARP.propose(ctx) if p.params["per_row"] == "warp"]
+    text = warp.variant.text
+    body = text[text.index(f"void {kernel}(") :]
+    loops = body.count("+= 32)")
+    assert "expf(optiml_v - optiml_m)" in body and "_other0" in body
+    original_loops = ctx.source.text[ctx.kernel.span.start : ctx.kernel.span.end].count("for (")
+    assert loops == original_loops - 1  # the max's and the sum's loops are one
+    candidate = Context.of(warp.variant, ctx.source.path, kernel)
+    sizes = [size] if size else [ctx.spec.sizes[-1]]
+    assert run_against(ctx, [candidate], sizes, tmp_path) == [0]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+def test_the_one_pass_holds_on_values_far_apart(tmp_path):
+    # values over [-40, 40): exp of their differences spans 35 orders of magnitude, and each
+    # lane's sum is rescaled whenever its max grows
+    text = (ROOT / "softmax.cu").read_text()
+    wide = text.replace("input: in float[rows * cols]", "input: in float[rows * cols] in [-40, 40)")
+    assert wide != text
+    ctx = Context.of(Variant(wide), str(ROOT / "softmax.cu"), "softmax_rows")
+    (warp, *_) = [p for p in WARP.propose(ctx) if p.params["per_row"] == "warp"]
+    candidate = Context.of(warp.variant, ctx.source.path, "softmax_rows")
+    sizes = [{"rows": 37, "cols": 70}, {"rows": 5, "cols": 1000}, {"rows": 3, "cols": 7}]
+    assert run_against(ctx, [candidate], sizes, tmp_path) == [0]

@@ -19,22 +19,18 @@ from optiml.expr import Expr as SizeExpr
 from optiml.expr import ExprError
 from optiml.lift import Lifted, lift
 from optiml.lift.emit import C_TYPES, CEmitter, NotEmittable
-from optiml.lift.families import induction_steps
+from optiml.lift.families import canon, induction_steps
 from optiml.lift.model import (
     BF16,
     HALF,
     TRUE,
     Binary,
-    Builtin,
-    Cast,
     Const,
     Load,
     Loop,
     LoopOut,
-    Param,
     Select,
     Store,
-    Unary,
     Var,
     children,
     loop_exprs,
@@ -90,29 +86,6 @@ def _value(ctx: Context, text: str) -> int:
     if not isinstance(value, int):
         raise _NoPlan("a row length that is not an integer")
     return value
-
-
-def canon(e, counter: int) -> str:
-    """`e` as text with the loop counter `counter` written `K` and integer widths ignored: the
-    same element read by two loops has the same text."""
-    match e:
-        case Var(uid=u):
-            return "K" if u == counter else f"v{u}"
-        case LoopOut(var=Var(uid=u)):
-            return f"v{u}"
-        case Const(value=v):
-            return repr(v)
-        case Param(name=n) | Builtin(name=n):
-            return n
-        case Cast(a=a, type=t):
-            return canon(a, counter) if t in ("int", "long") else f"({t}){canon(a, counter)}"
-        case Unary(op=op, a=a):
-            return f"({op}{canon(a, counter)})"
-        case Binary(op=op, a=a, b=b):
-            return f"({canon(a, counter)}{op}{canon(b, counter)})"
-        case Load(tensor=t, index=i):
-            return f"{t}[{canon(i, counter)}]"
-    raise _NoPlan(f"cannot compare {type(e).__name__}")
 
 
 def _sure_loads(e):

@@ -21,7 +21,13 @@ from optiml.expr import Expr as SizeExpr
 from optiml.expr import ExprError
 from optiml.lift import Lifted, lift
 from optiml.lift.emit import C_TYPES, CEmitter, NotEmittable
-from optiml.lift.families import affine, counted_reductions, global_indices, induction_steps
+from optiml.lift.families import (
+    affine,
+    canon,
+    counted_reductions,
+    global_indices,
+    induction_steps,
+)
 from optiml.lift.model import (
     DOUBLE,
     FLOAT,
@@ -29,6 +35,7 @@ from optiml.lift.model import (
     LONG,
     TRUE,
     Binary,
+    Call,
     Cast,
     Const,
     Load,
@@ -156,6 +163,68 @@ class WarpRows(Transformation):
         return out
 
 
+def _online_pairs(items: list) -> dict[int, Loop]:
+    """Loops `a` -> `b` where `a` only computes a max of a float value over the row and `b` only
+    a sum of exp(the same value - that max) over the same range, `b` reading nothing stored
+    and no other loop's result: what one pass computes (an online softmax's max and sum)."""
+    stored = {s.tensor for x in items for s in ([x] if isinstance(x, Store) else x.body)}
+    out: dict[int, Loop] = {}
+    loops = [x for x in items if isinstance(x, Loop) and not x.body]
+    for a in loops:
+        try:
+            k, found = counted_reductions(a, ("max",))
+        except ValueError:
+            continue
+        if len(found) != 1 or _arg_pairs(a) or found[0][0].var.type not in (FLOAT, DOUBLE):
+            continue
+        m, _, value = found[0]
+        for b in loops:
+            if b.line <= a.line or b.uid in out.values() or a.uid in out:
+                continue
+            try:
+                kb, (only,) = counted_reductions(b, ("sum",))
+                s, _, operand = only
+                if not _exp_of_difference(operand, value, k, kb, a, m):
+                    continue
+                same = (canon(a.cond.b, k.var.uid), canon(k.init, k.var.uid)) == (
+                    canon(b.cond.b, kb.var.uid),
+                    canon(kb.init, kb.var.uid),
+                )
+            except ValueError:
+                continue
+            outs = [
+                x
+                for e in loop_exprs(b)
+                for x in walk_expr(e, into_loops=False)
+                if isinstance(x, LoopOut)
+            ]
+            reads = {x.tensor for e in loop_exprs(b) for x in walk_expr(e) if isinstance(x, Load)}
+            if (
+                same
+                and s.var.type == m.var.type
+                and all(x.loop.uid == a.uid for x in outs)
+                and not reads & stored
+                and isinstance(a.cond, Binary)
+                and a.cond.op == "<"
+            ):
+                out[a.uid] = b
+                break
+    return out
+
+
+def _exp_of_difference(operand, value, k, kb, a: Loop, m) -> bool:
+    """Whether `operand` (in `b`, counter `kb`) is exp(`value` - `a`'s max `m`), `value` read
+    as `a` reads it with counter `k`."""
+    if not (isinstance(operand, Call) and operand.fn == "exp" and len(operand.args) == 1):
+        return False
+    d = operand.args[0]
+    if not (isinstance(d, Binary) and d.op == "-" and isinstance(d.b, LoopOut)):
+        return False
+    if d.b.loop.uid != a.uid or d.b.var.uid != m.var.uid:
+        return False
+    return canon(d.a, kb.var.uid) == canon(value, k.var.uid)
+
+
 def _row_elements(ctx: Context, count: int) -> int:
     """Elements per row of the largest input at the spec's first size: what a row's loops read."""
     case = ctx.case
@@ -275,13 +344,62 @@ class _Writer:
             *self._head(),
             f"    if (!(optiml_row < {self.c.expr(guard.b)})) return;  // the row is the {whose}",
         ]
+        # a max and then a sum of exp(value - max) over the same row: one pass (warps only)
+        online = _online_pairs(items) if self.threads is None else {}
+        merged = {b.uid for b in online.values()}
         for i, item in enumerate(items):
             if isinstance(item, Store):
                 self.lines.append(f"    if (optiml_lane == 0) {self._store(item)}")
-            else:
+            elif item.uid in online:
+                self._online(item, online[item.uid], i)
+            elif item.uid not in merged:
                 self._loop(item, i)
         self.lines.append("}")
         return rows, "\n".join(self.lines)
+
+    def _online(self, a: Loop, b: Loop, i: int) -> None:
+        """`a`'s max and `b`'s sum of exp(value - that max) in one pass over the row: each lane
+        keeps its max and its sum scaled to it (a larger value rescales the sum by
+        exp(old - new)), the lanes' pairs combined alike by shuffles (each side scaled the same
+        way in both lanes: every lane holds the same bits); then the initial values."""
+        k, ((m, _, value),) = counted_reductions(a, ("max",))
+        kb, ((s, _, _),) = counted_reductions(b, ("sum",))
+        t = m.var.type
+        ct, exp, fmax = C_TYPES[t], *(("expf", "fmaxf") if t == FLOAT else ("exp", "fmax"))
+        name = f"optiml_k{i}"
+        self.names[k.var.uid] = name
+        mp, sp = f"{m.var.name}_part{i}", f"{s.var.name}_part{i}"
+        mo, so = f"{m.var.name}_other{i}", f"{s.var.name}_other{i}"
+        start, bound = self.c.expr(k.init), _upper(a.cond, k.var)
+
+        def scaled(v: str, by: str, to: str) -> str:
+            return f"({by} == {to} ? {v} : {v} * {exp}({by} - {to}))"
+
+        self.lines += [
+            f"    {ct} {mp} = {_IDENTITY[('max', t)]}, {sp} = {_IDENTITY[('sum', t)]};",
+            f"    for (long long {name} = {start} + optiml_lane; {name} < {bound}; "
+            f"{name} += {self.stride}) {{",
+            f"        const {ct} optiml_v = {self.c.expr(value)};",
+            f"        const {ct} optiml_m = {fmax}({mp}, optiml_v);",
+            f"        {sp} = {scaled(sp, mp, 'optiml_m')} + {exp}(optiml_v - optiml_m);",
+            f"        {mp} = optiml_m;",
+            "    }",
+            "    for (int optiml_o = 16; optiml_o > 0; optiml_o >>= 1) {",
+            f"        const {ct} {mo} = __shfl_xor_sync({FULL_MASK}, {mp}, optiml_o);",
+            f"        const {ct} {so} = __shfl_xor_sync({FULL_MASK}, {sp}, optiml_o);",
+            f"        const {ct} optiml_m = {fmax}({mp}, {mo});",
+            f"        {sp} = {scaled(sp, mp, 'optiml_m')} + {scaled(so, mo, 'optiml_m')};",
+            f"        {mp} = optiml_m;",
+            "    }",
+        ]
+        total_m, total_s = f"{m.var.name}_{i}", f"{s.var.name}_{i}"
+        self.lines += [
+            f"    const {ct} {total_m} = {fmax}(({self.c.expr(m.init)}), {mp});",
+            f"    const {ct} {total_s} = ({self.c.expr(s.init)}) + {scaled(sp, mp, total_m)};",
+        ]
+        self.names[m.var.uid], self.names[s.var.uid] = total_m, total_s
+        del self.names[k.var.uid]
+        del kb
 
     def _guard(self, guards) -> Binary:
         first = guards[0]
