@@ -295,3 +295,19 @@ def test_the_one_pass_holds_on_values_far_apart(tmp_path):
     candidate = Context.of(warp.variant, ctx.source.path, "softmax_rows")
     sizes = [{"rows": 37, "cols": 70}, {"rows": 5, "cols": 1000}, {"rows": 3, "cols": 7}]
     assert run_against(ctx, [candidate], sizes, tmp_path) == [0]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+def test_a_block_per_long_row_makes_the_one_pass_too(tmp_path):
+    text = (ROOT / "softmax.cu").read_text()
+    long_rows = text.replace("(32768, 1024), (1000, 777)", "(64, 8192), (5, 4099)")
+    assert long_rows != text
+    ctx = Context.of(Variant(long_rows), str(ROOT / "softmax.cu"), "softmax_rows", sm_count=132)
+    (block,) = [p for p in WARP.propose(ctx) if p.params["per_row"] == "block"]
+    v = block.variant.source("softmax.cu")
+    k = v.kernel("softmax_rows")
+    body = v.text[k.span.start : k.span.end]
+    assert body.count("+= 512)") == 2 and "optiml_sm_0[16]" in body  # 16 warps' pairs
+    candidate = Context.of(block.variant, ctx.source.path, "softmax_rows")
+    sizes = [{"rows": 5, "cols": 4099}, {"rows": 3, "cols": 70}]
+    assert run_against(ctx, [candidate], sizes, tmp_path) == [0]

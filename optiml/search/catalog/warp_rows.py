@@ -344,8 +344,9 @@ class _Writer:
             *self._head(),
             f"    if (!(optiml_row < {self.c.expr(guard.b)})) return;  // the row is the {whose}",
         ]
-        # a max and then a sum of exp(value - max) over the same row: one pass (warps only)
-        online = _online_pairs(items) if self.threads is None else {}
+        # a max and then a sum of exp(value - max) over the same row: one pass (a warp or a
+        # block per row)
+        online = _online_pairs(items) if self.cluster == 1 else {}
         merged = {b.uid for b in online.values()}
         for i, item in enumerate(items):
             if isinstance(item, Store):
@@ -361,7 +362,8 @@ class _Writer:
         """`a`'s max and `b`'s sum of exp(value - that max) in one pass over the row: each lane
         keeps its max and its sum scaled to it (a larger value rescales the sum by
         exp(old - new)), the lanes' pairs combined alike by shuffles (each side scaled the same
-        way in both lanes: every lane holds the same bits); then the initial values."""
+        way in both lanes: every lane holds the same bits), a block's warps' pairs through
+        shared memory in one order; then the initial values."""
         k, ((m, _, value),) = counted_reductions(a, ("max",))
         kb, ((s, _, _),) = counted_reductions(b, ("sum",))
         t = m.var.type
@@ -392,6 +394,23 @@ class _Writer:
             f"        {mp} = optiml_m;",
             "    }",
         ]
+        if self.threads is not None:  # the block's warps, in the same order in every thread
+            warps = self.threads // 32
+            sm, ss = f"optiml_sm_{i}", f"optiml_ss_{i}"
+            self.lines += [
+                f"    __shared__ {ct} {sm}[{warps}], {ss}[{warps}];  // the warps' pairs",
+                f"    if ((threadIdx.x & 31) == 0) {{ {sm}[threadIdx.x >> 5] = {mp}; "
+                f"{ss}[threadIdx.x >> 5] = {sp}; }}",
+                "    __syncthreads();",
+                f"    {mp} = {sm}[0], {sp} = {ss}[0];",
+                f"    for (int optiml_w = 1; optiml_w < {warps}; ++optiml_w) {{",
+                f"        const {ct} {mo} = {sm}[optiml_w], {so} = {ss}[optiml_w];",
+                f"        const {ct} optiml_m = {fmax}({mp}, {mo});",
+                f"        {sp} = {scaled(sp, mp, 'optiml_m')} + {scaled(so, mo, 'optiml_m')};",
+                f"        {mp} = optiml_m;",
+                "    }",
+                "    __syncthreads();  // the slots are free for the next value",
+            ]
         total_m, total_s = f"{m.var.name}_{i}", f"{s.var.name}_{i}"
         self.lines += [
             f"    const {ct} {total_m} = {fmax}(({self.c.expr(m.init)}), {mp});",
