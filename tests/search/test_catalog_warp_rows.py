@@ -311,3 +311,61 @@ def test_a_block_per_long_row_makes_the_one_pass_too(tmp_path):
     candidate = Context.of(block.variant, ctx.source.path, "softmax_rows")
     sizes = [{"rows": 5, "cols": 4099}, {"rows": 3, "cols": 70}]
     assert run_against(ctx, [candidate], sizes, tmp_path) == [0]
+
+
+# A sum, then a sum of squares about a value of it (a mean): Welford's one pass.
+SPREAD = [
+    ("layernorm.cu", "layernorm_forward"),
+    ("corpus/layernorm_bf16.cu", "layernorm_forward_bf16"),
+]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+@pytest.mark.parametrize("file,kernel", SPREAD, ids=[k for _, k in SPREAD])
+def test_a_sum_and_the_squares_about_its_mean_are_one_pass(file, kernel, tmp_path):
+    ctx = context(file, kernel)
+    proposals = [p for p in WARP.propose(ctx) if p.params["per_row"] in ("warp", "block")]
+    assert proposals
+    original = ctx.source.text[ctx.kernel.span.start : ctx.kernel.span.end]
+    for p in proposals:
+        v = p.variant.source(file)
+        k = v.kernel(kernel)
+        body = v.text[k.span.start : k.span.end]
+        loops = body.count(f"+= {32 if p.params['per_row'] == 'warp' else 512})")
+        assert "optiml_m20" in body and loops == original.count("for (") - 1
+    if kernel.endswith("bf16"):
+        return  # the host's emulation compares no bf16 outputs; the GPU catalog run checks it
+    candidates = [Context.of(p.variant, ctx.source.path, kernel) for p in proposals]
+    sizes = [ctx.spec.sizes[-1]]
+    assert run_against(ctx, candidates, sizes, tmp_path) == [0] * len(candidates)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+def test_the_one_pass_spread_is_nearer_the_exact_result_far_from_zero(tmp_path):
+    # values in [lo, lo + 1): the mean is far from zero, where a float sum loses digits. Against
+    # the kernel computing its statistics in double (what the GPU harness's oracle does), the one
+    # pass is within the tolerance where the float kernel is not, and never further off.
+    text = (ROOT / "layernorm.cu").read_text()
+    exact = {
+        "float mean = 0.0f;": "double mean = 0.0;",
+        "float var = 0.0f;": "double var = 0.0;",
+        "float d = xr[j] - mean;": "double d = xr[j] - mean;",
+        "float rstd = 1.0f / sqrtf(var + eps);": "double rstd = 1.0 / sqrt(var + eps);",
+    }
+    sizes = [{"rows": 7, "cols": 1000}, {"rows": 3, "cols": 33}]
+    for lo in (10, 1000):
+        shifted = text.replace(
+            "x: in float[rows * cols]", f"x: in float[rows * cols] in [{lo}, {lo + 1})"
+        )
+        double = shifted
+        for a, b in exact.items():
+            assert a in double
+            double = double.replace(a, b)
+        ctx = Context.of(Variant(shifted), str(ROOT / "layernorm.cu"), "layernorm_forward")
+        ref = Context.of(Variant(double), str(ROOT / "layernorm.cu"), "layernorm_forward")
+        (warp, *_) = WARP.propose(ctx)
+        candidate = Context.of(warp.variant, ctx.source.path, "layernorm_forward")
+        as_written, one_pass = run_against(ref, [ctx, candidate], sizes, tmp_path)
+        assert one_pass <= as_written and as_written > 0
+        if lo == 10:
+            assert one_pass == 0

@@ -35,6 +35,7 @@ from optiml.lift.model import (
     LONG,
     TRUE,
     Binary,
+    Builtin,
     Call,
     Cast,
     Const,
@@ -212,6 +213,80 @@ def _online_pairs(items: list) -> dict[int, Loop]:
     return out
 
 
+def _spread_pairs(items: list) -> dict[int, tuple[Loop, object]]:
+    """Loops `a` -> (`b`, c) where `a` only sums a float value over the row and `b` only sums
+    (the same value - c)^2 over the same range, c an expression of `a`'s sum and of values that
+    do not change along the row (a mean), `b` reading nothing stored and no other loop's
+    result: what Welford's one pass computes."""
+    stored = {s.tensor for x in items for s in ([x] if isinstance(x, Store) else x.body)}
+    out: dict[int, tuple[Loop, object]] = {}
+    loops = [x for x in items if isinstance(x, Loop) and not x.body]
+    taken: set[int] = set()
+    for a in loops:
+        try:
+            k, found = counted_reductions(a, ("sum",))
+        except ValueError:
+            continue
+        if len(found) != 1 or found[0][0].var.type not in (FLOAT, DOUBLE):
+            continue
+        sa, _, value = found[0]
+        for b in loops:
+            if b.line <= a.line or b.uid in taken:
+                continue
+            try:
+                kb, (only,) = counted_reductions(b, ("sum",))
+                sq, _, operand = only
+                center = _square_about(operand, value, k, kb, a, sa)
+                same = (canon(a.cond.b, k.var.uid), canon(k.init, k.var.uid)) == (
+                    canon(b.cond.b, kb.var.uid),
+                    canon(kb.init, kb.var.uid),
+                )
+            except ValueError:
+                continue
+            outs = [
+                x
+                for e in loop_exprs(b)
+                for x in walk_expr(e, into_loops=False)
+                if isinstance(x, LoopOut)
+            ]
+            reads = {x.tensor for e in loop_exprs(b) for x in walk_expr(e) if isinstance(x, Load)}
+            if (
+                center is not None
+                and same
+                and sq.var.type == sa.var.type
+                and all(x.loop.uid == a.uid for x in outs)
+                and not reads & stored
+                and isinstance(a.cond, Binary)
+                and a.cond.op == "<"
+            ):
+                out[a.uid] = (b, center)
+                taken.add(b.uid)
+                break
+    return out
+
+
+def _square_about(operand, value, k, kb, a: Loop, sa):
+    """c where `operand` (in `b`, counter `kb`) is (`value` - c) * (`value` - c), `value` read as
+    `a` reads it with counter `k` and c an expression of `a`'s sum `sa`, scalar parameters and
+    constants; else None."""
+    if not (isinstance(operand, Binary) and operand.op == "*"):
+        return None
+    d1, d2 = operand.a, operand.b
+    if canon(d1, kb.var.uid) != canon(d2, kb.var.uid):
+        return None
+    if not (isinstance(d1, Binary) and d1.op == "-"):
+        return None
+    if canon(d1.a, kb.var.uid) != canon(value, k.var.uid):
+        return None
+    center = d1.b
+    for x in walk_expr(center, into_loops=False):
+        if isinstance(x, Load | Var | Builtin):
+            return None
+        if isinstance(x, LoopOut) and (x.loop.uid != a.uid or x.var.uid != sa.var.uid):
+            return None
+    return center
+
+
 def _exp_of_difference(operand, value, k, kb, a: Loop, m) -> bool:
     """Whether `operand` (in `b`, counter `kb`) is exp(`value` - `a`'s max `m`), `value` read
     as `a` reads it with counter `k`."""
@@ -346,13 +421,17 @@ class _Writer:
         ]
         # a max and then a sum of exp(value - max) over the same row: one pass (a warp or a
         # block per row)
+        # and a sum, then a sum of squares about a value of it (a mean): one pass, Welford's
         online = _online_pairs(items) if self.cluster == 1 else {}
-        merged = {b.uid for b in online.values()}
+        spread = _spread_pairs(items) if self.cluster == 1 else {}
+        merged = {b.uid for b in [*online.values(), *(b for b, _ in spread.values())]}
         for i, item in enumerate(items):
             if isinstance(item, Store):
                 self.lines.append(f"    if (optiml_lane == 0) {self._store(item)}")
             elif item.uid in online:
                 self._online(item, online[item.uid], i)
+            elif item.uid in spread:
+                self._welford(item, *spread[item.uid], i)
             elif item.uid not in merged:
                 self._loop(item, i)
         self.lines.append("}")
@@ -506,6 +585,95 @@ class _Writer:
             )
             self.names[c.var.uid] = total
         del self.names[k.var.uid]  # the counter is not a value after the loop
+
+    def _welford(self, a: Loop, b: Loop, center, i: int) -> None:
+        """`a`'s sum of a value and `b`'s sum of (the value - c)^2, c a value of that sum (a
+        mean), in one pass: each lane keeps the plain sum and Welford's count, mean and sum of
+        squares about it; pairs are combined by Chan's formula, the lower lane's (or warp's) as
+        the first, so that every lane holds the same bits; then the sum of squares about c is
+        M2 + n (mean - c)^2, exactly what the second loop sums."""
+        k, ((sa, _, value),) = counted_reductions(a, ("sum",))
+        _, ((sq, _, _),) = counted_reductions(b, ("sum",))
+        t = sa.var.type
+        ct = C_TYPES[t]
+        name = f"optiml_k{i}"
+        self.names[k.var.uid] = name
+        ps, pn, pm, pq = (f"optiml_{x}{i}" for x in ("sum", "n", "mean", "m2"))
+        os_, on, om, oq = (f"optiml_{x}_other{i}" for x in ("sum", "n", "mean", "m2"))
+        start, bound = self.c.expr(k.init), _upper(a.cond, k.var)
+
+        def chan(first: tuple, second: tuple) -> list[str]:
+            (n1, m1, q1), (n2, m2, q2) = first, second
+            return [
+                f"        const long long optiml_nn = {n1} + {n2};",
+                f"        const {ct} optiml_d = {m2} - {m1};",
+                f"        const {ct} optiml_w = optiml_nn ? ({ct}){n2} / ({ct})optiml_nn : 0;",
+                f"        {pm} = {m1} + optiml_d * optiml_w;",
+                f"        {pq} = {q1} + {q2} + optiml_d * optiml_d * ({ct}){n1} * optiml_w;",
+                f"        {pn} = optiml_nn;",
+            ]
+
+        self.lines += [
+            f"    {ct} {ps} = 0, {pm} = 0, {pq} = 0;",
+            f"    long long {pn} = 0;",
+            f"    for (long long {name} = {start} + optiml_lane; {name} < {bound}; "
+            f"{name} += {self.stride}) {{",
+            f"        const {ct} optiml_v = {self.c.expr(value)};",
+            f"        {ps} += optiml_v;",
+            f"        {pn} += 1;",
+            f"        const {ct} optiml_d = optiml_v - {pm};",
+            f"        {pm} += optiml_d / ({ct}){pn};",
+            f"        {pq} += optiml_d * (optiml_v - {pm});",
+            "    }",
+            "    for (int optiml_o = 16; optiml_o > 0; optiml_o >>= 1) {",
+            f"        const {ct} {os_} = __shfl_xor_sync({FULL_MASK}, {ps}, optiml_o);",
+            f"        const long long {on} = __shfl_xor_sync({FULL_MASK}, {pn}, optiml_o);",
+            f"        const {ct} {om} = __shfl_xor_sync({FULL_MASK}, {pm}, optiml_o);",
+            f"        const {ct} {oq} = __shfl_xor_sync({FULL_MASK}, {pq}, optiml_o);",
+            f"        {ps} = {ps} + {os_};",
+            "        if ((threadIdx.x & optiml_o) == 0) {",
+            *[f"    {x}" for x in chan((pn, pm, pq), (on, om, oq))],
+            "        } else {",
+            *[f"    {x}" for x in chan((on, om, oq), (pn, pm, pq))],
+            "        }",
+            "    }",
+        ]
+        if self.threads is not None:  # the block's warps, in the same order in every thread
+            warps = self.threads // 32
+            slots = {x: f"optiml_s{x}_{i}" for x in ("sum", "n", "mean", "m2")}
+            self.lines += [
+                f"    __shared__ {ct} {slots['sum']}[{warps}], {slots['mean']}[{warps}], "
+                f"{slots['m2']}[{warps}];",
+                f"    __shared__ long long {slots['n']}[{warps}];",
+                "    if ((threadIdx.x & 31) == 0) {",
+                "        const int optiml_at = threadIdx.x >> 5;",
+                f"        {slots['sum']}[optiml_at] = {ps}; {slots['n']}[optiml_at] = {pn};",
+                f"        {slots['mean']}[optiml_at] = {pm}; {slots['m2']}[optiml_at] = {pq};",
+                "    }",
+                "    __syncthreads();",
+                f"    {ps} = {slots['sum']}[0], {pm} = {slots['mean']}[0], "
+                f"{pq} = {slots['m2']}[0];",
+                f"    {pn} = {slots['n']}[0];",
+                f"    for (int optiml_w = 1; optiml_w < {warps}; ++optiml_w) {{",
+                f"        {ps} = {ps} + {slots['sum']}[optiml_w];",
+                f"        const long long {on} = {slots['n']}[optiml_w];",
+                f"        const {ct} {om} = {slots['mean']}[optiml_w], "
+                f"{oq} = {slots['m2']}[optiml_w];",
+                *chan((pn, pm, pq), (on, om, oq)),
+                "    }",
+                "    __syncthreads();  // the slots are free for the next value",
+            ]
+        total_sum, total_sq = f"{sa.var.name}_{i}", f"{sq.var.name}_{i}"
+        self.lines.append(f"    const {ct} {total_sum} = ({self.c.expr(sa.init)}) + {ps};")
+        self.names[sa.var.uid] = total_sum
+        c = f"optiml_c{i}"
+        self.lines += [
+            f"    const {ct} {c} = {self.c.expr(center)};",
+            f"    const {ct} {total_sq} = ({self.c.expr(sq.init)}) + ({pq} + ({ct}){pn} * "
+            f"({pm} - {c}) * ({pm} - {c}));",
+        ]
+        self.names[sq.var.uid] = total_sq
+        del self.names[k.var.uid]
 
     def _arg_all_reduce(self, best, arg, cmp: str, i: int, ct: str) -> None:
         """The warp's best value and where it was: a larger (`>`: or smaller) value wins, a tie
