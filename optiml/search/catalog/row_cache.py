@@ -15,7 +15,6 @@ across the warp, but the row read twice). A row as long as a warp's worth goes t
 
 from __future__ import annotations
 
-from optiml.expr import Expr as SizeExpr
 from optiml.expr import ExprError
 from optiml.lift import Lifted, lift
 from optiml.lift.emit import C_TYPES, CEmitter, NotEmittable
@@ -38,7 +37,13 @@ from optiml.lift.model import (
     walk_expr,
 )
 from optiml.search.catalog.base import Context, Rewrite, Transformation
-from optiml.search.catalog.warp_rows import _check_launch, _NoPlan, _rows_bound, _upper
+from optiml.search.catalog.warp_rows import (
+    _check_launch,
+    _NoPlan,
+    _row_count,
+    _rows_bound,
+    _upper,
+)
 
 # Registers a thread may give to its row: 64 floats keep a 256-thread block at 2 blocks per SM
 # with the kernel's own values besides.
@@ -57,7 +62,7 @@ class RowCache(Transformation):
                 return []
             plan = _Plan(lifted)
             _check_launch(ctx, plan.rows)
-            length = _value(ctx, plan.bound_text)
+            length = _row_count(ctx, plan.bound_text)
             if not 2 <= length <= MAX_CACHED:
                 return []
             cap = 4
@@ -76,16 +81,6 @@ class RowCache(Transformation):
             f"{len(plan.loops)} loops (read once, not {plan.reads} times), from the lifted model"
         )
         return [Rewrite({"cache": cap, "keys": len(plan.keys)}, summary, variant, 1.0)]
-
-
-def _value(ctx: Context, text: str) -> int:
-    case = ctx.case
-    value = SizeExpr.parse(text).evaluate(
-        {**ctx.spec.constants, **ctx.spec.template_values, **case.sizes, **case.scalars}
-    )
-    if not isinstance(value, int):
-        raise _NoPlan("a row length that is not an integer")
-    return value
 
 
 def _sure_loads(e):

@@ -164,105 +164,74 @@ class WarpRows(Transformation):
         return out
 
 
-def _online_pairs(items: list) -> dict[int, Loop]:
-    """Loops `a` -> `b` where `a` only computes a max of a float value over the row and `b` only
-    a sum of exp(the same value - that max) over the same range, `b` reading nothing stored
-    and no other loop's result: what one pass computes (an online softmax's max and sum)."""
-    stored = {s.tensor for x in items for s in ([x] if isinstance(x, Store) else x.body)}
-    out: dict[int, Loop] = {}
-    loops = [x for x in items if isinstance(x, Loop) and not x.body]
-    for a in loops:
-        try:
-            k, found = counted_reductions(a, ("max",))
-        except ValueError:
-            continue
-        if len(found) != 1 or _arg_pairs(a) or found[0][0].var.type not in (FLOAT, DOUBLE):
-            continue
-        m, _, value = found[0]
-        for b in loops:
-            if b.line <= a.line or b.uid in out.values() or a.uid in out:
-                continue
-            try:
-                kb, (only,) = counted_reductions(b, ("sum",))
-                s, _, operand = only
-                if not _exp_of_difference(operand, value, k, kb, a, m):
-                    continue
-                same = (canon(a.cond.b, k.var.uid), canon(k.init, k.var.uid)) == (
-                    canon(b.cond.b, kb.var.uid),
-                    canon(kb.init, kb.var.uid),
-                )
-            except ValueError:
-                continue
-            outs = [
-                x
-                for e in loop_exprs(b)
-                for x in walk_expr(e, into_loops=False)
-                if isinstance(x, LoopOut)
-            ]
-            reads = {x.tensor for e in loop_exprs(b) for x in walk_expr(e) if isinstance(x, Load)}
-            if (
-                same
-                and s.var.type == m.var.type
-                and all(x.loop.uid == a.uid for x in outs)
-                and not reads & stored
-                and isinstance(a.cond, Binary)
-                and a.cond.op == "<"
-            ):
-                out[a.uid] = b
-                break
-    return out
+def _online_pairs(items: list) -> dict[int, tuple[Loop, object]]:
+    """A max of a float value over the row, then a sum of exp(the same value - that max) over
+    the same range: what one pass computes (an online softmax's max and sum)."""
+    return _fused_pairs(items, "max", _exp_of_difference)
 
 
 def _spread_pairs(items: list) -> dict[int, tuple[Loop, object]]:
-    """Loops `a` -> (`b`, c) where `a` only sums a float value over the row and `b` only sums
-    (the same value - c)^2 over the same range, c an expression of `a`'s sum and of values that
-    do not change along the row (a mean), `b` reading nothing stored and no other loop's
-    result: what Welford's one pass computes."""
+    """A sum of a float value over the row, then a sum of (the same value - c)^2 over the same
+    range, c an expression of that sum and of values that do not change along the row (a mean):
+    what Welford's one pass computes (the found value is c)."""
+    return _fused_pairs(items, "sum", _square_about)
+
+
+def _fused_pairs(items: list, op: str, match) -> dict[int, tuple[Loop, object]]:
+    """Loops `a` -> (`b`, what `match` found) where `a` only computes one float `op` of a value
+    over the row and `b` only one sum over the same range whose operand `match(operand, value,
+    k, kb, a, carried)` accepts (not None), `b` reading nothing the kernel stores and no loop's
+    result but `a`'s."""
     stored = {s.tensor for x in items for s in ([x] if isinstance(x, Store) else x.body)}
     out: dict[int, tuple[Loop, object]] = {}
     loops = [x for x in items if isinstance(x, Loop) and not x.body]
     taken: set[int] = set()
     for a in loops:
         try:
-            k, found = counted_reductions(a, ("sum",))
+            k, found = counted_reductions(a, (op,))
         except ValueError:
             continue
-        if len(found) != 1 or found[0][0].var.type not in (FLOAT, DOUBLE):
+        if len(found) != 1 or _arg_pairs(a) or found[0][0].var.type not in (FLOAT, DOUBLE):
             continue
-        sa, _, value = found[0]
+        if not (isinstance(a.cond, Binary) and a.cond.op == "<"):
+            continue
+        ca, _, value = found[0]
         for b in loops:
             if b.line <= a.line or b.uid in taken:
                 continue
             try:
-                kb, (only,) = counted_reductions(b, ("sum",))
-                sq, _, operand = only
-                center = _square_about(operand, value, k, kb, a, sa)
+                kb, ((cb, _, operand),) = counted_reductions(b, ("sum",))
+                got = match(operand, value, k, kb, a, ca)
                 same = (canon(a.cond.b, k.var.uid), canon(k.init, k.var.uid)) == (
                     canon(b.cond.b, kb.var.uid),
                     canon(kb.init, kb.var.uid),
                 )
             except ValueError:
                 continue
-            outs = [
-                x
-                for e in loop_exprs(b)
-                for x in walk_expr(e, into_loops=False)
-                if isinstance(x, LoopOut)
-            ]
+            if got is None or not same or cb.var.type != ca.var.type:
+                continue
+            exprs = [x for e in loop_exprs(b) for x in walk_expr(e, into_loops=False)]
             reads = {x.tensor for e in loop_exprs(b) for x in walk_expr(e) if isinstance(x, Load)}
-            if (
-                center is not None
-                and same
-                and sq.var.type == sa.var.type
-                and all(x.loop.uid == a.uid for x in outs)
-                and not reads & stored
-                and isinstance(a.cond, Binary)
-                and a.cond.op == "<"
+            if all(x.loop.uid == a.uid for x in exprs if isinstance(x, LoopOut)) and not (
+                reads & stored
             ):
-                out[a.uid] = (b, center)
+                out[a.uid] = (b, got)
                 taken.add(b.uid)
                 break
     return out
+
+
+def _exp_of_difference(operand, value, k, kb, a: Loop, m):
+    """True where `operand` (in `b`, counter `kb`) is exp(`value` - `a`'s max `m`), `value` read
+    as `a` reads it with counter `k`; else None."""
+    if not (isinstance(operand, Call) and operand.fn == "exp" and len(operand.args) == 1):
+        return None
+    d = operand.args[0]
+    if not (isinstance(d, Binary) and d.op == "-" and isinstance(d.b, LoopOut)):
+        return None
+    if d.b.loop.uid != a.uid or d.b.var.uid != m.var.uid:
+        return None
+    return True if canon(d.a, kb.var.uid) == canon(value, k.var.uid) else None
 
 
 def _square_about(operand, value, k, kb, a: Loop, sa):
@@ -424,12 +393,12 @@ class _Writer:
         # and a sum, then a sum of squares about a value of it (a mean): one pass, Welford's
         online = _online_pairs(items) if self.cluster == 1 else {}
         spread = _spread_pairs(items) if self.cluster == 1 else {}
-        merged = {b.uid for b in [*online.values(), *(b for b, _ in spread.values())]}
+        merged = {b.uid for b, _ in [*online.values(), *spread.values()]}
         for i, item in enumerate(items):
             if isinstance(item, Store):
                 self.lines.append(f"    if (optiml_lane == 0) {self._store(item)}")
             elif item.uid in online:
-                self._online(item, online[item.uid], i)
+                self._online(item, online[item.uid][0], i)
             elif item.uid in spread:
                 self._welford(item, *spread[item.uid], i)
             elif item.uid not in merged:
