@@ -12,11 +12,9 @@ open the GPU, exit); each evaluation in a runner started for it and in one start
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import itertools
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -29,12 +27,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from verdict_overhead import first_proposal  # noqa: E402  (a fixture's first proposal)
+from verdict_overhead import environment, first_proposal  # noqa: E402
 
 import optiml.harness.evaluate as ev  # noqa: E402
 from optiml.harness.build import runner_binary  # noqa: E402
 from optiml.harness.gpu import default_arch  # noqa: E402
-from optiml.harness.nvcc import find_toolkit  # noqa: E402
 from optiml.search.optimize import OptimizeOptions  # noqa: E402
 
 FIXTURES = [
@@ -126,14 +123,7 @@ def main() -> None:
             )
             print(json.dumps(rows[-1]), flush=True)
     report = {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "nvidia_smi": subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-        ).stdout.strip(),
-        "nvcc": find_toolkit().version,
-        "python": platform.python_version(),
+        **environment(),
         "bare_runner_s": [round(b, 3) for b in bare],
         "bare_runner_median_s": round(statistics.median(bare), 3),
         "rows": rows,

@@ -43,6 +43,20 @@ FIXTURES = [
 ]
 
 
+def environment() -> dict:
+    """Where and with what a GPU benchmark ran: the date, the GPU and driver, nvcc, Python."""
+    return {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "nvidia_smi": subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip(),
+        "nvcc": find_toolkit().version,
+        "python": platform.python_version(),
+    }
+
+
 def first_proposal(file: str, kernel_name: str, transformation: str):
     """A fixture's kernel (source, kernel, spec) and the catalog's first proposal of
     `transformation` for it (its file, flags and summary); None where it proposes nothing."""
@@ -100,15 +114,8 @@ def main() -> None:
     total_b = sum(r["bare_median_s"] for r in rows)
     total_f = sum(r["full_median_s"] for r in rows)
     report = {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        **environment(),
         "host": platform.node(),
-        "nvidia_smi": subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-        ).stdout.strip(),
-        "nvcc": find_toolkit().version,
-        "python": platform.python_version(),
         "rows": rows,
         "overall_overhead": total_f / total_b - 1 if total_b else None,
         "max_overhead": max((r["overhead"] for r in rows), default=None),

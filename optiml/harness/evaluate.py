@@ -156,8 +156,8 @@ def evaluate(
     smallest at least; `numpy_sizes`): one verdict of both steps, whose message says so."""
     opts = options or EvalOptions()
     small = None
-    if spec.reference.kind == "numpy" and not opts.kernel_reference and not opts.sizes:
-        small = None if opts.cases else numpy_sizes(spec, opts.numpy_elements)
+    if spec.reference.kind == "numpy" and not (opts.kernel_reference or opts.sizes or opts.cases):
+        small = numpy_sizes(spec, opts.numpy_elements)
     if small is None:
         return _evaluate(source, kernel, spec, candidate, opts)
     large = [s for s in spec.sizes if s not in small]

@@ -88,8 +88,8 @@ def paced(options: EvalOptions, input_ms: float | None) -> EvalOptions:
 
 def runners_ahead() -> bool:
     """The search's evaluations run in runners started ahead of them (`EvalOptions.ahead`) unless
-    `OPTIML_RUNNER_AHEAD=0`: on an H100 at 8 in flight, 43 -> 49 evaluations a minute on the
-    softmax fixture and 33 -> 42 on the transpose (benchmarks/results/throughput-h100-ahead.json)."""
+    `OPTIML_RUNNER_AHEAD=0`: on an H100 at 8 in flight, 14 to 27 % more evaluations a minute
+    (benchmarks/results/throughput-h100-ahead.json)."""
     return os.environ.get("OPTIML_RUNNER_AHEAD", "1") != "0"
 
 
@@ -337,7 +337,7 @@ async def measure_baseline(
     """The input, profiled with the full set where `full` (ncu's rules reach an LLM's prompt and
     the report as hints), else with the search set, as the candidates are: its bottleneck is what
     steers the search, and the full set's replay passes took 17 to 29 s of a 90 s run on an H100
-    (the SGEMM fixture; KernelBench's 2048x4096x8192 GEMM, benchmarks/results/kernelbench/).
+    for GEMMs (benchmarks/results/kernelbench/).
     `BaselineFailed` when it does not pass its own checks.
 
     Against a NumPy reference, the harness checks sizes beyond `numpy_sizes` against the input

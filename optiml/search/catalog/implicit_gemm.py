@@ -20,7 +20,6 @@ depthwise convolution, where the reading finds no M at all; N under 32; K under 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from optiml.lift import Lifted, lift
@@ -636,14 +635,4 @@ def _kernel(ctx: Context, lifted: Lifted, imp: Implicit, cfg: Config, envs: list
 
     outputs(epilogue, 1)
     w.emit("}", 0)
-    return _head(ctx, threads) + "\n".join(w.lines)
-
-
-def _head(ctx: Context, threads: int) -> str:
-    """The kernel's declaration with `__launch_bounds__` for the new block."""
-    text = ctx.source.text[ctx.kernel.span.start : ctx.kernel.body_span.start]
-    bounds = f"__launch_bounds__({threads}, 1)"
-    if "__launch_bounds__" in text:
-        return re.sub(r"__launch_bounds__\s*\([^)]*\)", bounds, text, count=1)
-    at = ctx.kernel.name_span.start - ctx.kernel.span.start
-    return f"{text[:at]}{bounds} {text[at:]}"
+    return contraction_tiling.head(ctx, threads, 1) + "\n".join(w.lines)

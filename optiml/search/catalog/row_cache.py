@@ -113,12 +113,13 @@ class _Plan:
             raise _NoPlan("statements under different conditions")
         self.guard = guards[0]
         self.rows = _rows_bound(self.guard)
-        stored = {s.tensor for s in _stores(m)}
+        statements = [*top, *(s for lp in self.loops for s in lp.body)]
+        stored = {s.tensor for s in statements if isinstance(s, Store)}
         self.counter: dict[int, Var] = {}
         bounds = set()
         readers: dict[str, set[int]] = {}
         self.tensor_of: dict[str, str] = {}
-        self.reads = 0
+        self.kept_type: dict[str, str] = {}
         for lp in self.loops:
             k = self._counter(lp)
             own = {c.var.uid for c in lp.carried}
@@ -137,6 +138,10 @@ class _Plan:
                     key = canon(load, k.uid)
                     readers.setdefault(key, set()).add(lp.uid)
                     self.tensor_of[key] = load.tensor
+                    # a 16-bit element is kept as the float the model reads it as
+                    self.kept_type[key] = (
+                        "float" if load.type in (HALF, BF16) else C_TYPES[load.type]
+                    )
         if len(bounds) != 1:
             raise _NoPlan("loops over rows of different lengths")
         self.keys = sorted(key for key, loops in readers.items() if len(loops) > 1)
@@ -157,13 +162,6 @@ class _Plan:
             raise _NoPlan("not `k < length`")
         self.counter[lp.uid] = c.var
         return c.var
-
-
-def _stores(m: Lifted) -> list[Store]:
-    out = [s for s in m.body if isinstance(s, Store)]
-    for lp in loops_of(m):
-        out += [s for s in lp.body if isinstance(s, Store)]
-    return out
 
 
 def _iteration_exprs(lp: Loop) -> list:
@@ -222,7 +220,7 @@ class _Writer:
         pad = "        "
         if cached:
             for j, key in enumerate(self.plan.keys):
-                t = self._value_type(key)
+                t = self.plan.kept_type[key]
                 tensor = self.plan.tensor_of[key]
                 self.lines.append(f"{pad}{t} optiml_r{j}[{self.cap}];  // `{tensor}` along the row")
         filled: dict[str, str] = {}
@@ -233,15 +231,6 @@ class _Writer:
                 self.lines.append(f"{pad}{self._store(em, item)}")
                 continue
             self._loop(em, names, item, i, filled if cached else None, pad)
-
-    def _value_type(self, key: str) -> str:
-        for lp in self.plan.loops:
-            k = self.plan.counter[lp.uid]
-            for e in _iteration_exprs(lp):
-                for load in _sure_loads(e):
-                    if canon(load, k.uid) == key:
-                        return "float" if load.type in (HALF, BF16) else C_TYPES[load.type]
-        raise _NoPlan("a kept element with no load")
 
     def _loop(self, em, names, lp: Loop, i: int, filled: dict | None, pad: str) -> None:
         k = self.plan.counter[lp.uid]

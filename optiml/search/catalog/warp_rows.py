@@ -413,7 +413,7 @@ class _Writer:
         way in both lanes: every lane holds the same bits), a block's warps' pairs through
         shared memory in one order; then the initial values."""
         k, ((m, _, value),) = counted_reductions(a, ("max",))
-        kb, ((s, _, _),) = counted_reductions(b, ("sum",))
+        _, ((s, _, _),) = counted_reductions(b, ("sum",))
         t = m.var.type
         ct, exp, fmax = C_TYPES[t], *(("expf", "fmaxf") if t == FLOAT else ("exp", "fmax"))
         name = f"optiml_k{i}"
@@ -466,7 +466,6 @@ class _Writer:
         ]
         self.names[m.var.uid], self.names[s.var.uid] = total_m, total_s
         del self.names[k.var.uid]
-        del kb
 
     def _guard(self, guards) -> Binary:
         first = guards[0]
