@@ -330,27 +330,14 @@ __global__ void optiml_digest(const unsigned char* base, size_t nbytes, uint64_t
   if ((threadIdx.x & 31) == 0 && sum) atomicAdd(out, sum);
 }
 
-static uint64_t host_digest(const unsigned char* base, size_t nbytes, uint64_t key) {
-  const size_t words = nbytes / 8;
-  size_t chunks = worker_count(words);
-  std::vector<uint64_t> parts(chunks, 0);
-  parallel_chunks(words, chunks, [&](size_t begin, size_t end, size_t c) {
-    uint64_t s = 0;
-    for (size_t w = begin; w < end; ++w) s += digest_word(key, w, get<uint64_t>(base + w * 8));
-    parts[c] = s;
-  });
-  uint64_t sum = 0;
-  for (uint64_t p : parts) sum += p;
-  if (nbytes % 8) sum += digest_word(key, words, tail_word(base, nbytes));
-  return sum;
-}
-
 // counts: [0] mismatches, [1] unwritten, [2] skipped (lenient); first: the smallest bad index.
 __global__ void optiml_compare(const unsigned char* expected, const unsigned char* got, size_t n,
                                Code code, bool is_float, bool is_signed, size_t size, double rtol,
                                double atol, bool check_unwritten, uint64_t poison, bool lenient,
-                               unsigned long long* counts, unsigned long long* first) {
+                               unsigned long long* counts, unsigned long long* first,
+                               unsigned long long* maxima = nullptr) {
   unsigned long long bad = 0, unwritten = 0, skipped = 0;
+  double max_abs = 0, max_rel = 0;  // over checked float elements, as `compare_range` takes them
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
     const unsigned char* g = got + i * size;
@@ -366,11 +353,18 @@ __global__ void optiml_compare(const unsigned char* expected, const unsigned cha
       bad++;
       unwritten += was_poison;
       atomicMin(first, (unsigned long long)i);
+    } else if (maxima && is_float && !skip) {
+      double ev = fabs(load_float(code, expected + i * size));
+      max_abs = fmax(max_abs, err);
+      if (ev != 0) max_rel = fmax(max_rel, err / ev);
     }
   }
   if (bad) atomicAdd(&counts[0], bad);
   if (unwritten) atomicAdd(&counts[1], unwritten);
   if (skipped) atomicAdd(&counts[2], skipped);
+  // finite and not negative: their bits order as the values do
+  if (max_abs > 0) atomicMax(&maxima[0], (unsigned long long)__double_as_longlong(max_abs));
+  if (max_rel > 0) atomicMax(&maxima[1], (unsigned long long)__double_as_longlong(max_rel));
 }
 
 // Bandwidth ceilings: streaming reads, writes and copies of float4.
@@ -1318,32 +1312,103 @@ int main(int argc, char** argv) {
        << "}, \"attributes\": {\"candidate\": " << attributes_json(candidate, c.cand)
        << ", \"reference\": " << (have_reference ? attributes_json(reference, c.ref) : "null")
        << "}, \"seeds\": [";
+    // A seed's inputs are made on the device before each run (outputs poisoned), as inputs.py
+    // makes them on the host (the same function of seed, buffer and index, the same rounding):
+    // making gigabytes on the host and uploading them twice was most of a large case's checked
+    // runs. The oracle alone reads them on the host, made there when it is asked.
     std::vector<std::vector<unsigned char>> inputs(nb), ref_out, cand_out;
     std::vector<uint64_t> input_digests(nb, 0);
     bool case_ok = true;
+    auto remake = [&](uint64_t seed) {
+      for (size_t b = 0; b < nb; ++b) {
+        if (plan.buffers[b].role == "out") poison_device(b);
+        else fill_device(b, seed);
+      }
+      check(cudaGetLastError(), "harness", "making the inputs on the device");
+    };
+    // The reference's outputs stay on the device (a NumPy reference's are uploaded there) and
+    // the candidate's are compared with them there: only where an output differs are both read
+    // back and compared element by element on the host (the first mismatches, the tolerance they
+    // would need, the oracle). Per output: 3 counts, the first bad index, the 2 largest errors.
+    std::vector<void*> kept(nb, nullptr);
+    unsigned long long* d_cmp = nullptr;
+    check(cudaMalloc(&d_cmp, 6 * nb * sizeof(unsigned long long)), "harness", "cudaMalloc");
+    for (size_t b = 0; b < nb; ++b)
+      if (!is_in(b))
+        check(cudaMalloc(&kept[b], std::max<size_t>(bytes[b], 1)), "harness", "cudaMalloc");
+    std::vector<unsigned long long> h_cmp(6 * nb);
     for (size_t si = 0; si < plan.seeds.size(); ++si) {
       uint64_t seed = plan.seeds[si];
       std::string when = "at seed " + std::to_string(seed);
-      for (size_t b = 0; b < nb; ++b) {
-        if (plan.buffers[b].role != "out") {
-          fill_inputs(plan.buffers[b], b, c.lengths[b], c.dists[b], seed, inputs[b]);
-          if (is_in(b)) input_digests[b] = host_digest(inputs[b].data(), bytes[b], plan.key);
-        }
-      }
+      bool on_host = false;
+      auto host_inputs = [&]() -> const std::vector<std::vector<unsigned char>>& {
+        for (size_t b = 0; b < nb && !on_host; ++b)
+          if (plan.buffers[b].role != "out")
+            fill_inputs(plan.buffers[b], b, c.lengths[b], c.dists[b], seed, inputs[b]);
+        on_host = true;
+        return inputs;
+      };
+      remake(seed);
+      check(cudaMemset(d_small, 0, small_n * sizeof(unsigned long long)), "harness", "cudaMemset");
+      digest_inputs(d_small, 1);
+      check(cudaMemcpy(input_digests.data(), d_small, nb * sizeof(unsigned long long),
+                       cudaMemcpyDeviceToHost),
+            "harness", "digesting the inputs");
       if (have_reference) {
         phase("case=%zu seed=%" PRIu64 " kernel=%s", ci, seed, reference.who.c_str());
-        upload(inputs);
         run(reference, reference.who.c_str());
         after_run(reference, when, input_digests);
-        download(ref_out);
+        for (size_t b = 0; b < nb; ++b)
+          if (!is_in(b) && bytes[b])
+            check(cudaMemcpy(kept[b], dev_bufs[b], bytes[b], cudaMemcpyDeviceToDevice), "harness",
+                  "keeping the reference's outputs");
+        remake(seed);
       } else {
-        ref_out = c.expected[si];
+        for (size_t b = 0; b < nb; ++b)
+          if (!is_in(b) && bytes[b])
+            check(cudaMemcpy(kept[b], c.expected[si][b].data(), bytes[b], cudaMemcpyHostToDevice),
+                  "harness", "uploading expected outputs");
       }
       phase("case=%zu seed=%" PRIu64 " kernel=%s", ci, seed, candidate.who.c_str());
-      upload(inputs);
       run(candidate, candidate.who.c_str());
       if (!after_run(candidate, when, input_digests)) case_ok = false;
-      download(cand_out);
+      check(cudaMemset(d_cmp, 0, 6 * nb * sizeof(unsigned long long)), "harness", "cudaMemset");
+      check(cudaMemset(d_cmp + 3 * nb, 0xFF, nb * sizeof(unsigned long long)), "harness", "cudaMemset");
+      for (size_t b = 0; b < nb; ++b) {
+        if (is_in(b) || !c.lengths[b]) continue;
+        const Buffer& buf = plan.buffers[b];
+        const DType& d = buf.dtype;
+        optiml_compare<<<grid_for(c.lengths[b], prop), 256, 0, stream>>>(
+            (const unsigned char*)kept[b], (const unsigned char*)dev_bufs[b], c.lengths[b], d.code,
+            d.is_float, d.is_signed, d.size, buf.rtol, buf.atol * atol_scale, buf.role == "out",
+            poison_bits(d), c.lenient, d_cmp + 3 * b, d_cmp + 3 * nb + b, d_cmp + 4 * nb + 2 * b);
+      }
+      check(cudaGetLastError(), "harness", "comparing the outputs");
+      check(cudaMemcpy(h_cmp.data(), d_cmp, h_cmp.size() * sizeof(unsigned long long),
+                       cudaMemcpyDeviceToHost),
+            "harness", "reading the comparison");
+      bool differs = false;
+      for (size_t b = 0; b < nb; ++b) differs = differs || (!is_in(b) && h_cmp[3 * b] > 0);
+      if (differs) {
+        if (have_reference) {
+          ref_out.assign(nb, {});
+          for (size_t b = 0; b < nb; ++b) {
+            if (is_in(b)) continue;
+            ref_out[b].resize(bytes[b]);
+            if (bytes[b])
+              check(cudaMemcpy(ref_out[b].data(), kept[b], bytes[b], cudaMemcpyDeviceToHost),
+                    "harness", "downloading an output");
+          }
+        } else {
+          ref_out = c.expected[si];
+        }
+        download(cand_out);
+      }
+      auto bits = [](unsigned long long u) {
+        double v;
+        memcpy(&v, &u, sizeof v);
+        return v;
+      };
       OracleRuns exact;
       cj << (si ? ", " : "") << "{\"seed\": " << seed << ", \"buffers\": [";
       bool first_buf = true;
@@ -1351,11 +1416,18 @@ int main(int argc, char** argv) {
         const Buffer& buf = plan.buffers[b];
         if (is_in(b)) continue;
         double atol = buf.atol * atol_scale;
-        Comparison cmp = compare(buf, ref_out[b], cand_out[b], c.lengths[b], plan.max_mismatches,
-                                 atol, c.lenient);
+        Comparison cmp;
+        if (differs) {
+          cmp = compare(buf, ref_out[b], cand_out[b], c.lengths[b], plan.max_mismatches, atol,
+                        c.lenient);
+        } else {
+          cmp.skipped = h_cmp[3 * b + 2];
+          cmp.max_abs = bits(h_cmp[4 * nb + 2 * b]);
+          cmp.max_rel = bits(h_cmp[4 * nb + 2 * b + 1]);
+        }
         std::string oracle_json = "null";
         if (cmp.mismatches && cmp.unwritten == 0 && have_oracle && buf.dtype.is_float &&
-            oracle_accepts(b, inputs, ref_out[b], cand_out[b], atol, exact, &oracle_json,
+            oracle_accepts(b, host_inputs(), ref_out[b], cand_out[b], atol, exact, &oracle_json,
                            "seed=" + std::to_string(seed)))
           cmp.mismatches = 0;
         if (cmp.mismatches) case_ok = false;
@@ -1376,6 +1448,8 @@ int main(int argc, char** argv) {
       cj << "]}";
     }
     cj << "]";
+    for (void* k : kept) cudaFree(k);
+    cudaFree(d_cmp);
 
     // Device copies of outputs for the checks below: the candidate's, and what it must match.
     std::vector<void*> got(nb, nullptr), want(nb, nullptr);
