@@ -216,6 +216,8 @@ def search_summary(t: dict) -> dict:
         "judge_s": {
             c["name"]: c.get("seconds") for c in ((t.get("judge") or {}).get("checks") or [])
         },
+        # confirmed candidates the judge turned down first: why, and the seconds each took
+        "judge_rejected": t.get("judge_rejected") or [],
     }
 
 

@@ -229,3 +229,10 @@ def test_unseen_sizes_keep_structure_and_device_values(name, kernel):
             assert case.lengths["row_ptr"] == s["rows"] + 1
         if name == "sm_count_launch.cu":
             assert case.grid[0] == 100 * 8
+
+
+def test_the_plan_says_from_how_long_a_round_is_its_own_warm_up():
+    source, kernel, spec = load(CONTRACT / "vector_float4.cu", "saxpy4")
+    case = spec.case({"n": 1000})
+    assert "\nslow_round 20.0\n" in write_plan(spec, [case], (1,), EvalOptions())
+    assert "\nslow_round 0\n" in write_plan(spec, [case], (1,), EvalOptions(slow_round_ms=None))

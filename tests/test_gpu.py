@@ -97,6 +97,23 @@ def test_a_faster_candidate_is_correct_and_timed():
     assert all(mhz > 0 for mhz in t.sm_clock_mhz)
 
 
+def test_a_slow_round_is_its_own_warm_up_and_is_timed_briefly():
+    # every round counts as slow here: one launch each warms up, then 10 target times (none)
+    # give the least, 5 launches, and reps_min no more than that
+    source, kernel, spec = load(FIXTURES / "saxpy.cu", "saxpy")
+    candidate = SourceFile.read(FIXTURES / "candidates" / "saxpy_float4.cu")
+    v = evaluate(
+        source, kernel, spec, candidate, opts(slow_round_ms=1e-9, target_ms=1e-9, reps_min=8)
+    )
+    assert v.status == "ok", v.message
+    t = v.cases[0].timing
+    assert t.warmup_rounds == 0 and t.candidate.reps == 5 and t.reference.reps == 5
+    # not slow: rounds of 5 until two agree, and then at least reps_min
+    v = evaluate(source, kernel, spec, candidate, opts(slow_round_ms=None, reps_min=8))
+    t = v.cases[0].timing
+    assert t.warmup_rounds >= 1 and t.candidate.reps >= 8
+
+
 def test_a_wrong_candidate_is_caught_at_its_first_bad_element(tmp_path):
     source, kernel, spec = load(FIXTURES / "saxpy.cu", "saxpy")
     text = source.text.replace("if (i < n)", "if (i < n && i != 777)")

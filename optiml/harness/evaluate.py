@@ -98,6 +98,11 @@ class EvalOptions:
     reps_max: int = 200
     target_ms: float = 400.0
     warmup_max: int = 30
+    # Where one launch of the kernels timed together takes at least this long, that launch is the
+    # warm-up and the timed launches fill 10 target times (5 at least, reps_min at most) (None:
+    # rounds of 5 until two agree, then at least reps_min): KernelBench's plain LogSoftmax, 259 ms
+    # a launch on an H100, was launched 20 to 45 times to time each candidate beside it.
+    slow_round_ms: float | None = 20.0
     flush_factor: float = 2.0
     max_mismatches: int = 10
     cases: list[CasePlan] | None = None  # None: the sizes (above) as the spec declares them
@@ -598,6 +603,7 @@ def write_plan(
         "seeds " + " ".join(str(s) for s in seeds),
         f"timing {opts.reps_min} {opts.reps_max} {opts.target_ms} {opts.warmup_max} {opts.flush_factor}",
         f"timed_checks {opts.timed_checks!r} {secrets.randbits(63) | 1 if opts.fresh_inputs else 0}",
+        f"slow_round {opts.slow_round_ms or 0!r}",
         f"key {key}",
         f"guard {0 if profile_only else opts.guard_bytes}",
         f"dependence {opts.dependence}",

@@ -433,6 +433,8 @@ struct Plan {
   std::vector<Case> cases;
   int reps_min = 20, reps_max = 200, warmup_max = 30, max_mismatches = 10;
   double target_ms = 400, flush_factor = 2.0;
+  // A round of one launch of each timed kernel at least this long is its own warm-up (0: never)
+  double slow_round_ms = 0;
   double check_fraction = 0.25;  // timed launches whose outputs and inputs are checked (+ the last)
   uint64_t timing_seed = 0;      // fresh inputs for the timed launches; 0: the check seeds' inputs
   uint64_t key = 0;              // guard noise, digests
@@ -462,6 +464,8 @@ static Plan read_plan(std::istream& f) {
       while (in >> s) p.seeds.push_back(s);
     } else if (key == "timing") {
       in >> p.reps_min >> p.reps_max >> p.target_ms >> p.warmup_max >> p.flush_factor;
+    } else if (key == "slow_round") {
+      in >> p.slow_round_ms;
     } else if (key == "timed_checks") {
       in >> p.check_fraction >> p.timing_seed;
     } else if (key == "key") {
@@ -1782,11 +1786,19 @@ int main(int argc, char** argv) {
         }
       };
       phase("case=%zu warmup", ci);
-      // Warm up in rounds of 5 until the medians of two rounds agree within 2 % for every series.
+      // One launch of each first. Where that round takes at least `slow_round_ms`, it was the
+      // warm-up (a launch that long settles the clocks and caches within itself) and the timed
+      // launches are those that fill 10 target times, 5 at least, reps_min at most: rounds of 5
+      // until two agree, then reps_min more, took 20 to 45 launches of a 259 ms kernel.
+      // Otherwise, rounds of 5 until the medians of two agree within 2 % for every series.
       std::vector<std::vector<float>> prev, cur;
       int warm_rounds = 0;
-      timed_round(5, prev);
-      while (warm_rounds++ < plan.warmup_max / 5) {
+      timed_round(1, prev);
+      double first_round_ms = 0;
+      for (size_t s = 0; s < series.size(); ++s) first_round_ms += prev[s][0];
+      const bool slow = plan.slow_round_ms > 0 && first_round_ms >= plan.slow_round_ms;
+      if (!slow) timed_round(5, prev);
+      while (!slow && warm_rounds++ < plan.warmup_max / 5) {
         timed_round(5, cur);
         bool stable = true;
         for (size_t s = 0; s < series.size(); ++s) {
@@ -1800,6 +1812,9 @@ int main(int argc, char** argv) {
       for (size_t s = 0; s < series.size(); ++s) per_round_ms += percentile(prev[s], 0.5);
       int reps = (int)std::ceil(plan.target_ms / std::max(per_round_ms, 1e-3));
       reps = std::max(plan.reps_min, std::min(plan.reps_max, reps));
+      if (slow)
+        reps = std::min({plan.reps_min, plan.reps_max,
+                         std::max(5, (int)std::ceil(10 * plan.target_ms / per_round_ms))});
       phase("case=%zu timing reps=%d", ci, reps);
       int clock_before = nvml.sm_clock_mhz();
       std::vector<std::vector<float>> times;

@@ -31,6 +31,7 @@ from optiml.search.request import DEFAULT_BUDGET
 from optiml.search.reward import RewardConfig, is_improvement
 from optiml.search.trajectory import (
     Confirmation,
+    JudgeRejection,
     JudgeVerdict,
     Measurement,
     ProfileSummary,
@@ -66,24 +67,6 @@ def search_seconds(max_seconds: float | None, elapsed: float) -> float | None:
 IN_FLIGHT_PER_GPU = 8
 # The input's edits compiled while it is measured: the first the search evaluates.
 PRECOMPILE_FIRST = 16
-
-
-# An input whose launch takes at least this long is timed with fewer launches beside each
-# candidate: every evaluation times the input interleaved with the candidate, and KernelBench's
-# plain LogSoftmax (259 ms a launch on an H100) took 10 to 35 warm-up launches and 10 timed ones
-# of it per evaluation, seconds of a 90 s run; a launch that long is its own warm-up (the clocks
-# and caches settle within it) and varies by well under the noise the confirmation allows.
-SLOW_LAUNCH_MS = 20.0
-
-
-def paced(options: EvalOptions, input_ms: float | None) -> EvalOptions:
-    """`options` for evaluations timed beside an input of `input_ms` a launch: unchanged below
-    `SLOW_LAUNCH_MS`; above, one warm-up round (5 launches) and at least the repeats that fill
-    10 target times of the input, 5 at least, `reps_min` at most."""
-    if input_ms is None or input_ms < SLOW_LAUNCH_MS:
-        return options
-    reps = max(5, math.ceil(10 * options.target_ms / input_ms))
-    return replace(options, warmup_max=0, reps_min=min(options.reps_min, reps))
 
 
 def runners_ahead() -> bool:
@@ -209,9 +192,6 @@ async def optimize(
         finally:
             await early  # its compiles go on in the executor's pool; the policy is the search's now
         run.phase("baseline")
-        search_eval = paced(search_eval, baseline.candidate_ms)
-        confirm_eval = paced(confirm_eval, baseline.candidate_ms)
-        problem_opts = replace(problem_opts, eval=search_eval)
         problem = KernelProblem(
             source,
             kernel,
@@ -228,8 +208,9 @@ async def optimize(
         run.phase("search")
         confirmed = await confirm(search, root, problem, executor, confirm_eval, opts, run)
         run.phase("confirm")
+        rejections: list[JudgeRejection] = []
         winner, verdict = await judge_confirmed(
-            confirmed, problem, executor, confirm_eval, opts, run, llm_review
+            confirmed, problem, executor, confirm_eval, opts, run, llm_review, rejections
         )
         run.phase("judge")
         trajectory = record(
@@ -243,6 +224,7 @@ async def optimize(
                 executor, problem.job(winner.state), opts
             )
         trajectory.judge = verdict
+        trajectory.judge_rejected = rejections
         trajectory.outcome = _outcome(trajectory, confirmed, verdict)
         run.emit("done", best_speedup=run.best_speedup, last=trajectory.outcome)
         return Outcome(
@@ -495,9 +477,11 @@ async def judge_confirmed(
     opts: OptimizeOptions,
     run: _Run,
     llm_review: Callable[[Variant, Measurement], Any] | None,
+    rejections: list[JudgeRejection] | None = None,
 ) -> tuple[Node | None, JudgeVerdict | None]:
     """The first confirmed improvement the judge accepts (up to JUDGE_TOP judged, best first, a
-    rejected one's descendants skipped), and the last verdict."""
+    rejected one's descendants skipped), and the last verdict; each one rejected before it is
+    added to `rejections` with the judge's reasons and seconds."""
     winner, verdict = None, None
     rejected: list[Node] = []
     judged = 0
@@ -526,6 +510,7 @@ async def judge_confirmed(
             if llm_review is not None
             else None
         )
+        started = time.perf_counter()
         verdict = await judge(
             executor,
             problem.job(n.state),
@@ -537,6 +522,14 @@ async def judge_confirmed(
         if verdict.accepted:
             return n, verdict
         rejected.append(n)
+        if rejections is not None:
+            rejections.append(
+                JudgeRejection(
+                    node=n.id,
+                    reasons=verdict.reasons,
+                    seconds=round(time.perf_counter() - started, 2),
+                )
+            )
         run.check_stop()
     return winner, verdict
 

@@ -203,6 +203,12 @@ class JudgeVerdict(BaseModel):
         return [f"{c.name}: {c.detail}" for c in self.checks if not c.ok]
 
 
+class JudgeRejection(BaseModel):
+    node: int
+    reasons: list[str]
+    seconds: float  # the judge's wall time on it
+
+
 class ProgressPoint(BaseModel):
     evaluations: int
     seconds: float
@@ -229,6 +235,8 @@ class Trajectory(BaseModel):
     winner: int | None = None  # the confirmed, judged winner, if any
     winner_profile: ProfileSummary | None = None
     judge: JudgeVerdict | None = None
+    # confirmed candidates the judge turned down before the verdict above: node, why, seconds
+    judge_rejected: list[JudgeRejection] = Field(default_factory=list)
     stop: str = ""
     evaluations: int = 0
     wall_s: float = 0.0

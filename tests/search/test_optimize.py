@@ -37,7 +37,6 @@ from optiml.search.optimize import (
     Event,
     OptimizeOptions,
     optimize,
-    paced,
     search_seconds,
 )
 from optiml.search.policy import OfflinePolicy
@@ -140,7 +139,7 @@ class StandInExecutor(Executor):
                     ],
                     timing=CaseTiming(
                         candidate=stats(ms),
-                        reference=None if same else stats(BASE_MS * scale),
+                        reference=None if same else stats(cost(job.source.text) * scale),
                         warmup_rounds=1,
                         sm_clock_mhz=[1980, 1980],
                     ),
@@ -255,6 +254,73 @@ def test_finds_confirms_and_judges_the_vectorized_saxpy():
     assert "map: y: each element" in html
     assert re.search(r"\(baseline [0-9.]+ s, search [0-9.]+ s, confirm [0-9.]+ s, judge", html)
     json.loads(t.model_dump_json())  # the trajectory is plain JSON
+
+
+class Against(StandInExecutor):
+    """Records what each evaluation was checked against and how many ran at once."""
+
+    def __init__(self, input_text: str) -> None:
+        super().__init__()
+        self.input_text = input_text
+        self.against: list[tuple[bool, bool]] = []  # (pinned: a confirmation, against the input)
+        self.running = self.most = 0
+        self.most_before_surrogate = 0
+
+    async def evaluate(self, job, options, *, pinned=False):
+        self.running += 1
+        self.most = max(self.most, self.running)
+        against_input = job.source.text == self.input_text
+        if against_input and not pinned and job.candidate is not None:
+            self.most_before_surrogate = max(self.most_before_surrogate, self.running)
+        try:
+            await asyncio.sleep(0.01)  # long enough for the search's others to start
+            return await super().evaluate(job, options, pinned=pinned)
+        finally:
+            self.running -= 1
+            self.against.append((pinned, against_input))
+
+
+def _packing_halves(text: str) -> float:
+    """The stand-in GPU where packing halves the time: a candidate worth a surrogate."""
+    return (
+        BASE_MS
+        / (2.0 if "optiml_pack" in text else 1.0)
+        / (1.02 if "__restrict__" in text else 1.0)
+    )
+
+
+def test_a_slow_input_gives_way_to_its_first_verified_faster_candidate(monkeypatch):
+    monkeypatch.setitem(globals(), "BASE_MS", 50.0)  # 50 ms a launch: slow
+    monkeypatch.setitem(globals(), "cost", _packing_halves)
+    source = (FIXTURES / "saxpy.cu").read_text()
+    ex = Against(source)
+    t = asyncio.run(
+        optimize(FIXTURES / "saxpy.cu", "saxpy", ex, OptimizeOptions(budget=12))
+    ).trajectory
+    confirming = next(i for i, (pinned, _) in enumerate(ex.against) if pinned)
+    searched = [against for _, against in ex.against[1:confirming]]  # after the input's
+    # one at a time against the input until a packed candidate (2x) was verified; the rest
+    # against it, several at once
+    assert ex.most_before_surrogate == 1 and ex.most > 1
+    assert searched[0] and not searched[-1] and searched.count(False) >= 3
+    # confirmation and judge check against the input
+    assert all(against for _, against in ex.against[confirming:])
+    # every speedup is over the input, whichever reference it was timed beside
+    for n in t.nodes[1:]:
+        m = n.measurement
+        if m and m.status == "ok":
+            assert m.speedup == pytest.approx(BASE_MS / _packing_halves(n.kernel), rel=1e-6)
+            assert m.reference_ms / m.candidate_ms == pytest.approx(m.speedup, rel=1e-6)
+    surrogate = [n for n in t.nodes if "in the input's place" in (n.measurement.message or "")]
+    assert surrogate and "(2.00x the input)" in surrogate[0].measurement.message
+    assert t.winner is not None and "optiml_pack" in t.nodes[t.winner].kernel
+
+
+def test_a_fast_input_stays_the_searchs_reference():
+    source = (FIXTURES / "saxpy.cu").read_text()
+    ex = Against(source)
+    asyncio.run(optimize(FIXTURES / "saxpy.cu", "saxpy", ex, OptimizeOptions(budget=8)))
+    assert all(against for _, against in ex.against) and ex.most > 1
 
 
 class Prompted:
@@ -403,6 +469,11 @@ def test_a_rejected_best_gives_way_to_the_next_line_not_its_descendants():
     assert len(ex.judged) <= JUDGE_TOP and len(set(map(str, ex.judged))) == len(ex.judged)
     best = max(c.speedup for c in t.confirmed)
     assert 1 < outcome.speedup < best
+    # the trajectory names each one turned down, why, and what judging it took
+    assert len(t.judge_rejected) == len(rejected)
+    for r in t.judge_rejected:
+        assert "__restrict__" in t.nodes[r.node].kernel and r.seconds >= 0
+        assert any(reason.startswith("memcheck: ") for reason in r.reasons)
 
 
 def test_among_candidates_as_fast_within_the_noise_the_fewest_edits_wins():
@@ -648,36 +719,3 @@ def test_the_searchs_runners_start_ahead_unless_the_environment_says_not(monkeyp
     assert options.search_eval.ahead and not options.confirm_eval.ahead
     monkeypatch.setenv("OPTIML_RUNNER_AHEAD", "0")
     assert not OptimizeOptions().search_eval.ahead
-
-
-def test_a_slow_input_is_timed_with_fewer_launches_beside_each_candidate():
-    search = OptimizeOptions().search_eval
-    assert paced(search, None) is search and paced(search, 19.9) is search
-    slow = paced(search, 259.0)  # KernelBench's plain LogSoftmax on an H100
-    assert slow.warmup_max == 0 and slow.reps_min == 5  # 10 x 100 ms of it: 4, at least 5
-    confirm = paced(OptimizeOptions().confirm_eval, 259.0)
-    assert confirm.reps_min == 16 and confirm.warmup_max == 0  # 10 x 400 ms of it
-    assert paced(OptimizeOptions().confirm_eval, 25.0).reps_min == 30  # never more than asked
-
-
-class Timings(StandInExecutor):
-    """Records the timing options of every evaluation."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.timing: list[tuple[int, int]] = []
-
-    async def evaluate(self, job, options, *, pinned=False):
-        self.timing.append((options.reps_min, options.warmup_max))
-        return await super().evaluate(job, options, pinned=pinned)
-
-
-def test_candidates_of_a_slow_input_are_paced_after_its_measurement(monkeypatch):
-    monkeypatch.setitem(globals(), "BASE_MS", 50.0)  # the stand-in's input: 50 ms a launch
-    ex = Timings()
-    asyncio.run(optimize(FIXTURES / "saxpy.cu", "saxpy", ex, OptimizeOptions(budget=3)))
-    defaults = OptimizeOptions().search_eval
-    assert ex.timing[0] == (defaults.reps_min, defaults.warmup_max)  # the input: not yet known
-    # then one warm-up round each; the search's 10 x 100 ms / 50 ms repeats, the confirmation's 30
-    assert ex.timing[1] == (10, 0) and all(w == 0 for _, w in ex.timing[1:])
-    assert {r for r, _ in ex.timing[1:]} == {10, 30}
