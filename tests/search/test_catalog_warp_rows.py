@@ -369,3 +369,69 @@ def test_the_one_pass_spread_is_nearer_the_exact_result_far_from_zero(tmp_path):
         assert one_pass <= as_written and as_written > 0
         if lo == 10:
             assert one_pass == 0
+
+
+# Few long rows: a block and a cluster of blocks per row make both one-pass forms too.
+LONG_NORM = """
+/* @optiml
+ *   args:   x: in float[B * L], y: out float[B * L]
+ *   launch: grid = cdiv(B, 64), block = 64
+ *   sizes:  B, L = (16, 1 << 22), (3, 4099)
+ *   tol:    rtol = 1e-4, atol = 1e-5
+ */
+__global__ void norm_rows(const float* x, float* y, int B, int L)
+{
+    int b = blockIdx.x * blockDim.x + threadIdx.x;
+    if (b >= B) return;
+    const float* r = x + (size_t)b * L;
+    float s = 0.f;
+    for (int i = 0; i < L; i++) s += r[i];
+    float mean = s / L, q = 0.f;
+    for (int i = 0; i < L; i++) q += (r[i] - mean) * (r[i] - mean);
+    float inv = rsqrtf(q / L + 1e-5f);
+    for (int i = 0; i < L; i++) y[(size_t)b * L + i] = (r[i] - mean) * inv;
+}
+"""
+
+
+def _long_rows(kind: str) -> tuple[Context, str]:
+    if kind == "norm":
+        return Context.of(Variant(LONG_NORM), str(ROOT / "kernel.cu"), "norm_rows", sm_count=132), (
+            "optiml_m20"
+        )
+    text = (ROOT / "softmax.cu").read_text()
+    few = text.replace("(32768, 1024), (1000, 777)", "(16, 1 << 22), (5, 4099)")
+    assert few != text
+    ctx = Context.of(Variant(few), str(ROOT / "softmax.cu"), "softmax_rows", sm_count=132)
+    return ctx, "expf(optiml_v - optiml_m)"
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+@pytest.mark.parametrize("kind", ["norm", "softmax"])
+def test_a_block_and_a_cluster_per_long_row_make_the_one_pass(kind, tmp_path):
+    ctx, mark = _long_rows(kind)
+    by = {p.params["per_row"]: p for p in WARP.propose(ctx)}
+    assert {"block", "cluster"} <= set(by) and by["cluster"].params["cluster"] == 8
+    original = ctx.source.text[ctx.kernel.span.start : ctx.kernel.span.end].count("for (")
+    for per_row, stride in (("block", 512), ("cluster", 4096)):
+        v = by[per_row].variant.source(ctx.source.path)
+        k = v.kernel(ctx.kernel.name)
+        body = v.text[k.span.start : k.span.end]
+        assert mark in body and body.count(f"+= {stride})") == original - 1
+    assert "__cluster_map_shared_rank(&optiml_s" in by["cluster"].variant.text
+    candidates = [Context.of(by[k].variant, ctx.source.path, ctx.kernel.name) for k in by]
+    sizes = [ctx.spec.sizes[-1], {n: 2 if i == 0 else 37 for i, n in enumerate(ctx.spec.sizes[0])}]
+    assert run_against(ctx, candidates, sizes, tmp_path) == [0] * len(candidates)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("kind", ["norm", "softmax"])
+def test_the_one_pass_per_block_and_cluster_compiles_for_sm90_without_spills(kind):
+    ctx, _ = _long_rows(kind)
+    for p in WARP.propose(ctx):
+        if p.params["per_row"] == "warp":
+            continue
+        v = SourceFile(p.variant.text, ctx.source.path)
+        b = build_kernel(v, v.kernel(ctx.kernel.name), instantiation="", arch="sm_90")
+        assert b.ok, b.log[-2000:]
+        assert b.resources.spill_store_bytes == 0 and b.resources.spill_load_bytes == 0

@@ -364,6 +364,34 @@ class _Writer:
             "    __cluster_barrier_wait();",
         ]
 
+    def _across_cluster(self, values: list[tuple[str, str, str, str]], combine: list[str]) -> None:
+        """A block's values (`values`: its shared array, whose last slot takes the block's value,
+        the C type, the variable holding it, the name `combine` reads another block's as) combined
+        across the cluster, block by block in rank order in every block: the same bits in all."""
+        if self.cluster == 1:
+            return
+        warps = self.threads // 32
+
+        def of(array: str, ct: str, rank: str) -> str:
+            return f"*static_cast<{ct}*>(__cluster_map_shared_rank(&{array}[{warps}], {rank}))"
+
+        own = " ".join(f"{array}[{warps}] = {part};" for array, _, part, _ in values)
+        self.lines += [
+            f"    if (threadIdx.x == 0) {{ {own} }}",
+            "    __cluster_barrier_arrive();",
+            "    __cluster_barrier_wait();",
+            *(f"    {part} = {of(array, ct, '0')};" for array, ct, part, _ in values),
+            f"    for (int optiml_b = 1; optiml_b < {self.cluster}; ++optiml_b) {{",
+            *(
+                f"        const {ct} {other} = {of(array, ct, 'optiml_b')};"
+                for array, ct, _, other in values
+            ),
+            *combine,
+            "    }",
+            "    __cluster_barrier_arrive();  // no block reuses or leaves its slots while read",
+            "    __cluster_barrier_wait();",
+        ]
+
     def write(self) -> tuple[str, str]:
         top = list(self.m.body)
         loops = loops_of(self.m)
@@ -388,11 +416,10 @@ class _Writer:
             *self._head(),
             f"    if (!(optiml_row < {self.c.expr(guard.b)})) return;  // the row is the {whose}",
         ]
-        # a max and then a sum of exp(value - max) over the same row: one pass (a warp or a
-        # block per row)
-        # and a sum, then a sum of squares about a value of it (a mean): one pass, Welford's
-        online = _online_pairs(items) if self.cluster == 1 else {}
-        spread = _spread_pairs(items) if self.cluster == 1 else {}
+        # a max and then a sum of exp(value - max) over the same row: one pass; and a sum, then
+        # a sum of squares about a value of it (a mean): one pass, Welford's
+        online = _online_pairs(items)
+        spread = _spread_pairs(items)
         merged = {b.uid for b, _ in [*online.values(), *spread.values()]}
         for i, item in enumerate(items):
             if isinstance(item, Store):
@@ -445,8 +472,10 @@ class _Writer:
         if self.threads is not None:  # the block's warps, in the same order in every thread
             warps = self.threads // 32
             sm, ss = f"optiml_sm_{i}", f"optiml_ss_{i}"
+            slots = warps + (self.cluster > 1)  # and the block's pair, for the cluster
             self.lines += [
-                f"    __shared__ {ct} {sm}[{warps}], {ss}[{warps}];  // the warps' pairs",
+                f"    __shared__ {ct} {sm}[{slots}];  // the warps' pairs",
+                f"    __shared__ {ct} {ss}[{slots}];",
                 f"    if ((threadIdx.x & 31) == 0) {{ {sm}[threadIdx.x >> 5] = {mp}; "
                 f"{ss}[threadIdx.x >> 5] = {sp}; }}",
                 "    __syncthreads();",
@@ -459,6 +488,14 @@ class _Writer:
                 "    }",
                 "    __syncthreads();  // the slots are free for the next value",
             ]
+            self._across_cluster(
+                [(sm, ct, mp, mo), (ss, ct, sp, so)],
+                [
+                    f"        const {ct} optiml_m = {fmax}({mp}, {mo});",
+                    f"        {sp} = {scaled(sp, mp, 'optiml_m')} + {scaled(so, mo, 'optiml_m')};",
+                    f"        {mp} = optiml_m;",
+                ],
+            )
         total_m, total_s = f"{m.var.name}_{i}", f"{s.var.name}_{i}"
         self.lines += [
             f"    const {ct} {total_m} = {fmax}(({self.c.expr(m.init)}), {mp});",
@@ -575,9 +612,9 @@ class _Writer:
             return [
                 f"        const long long optiml_nn = {n1} + {n2};",
                 f"        const {ct} optiml_d = {m2} - {m1};",
-                f"        const {ct} optiml_w = optiml_nn ? ({ct}){n2} / ({ct})optiml_nn : 0;",
-                f"        {pm} = {m1} + optiml_d * optiml_w;",
-                f"        {pq} = {q1} + {q2} + optiml_d * optiml_d * ({ct}){n1} * optiml_w;",
+                f"        const {ct} optiml_f = optiml_nn ? ({ct}){n2} / ({ct})optiml_nn : 0;",
+                f"        {pm} = {m1} + optiml_d * optiml_f;",
+                f"        {pq} = {q1} + {q2} + optiml_d * optiml_d * ({ct}){n1} * optiml_f;",
                 f"        {pn} = optiml_nn;",
             ]
 
@@ -609,10 +646,12 @@ class _Writer:
         if self.threads is not None:  # the block's warps, in the same order in every thread
             warps = self.threads // 32
             slots = {x: f"optiml_s{x}_{i}" for x in ("sum", "n", "mean", "m2")}
+            size = warps + (self.cluster > 1)  # and the block's, for the cluster
             self.lines += [
-                f"    __shared__ {ct} {slots['sum']}[{warps}], {slots['mean']}[{warps}], "
-                f"{slots['m2']}[{warps}];",
-                f"    __shared__ long long {slots['n']}[{warps}];",
+                f"    __shared__ {ct} {slots['sum']}[{size}];",
+                f"    __shared__ {ct} {slots['mean']}[{size}];",
+                f"    __shared__ {ct} {slots['m2']}[{size}];",
+                f"    __shared__ long long {slots['n']}[{size}];",
                 "    if ((threadIdx.x & 31) == 0) {",
                 "        const int optiml_at = threadIdx.x >> 5;",
                 f"        {slots['sum']}[optiml_at] = {ps}; {slots['n']}[optiml_at] = {pn};",
@@ -631,6 +670,15 @@ class _Writer:
                 "    }",
                 "    __syncthreads();  // the slots are free for the next value",
             ]
+            self._across_cluster(
+                [
+                    (slots["sum"], ct, ps, os_),
+                    (slots["n"], "long long", pn, on),
+                    (slots["mean"], ct, pm, om),
+                    (slots["m2"], ct, pq, oq),
+                ],
+                [f"        {ps} = {ps} + {os_};", *chan((pn, pm, pq), (on, om, oq))],
+            )
         total_sum, total_sq = f"{sa.var.name}_{i}", f"{sq.var.name}_{i}"
         self.lines.append(f"    const {ct} {total_sum} = ({self.c.expr(sa.init)}) + {ps};")
         self.names[sa.var.uid] = total_sum
