@@ -25,7 +25,7 @@ reading this repository can know the sizes, seeds or values.
   the next then gives wrong results);
 - no hard-coded sizes (literals in the kernel's definition); compute-sanitizer's memcheck,
   initcheck, racecheck and synccheck, two launches each at the spec's smallest size and the
-  smallest unseen one;
+  smallest unseen one (or an unseen size of `SANITIZE_BYTES` where that one is larger);
 - an LLM's review where a provider is configured.
 """
 
@@ -69,6 +69,12 @@ UNSEEN_SLOWDOWN = 0.8
 # (odd sizes that defeat vector paths cost up to ~2x in the controls; a special case, 10x and more)
 CLAIM_FACTOR = 4.0
 MEMORY_SHARE = 0.25  # of the device's memory, for one case's buffers (the harness keeps copies)
+# The most bytes (all buffers) of the unseen size the sanitizers run at: a smaller unseen size of
+# odd remainders where the smallest judged one is larger. Their cost grows with the work (racecheck
+# on KernelBench's 2048 x 8192 x 4096 GEMM at its smallest unseen size took 52 s on an H100), and
+# what they look for — an access out of bounds, a race, a barrier not reached by all — shows at
+# the edge tiles and between blocks, which a size of a few MB has.
+SANITIZE_BYTES = 16 << 20
 
 
 def _work(spec: Spec, sizes: dict[str, int]) -> int:
@@ -142,6 +148,23 @@ def unseen_sizes(
         if sizes is not None and sizes not in spec.sizes and sizes not in out:
             out.append(sizes)
     return out
+
+
+def sanitizer_sizes(
+    spec: Spec, unseen: list[dict[str, int]], rng: random.Random
+) -> list[dict[str, int]]:
+    """Where the sanitizers run: the spec's smallest size and the smallest unseen one, or, where
+    that holds more than `SANITIZE_BYTES`, an unseen size of that many (odd remainders too)."""
+    smallest = min(spec.sizes, key=lambda s: _work(spec, s))
+    if not unseen:
+        return [smallest]
+    if _work(spec, unseen[0]) <= SANITIZE_BYTES:
+        return [smallest, unseen[0]]
+    largest = max(spec.sizes, key=lambda s: _work(spec, s))
+    small = _at_work(spec, largest, _free_vars(spec), SANITIZE_BYTES, rng)
+    if small is None or small in spec.sizes or _work(spec, small) > _work(spec, unseen[0]):
+        return [smallest, unseen[0]]
+    return [smallest, small]
 
 
 def _float_inputs(spec: Spec) -> list[str]:
@@ -485,8 +508,7 @@ async def judge(
         )
     )
     if sanitize:
-        smallest = min(spec.sizes, key=lambda s: _work(spec, s))
-        where = [smallest, *sizes[:1]]
+        where = sanitizer_sizes(spec, sizes, rng)
         for tool in TOOLS:
             try:
                 report = await executor.sanitize(job, tool, where)

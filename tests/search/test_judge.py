@@ -26,6 +26,7 @@ from optiml.harness.verdict import (
     Verdict,
 )
 from optiml.search.judge import (
+    SANITIZE_BYTES,
     SPAN,
     _scalar_variations,
     _scaling,
@@ -35,6 +36,7 @@ from optiml.search.judge import (
     judge,
     local_statics,
     reachable_statics,
+    sanitizer_sizes,
     unseen_sizes,
     value_variations,
 )
@@ -66,6 +68,25 @@ def test_unseen_sizes_stay_within_the_devices_memory():
     for seed in range(4):
         for s in unseen_sizes(spec, random.Random(seed), small_gpu):
             assert _work(spec, s) <= small_gpu * 0.25 * 1.05
+
+
+def test_sanitizers_run_at_the_smallest_declared_size_and_an_unseen_one_of_a_few_mb():
+    # the SGEMM fixture's smallest unseen size holds over 16 MB: the sanitizers get one of 16 MB
+    spec = spec_of("sgemm.cu", "sgemm_naive")
+    smallest = min(spec.sizes, key=lambda s: _work(spec, s))
+    for seed in range(4):
+        rng = random.Random(seed)
+        unseen = unseen_sizes(spec, rng, 80 << 30)
+        assert _work(spec, unseen[0]) > 1.2 * SANITIZE_BYTES
+        first, second = sanitizer_sizes(spec, unseen, rng)
+        assert first == smallest and second not in spec.sizes
+        assert 0.9 * SANITIZE_BYTES <= _work(spec, second) <= 1.1 * SANITIZE_BYTES
+        assert all(v % 2 == 1 for v in second.values())  # tails, as every unseen size has
+    # a kernel whose unseen sizes are small keeps the smallest of them
+    spec = spec_of("saxpy.cu", "saxpy")
+    unseen = unseen_sizes(spec, random.Random(0), 1 << 26)
+    assert _work(spec, unseen[0]) <= SANITIZE_BYTES
+    assert sanitizer_sizes(spec, unseen, random.Random(0))[1] == unseen[0]
 
 
 def test_a_size_the_spec_never_varies_is_kept():
