@@ -50,14 +50,29 @@ JUDGE_TOP = 3
 # Of a run's wall-time budget, the share the search leaves for confirming and judging its best:
 # the search stops at the rest (the input's measurement included); the checks are never cut.
 FINISH_SHARE = 0.25
+# ... or, where more, this many times the input's own checked, timed run: confirming and judging
+# time the input beside each candidate, at larger sizes too. On an H100 at KernelBench's sizes
+# (benchmarks/results/kernelbench/kernelbench-h100.md) the two took 8.7 times the input's run for
+# gemv (5.5 s) and for LogSoftmax (8.3 s), 48 s and 72 s against the quarter's 22.5 s of 90.
+FINISH_RUNS = 9.0
+FINISH_MAX_SHARE = 0.6  # the search keeps the rest, however slow the input
 
 
-def search_seconds(max_seconds: float | None, elapsed: float) -> float | None:
+def finish_seconds(max_seconds: float, input_run_s: float | None = None) -> float:
+    """What a run of `max_seconds` keeps for confirming and judging: `FINISH_SHARE` of it, or
+    `FINISH_RUNS` of the input's run where more, at most `FINISH_MAX_SHARE` of it."""
+    by_input = FINISH_RUNS * (input_run_s or 0.0)
+    return min(FINISH_MAX_SHARE * max_seconds, max(FINISH_SHARE * max_seconds, by_input))
+
+
+def search_seconds(
+    max_seconds: float | None, elapsed: float, input_run_s: float | None = None
+) -> float | None:
     """The search's own time limit within a run's budget, `elapsed` seconds in: what is left of
-    the budget once `FINISH_SHARE` of it is kept for confirming and judging (0: no search)."""
+    the budget once `finish_seconds` of it is kept for confirming and judging (0: no search)."""
     if max_seconds is None:
         return None
-    return max(0.0, max_seconds * (1 - FINISH_SHARE) - elapsed)
+    return max(0.0, max_seconds - finish_seconds(max_seconds, input_run_s) - elapsed)
 
 
 # Evaluations in flight per GPU: while the GPU times and profiles one, the others compile on the
@@ -80,7 +95,7 @@ def runners_ahead() -> bool:
 class OptimizeOptions:
     budget: int | None = DEFAULT_BUDGET  # evaluations
     # the whole run's wall time (measuring the input, search, confirmation, judging): the search
-    # stops early enough to leave FINISH_SHARE of it for the rest; None: the budget alone
+    # stops early enough to leave `finish_seconds` of it for the rest; None: the budget alone
     max_seconds: float | None = None
     seed: int = 0
     parallel: int | None = None  # evaluations in flight; None: IN_FLIGHT_PER_GPU per GPU slot
@@ -111,6 +126,7 @@ class Event(BaseModel):
     budget: int | None = None
     seconds: float = 0.0  # since the run started
     max_seconds: float | None = None  # the run's wall-time budget
+    finish_s: float | None = None  # of it, kept for confirming and judging (None: the share)
     best_speedup: float | None = None
     bottleneck: str | None = None
     last: str = ""
@@ -122,7 +138,10 @@ class Event(BaseModel):
         if self.budget:
             shares.append(self.evaluations / self.budget)
         if self.max_seconds:
-            shares.append(self.seconds / (self.max_seconds * (1 - FINISH_SHARE)))
+            finish = (
+                self.finish_s if self.finish_s is not None else finish_seconds(self.max_seconds)
+            )
+            shares.append(self.seconds / max(self.max_seconds - finish, 1e-9))
         return min(1.0, max(shares)) if shares else None
 
 
@@ -192,6 +211,8 @@ async def optimize(
         finally:
             await early  # its compiles go on in the executor's pool; the policy is the search's now
         run.phase("baseline")
+        if opts.max_seconds is not None:
+            run.finish_s = finish_seconds(opts.max_seconds, baseline.run_s)
         problem = KernelProblem(
             source,
             kernel,
@@ -250,6 +271,7 @@ class _Run:
     best_speedup: float | None = None
     bottleneck: str | None = None
     stopped: bool = False
+    finish_s: float | None = None  # kept for confirming and judging, once the input is measured
     points: list[ProgressPoint] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)  # wall seconds of each, in order
     background: list[asyncio.Task[None]] = field(default_factory=list)  # precompiles
@@ -266,6 +288,7 @@ class _Run:
                 budget=self.opts.budget,
                 seconds=time.perf_counter() - self.started,
                 max_seconds=self.opts.max_seconds,
+                finish_s=self.finish_s,
                 **fields,
             )
         )
@@ -377,7 +400,9 @@ async def run_search(
     try:
         result = await search.run(
             max_evaluations=opts.budget,
-            max_seconds=search_seconds(opts.max_seconds, time.perf_counter() - run.started),
+            max_seconds=search_seconds(
+                opts.max_seconds, time.perf_counter() - run.started, problem.baseline.run_s
+            ),
             should_stop=run.should_stop,
             on_progress=progress,
         )

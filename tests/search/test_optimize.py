@@ -36,6 +36,7 @@ from optiml.search.optimize import (
     PRECOMPILE_FIRST,
     Event,
     OptimizeOptions,
+    finish_seconds,
     optimize,
     search_seconds,
 )
@@ -586,6 +587,17 @@ def test_the_search_gets_what_is_left_of_its_share_of_the_time():
     assert search_seconds(None, 30.0) is None  # the evaluation budget alone
     assert search_seconds(100.0, 20.0) == pytest.approx(100.0 * (1 - FINISH_SHARE) - 20.0)
     assert search_seconds(100.0, 90.0) == 0.0  # the input took it all: no search
+
+
+def test_a_slow_inputs_run_keeps_more_for_confirming_and_judging():
+    # a quarter of 90 s, or 9 times the input's checked, timed run where more (gemv's 5.5 s on an
+    # H100: 49.5 s), never more than 60 % of the run
+    assert finish_seconds(90.0) == finish_seconds(90.0, 1.1) == pytest.approx(22.5)
+    assert finish_seconds(90.0, 5.5) == pytest.approx(49.5)
+    assert finish_seconds(90.0, 30.0) == pytest.approx(54.0)
+    assert search_seconds(90.0, 25.0, 5.5) == pytest.approx(90.0 - 49.5 - 25.0)
+    e = Event(phase="search", seconds=20.0, max_seconds=90.0, finish_s=50.0)
+    assert e.search_done() == pytest.approx(0.5)
 
 
 def test_progress_is_the_budget_that_runs_out_first():
