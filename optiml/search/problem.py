@@ -193,28 +193,53 @@ class KernelProblem:
         elif not self.slow_input:
             m = await self._measure(state)
         else:
-            # Queued evaluations pass one by one until a surrogate is found, then all at once.
+            # Queued evaluations pass one by one until a surrogate is found (decided once the
+            # verdict is in, before a profile), then all at once.
             await self._first.acquire()
-            if self.surrogate is not None:
+            held = self.surrogate is None
+            if not held:
                 self._first.release()
-                m = await self._measure(state)
-            else:
-                try:
-                    m = await self._measure(state)
-                finally:
+
+            def verdict_in() -> None:
+                nonlocal held
+                if held:
+                    held = False
                     self._first.release()
+
+            try:
+                m = await self._measure(state, verdict_in)
+            finally:
+                verdict_in()
         r, terms = reward(m, self.baseline, self.options.reward)
         return Evaluation(reward=r, info={"measurement": m.model_dump(), "terms": terms})
 
-    async def _measure(self, state: Variant) -> Measurement:
+    async def _measure(
+        self, state: Variant, verdict_in: Callable[[], None] | None = None
+    ) -> Measurement:
+        """`state` measured against the input or the surrogate at the time; `verdict_in` is
+        called once its verdict is taken in (before it is profiled)."""
         steered_by = self.steering(state.key)[1]  # not profiled yet: its parent's
         surrogate = self.surrogate
+
+        def taken(m: Measurement) -> None:
+            self._take(state, m, surrogate)
+            if verdict_in is not None:
+                verdict_in()
+
         m = await measure(
             self.executor,
             self.job(state, surrogate[0] if surrogate else None),
             self.options,
             worth=lambda m: self._worth(m, steered_by),
+            on_verdict=taken,
         )
+        if m.profile is not None and m.speedup:
+            self._steering[state.key] = (m.profile, m.speedup)
+        return m
+
+    def _take(self, state: Variant, m: Measurement, surrogate: tuple[Variant, float] | None):
+        """A verdict's speedup over the input (where `surrogate` was its reference, its own
+        scaled by the surrogate's); the best so far; the surrogate, where it is one."""
         if surrogate is not None:
             # its times over the surrogate's, as over the input's: the surrogate's speedup
             variant, factor = surrogate
@@ -237,9 +262,6 @@ class KernelProblem:
             if self.slow_input and plain and m.speedup >= step * current:
                 self.surrogate = (state, m.speedup)
                 self.surrogates.append((state.key, m.speedup))
-        if m.profile is not None and m.speedup:
-            self._steering[state.key] = (m.profile, m.speedup)
-        return m
 
 
 async def measure(
@@ -249,12 +271,16 @@ async def measure(
     *,
     full_profile: bool = False,
     worth: Callable[[Measurement], str | None] | None = None,
+    on_verdict: Callable[[Measurement], None] | None = None,
 ) -> Measurement:
     """Evaluate a candidate, and profile it if it is correct (a profile that fails is noted): with
     the search set, or with the full one (ncu's rules, hotspots) for the input, profiled once.
-    `worth`: why a correct candidate need not be profiled (said in its message), or None."""
+    `worth`: why a correct candidate need not be profiled (said in its message), or None.
+    `on_verdict` sees the measurement before it is profiled (and may amend it)."""
     verdict = await executor.evaluate(job, options.eval)
     m = Measurement.of(verdict)
+    if on_verdict is not None:
+        on_verdict(m)
     skip = worth(m) if worth is not None and m.status == "ok" else None
     if skip is not None:
         m.message += f"; {skip}"
