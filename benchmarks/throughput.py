@@ -34,6 +34,9 @@ FIXTURES = (
 )
 
 
+STEPS = ("compile_s", "run_s", "profile_s")
+
+
 def rate(trajectory: dict) -> dict:
     """Evaluations a minute between the search's first and last progress point, and what the
     evaluations ended as."""
@@ -48,8 +51,17 @@ def rate(trajectory: dict) -> dict:
         for n in trajectory.get("nodes", [])
         if n.get("edit") is not None and (n.get("measurement") or {}).get("profile")
     )
+    # what the evaluations' own steps took, summed (they overlap: 8 in flight): nvcc, the
+    # checked and timed run, ncu
+    measured = [
+        n["measurement"]
+        for n in trajectory.get("nodes", [])
+        if n.get("edit") is not None and n.get("measurement") is not None
+    ]
+    steps = {k: round(sum(m.get(k) or 0.0 for m in measured), 1) for k in STEPS}
     out = {
         "evaluations": trajectory.get("evaluations"),
+        "evaluation_steps_s": steps,
         "statuses": dict(statuses),
         "profiled": profiled,
         "stop": trajectory.get("stop"),
