@@ -49,7 +49,7 @@ def host_text(text: str, end: int | None = None) -> str:
     namespace of a program); in a file with clusters each block's `__shared__` arrays its own."""
     text = per_block_shared(_cp_async_on_host(device_part(text, end)))
     lifted = "".join(f"#undef {g}\n" for g in GUARD.findall(text))
-    return lifted + EXTERN_SHARED.sub(r"\1* \2 = reinterpret_cast<\1*>(dynamic_smem);", text)
+    return lifted + EXTERN_SHARED.sub(r"\1* \2 = reinterpret_cast<\1*>(dynamic_smem());", text)
 
 
 def launch_text(

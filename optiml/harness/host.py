@@ -171,8 +171,10 @@ template <class T, class F> T atomic_update(T* p, F f) {
 }
 template <class T, class V> T atomicMax(T* p, V v) { return atomic_update(p, [w = T(v)](T o) { return o < w ? w : o; }); }
 template <class T, class V> T atomicMin(T* p, V v) { return atomic_update(p, [w = T(v)](T o) { return w < o ? w : o; }); }
-// `extern __shared__` arrays (dynamic shared memory) point here; blocks run one at a time.
-alignas(16) unsigned char dynamic_smem[1 << 20];
+// `extern __shared__` arrays (dynamic shared memory) point here: a block's own by its rank in
+// its cluster (a cluster's blocks run at once); other blocks run one at a time.
+alignas(16) unsigned char dynamic_smem_of[16][1 << 20];
+inline unsigned char* dynamic_smem() { return dynamic_smem_of[cluster_rank]; }
 
 // Set before a launch of code in which no thread waits for another (no barrier, shuffle, vote,
 // fence, volatile or inline assembly: `sequential_ok` in host.py): its threads then run one after
@@ -348,7 +350,7 @@ def host_text(text: str, end: int | None = None) -> str:
     program)."""
     text = per_block_shared(device_part(text, end))
     lifted = "".join(f"#undef {g}\n" for g in GUARD.findall(text))
-    return lifted + EXTERN_SHARED.sub(r"\1* \2 = reinterpret_cast<\1*>(dynamic_smem);", text)
+    return lifted + EXTERN_SHARED.sub(r"\1* \2 = reinterpret_cast<\1*>(dynamic_smem());", text)
 
 
 @dataclass

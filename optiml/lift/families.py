@@ -38,6 +38,7 @@ from optiml.lift.model import (
     Unary,
     Unlifted,
     Var,
+    children,
     loops_of,
     stmt_exprs,
     walk_expr,
@@ -781,3 +782,21 @@ def canon(e, counter: int) -> str:
         case Select(cond=c, a=a, b=b):
             return f"({canon(c, counter)}?{canon(a, counter)}:{canon(b, counter)})"
     raise ValueError(f"cannot compare {type(e).__name__}")
+
+
+def sure_loads(e):
+    """The loads `e` makes whatever its values: not under one side of a selection, nor the right
+    side of `&&` or `||` (a guarded read, which may be out of bounds where it is not made)."""
+    match e:
+        case Load():
+            yield e
+            yield from sure_loads(e.index)
+        case Select(cond=c):
+            yield from sure_loads(c)
+        case Binary(op=op, a=a) if op in ("&&", "||"):
+            yield from sure_loads(a)
+        case LoopOut():
+            return
+        case _:
+            for x in children(e):
+                yield from sure_loads(x)

@@ -247,11 +247,17 @@ def test_argmax_and_argmin_keep_the_loops_choice_among_ties(tmp_path):
 
 def test_many_long_rows_also_get_a_block_per_row_and_short_ones_do_not():
     # 16384 rows fill the GPU with warps, but rows of 8192 keep each warp's lanes walking them
-    # pass after pass: a block per row is proposed beside the warps (after them, no cluster)
+    # pass after pass: a block per row is proposed beside the warps (after them, no cluster),
+    # and one that keeps the row in shared memory (8192 floats: 16 a thread)
     many = FEW_ROWS.replace("(16, 1 << 22)", "(16384, 8192)")
     ctx = Context.of(Variant(many), str(ROOT / "kernel.cu"), "norm_rows", sm_count=132)
     found = WARP.propose(ctx)
-    assert [p.params["per_row"] for p in found] == ["warp", "warp", "block"]
+    assert [(p.params["per_row"], "keep" in p.params) for p in found] == [
+        ("warp", False),
+        ("warp", False),
+        ("block", False),
+        ("block", True),
+    ]
     assert found[2].weight < found[0].weight
     short = FEW_ROWS.replace("(16, 1 << 22)", "(16384, 1024)")
     ctx = Context.of(Variant(short), str(ROOT / "kernel.cu"), "norm_rows", sm_count=132)
@@ -303,7 +309,9 @@ def test_a_block_per_long_row_makes_the_one_pass_too(tmp_path):
     long_rows = text.replace("(32768, 1024), (1000, 777)", "(64, 8192), (5, 4099)")
     assert long_rows != text
     ctx = Context.of(Variant(long_rows), str(ROOT / "softmax.cu"), "softmax_rows", sm_count=132)
-    (block,) = [p for p in WARP.propose(ctx) if p.params["per_row"] == "block"]
+    (block,) = [
+        p for p in WARP.propose(ctx) if p.params["per_row"] == "block" and "keep" not in p.params
+    ]
     v = block.variant.source("softmax.cu")
     k = v.kernel("softmax_rows")
     body = v.text[k.span.start : k.span.end]
@@ -435,3 +443,66 @@ def test_the_one_pass_per_block_and_cluster_compiles_for_sm90_without_spills(kin
         b = build_kernel(v, v.kernel(ctx.kernel.name), instantiation="", arch="sm_90")
         assert b.ok, b.log[-2000:]
         assert b.resources.spill_store_bytes == 0 and b.resources.spill_load_bytes == 0
+
+
+def _softmax_with_rows(sizes: str) -> Context:
+    text = (ROOT / "softmax.cu").read_text()
+    changed = text.replace("(32768, 1024), (1000, 777)", sizes)
+    assert changed != text
+    return Context.of(Variant(changed), str(ROOT / "softmax.cu"), "softmax_rows", sm_count=132)
+
+
+def test_a_long_row_is_kept_in_the_shared_memory_of_a_block_or_a_cluster():
+    # KernelBench's LogSoftmax rows (393,216 floats, 1.5 MB): a cluster of 8 blocks holds one
+    # (110 floats a thread of 512 each); a vocabulary's 50,000 fit one block
+    for sizes, cluster in (("(4096, 393216), (5, 4099)", 8), ("(512, 50000), (5, 4099)", 1)):
+        ctx = _softmax_with_rows(sizes)
+        (kept,) = [p for p in WARP.propose(ctx) if "keep" in p.params]
+        assert kept.params == {
+            "threads": 512,
+            "per_row": "cluster" if cluster > 1 else "block",
+            "cluster": cluster,
+            "keep": 110,
+        }
+        text = kept.variant.text
+        assert f"block = 512, smem = min(cdiv(cols, {512 * cluster}), 110) * 2048" in text
+        body = text[text.index("softmax_rows(const") :]
+        # read from DRAM by the first pass only; the output's pass reads the kept row
+        assert body.count("input[") == 2 and "optiml_keep0[" in body
+    # a row longer than 8 blocks hold, or a warp per row: nothing kept
+    assert not [
+        p
+        for p in WARP.propose(_softmax_with_rows("(16, 1 << 22), (5, 4099)"))
+        if "keep" in p.params
+    ]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+@pytest.mark.parametrize("kind", ["norm", "softmax"])
+def test_a_kept_row_computes_what_the_kernel_does_and_a_longer_one_too(kind, tmp_path, monkeypatch):
+    # room for 2 passes of the cluster's threads: rows of up to 8,192 are kept, longer ones
+    # read as the kernel reads them
+    import optiml.search.catalog.warp_rows as module
+
+    monkeypatch.setattr(module, "KEEP_BYTES", 2 * 2048)
+    text = LONG_NORM if kind == "norm" else (ROOT / "softmax.cu").read_text()
+    text = text.replace("(16, 1 << 22), (3, 4099)", "(16, 8000), (3, 4099)")
+    text = text.replace("(32768, 1024), (1000, 777)", "(16, 8000), (3, 4099)")
+    kernel = "norm_rows" if kind == "norm" else "softmax_rows"
+    ctx = Context.of(Variant(text), str(ROOT / "kernel.cu"), kernel, sm_count=132)
+    (kept,) = [p for p in WARP.propose(ctx) if "keep" in p.params]
+    assert kept.params["cluster"] == 8 and kept.params["keep"] == 2
+    candidate = Context.of(kept.variant, ctx.source.path, kernel)
+    names = list(ctx.spec.sizes[0])
+    sizes = [dict(zip(names, v, strict=True)) for v in ((2, 8000), (2, 8193), (3, 37))]
+    assert run_against(ctx, [candidate], sizes, tmp_path) == [0]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_a_kept_row_compiles_for_sm90_without_spills():
+    ctx = _softmax_with_rows("(4096, 393216), (5, 4099)")
+    (kept,) = [p for p in WARP.propose(ctx) if "keep" in p.params]
+    v = SourceFile(kept.variant.text, ctx.source.path)
+    b = build_kernel(v, v.kernel("softmax_rows"), instantiation="", arch="sm_90")
+    assert b.ok, b.log[-2000:]
+    assert b.resources.spill_store_bytes == 0 and b.resources.spill_load_bytes == 0

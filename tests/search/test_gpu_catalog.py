@@ -56,6 +56,47 @@ def test_proposal_is_correct(entry, proposal):
     assert v.status == "ok", f"{proposal.summary}: {v.message}"
 
 
+@pytest.mark.parametrize(
+    "sizes", ["(512, 50000), (5, 4099)", "(64, 393216), (5, 4099)"], ids=["block", "cluster"]
+)
+def test_a_row_kept_in_shared_memory_is_correct_against_the_kernel_and_the_two_pass(
+    sizes, tmp_path
+):
+    """warp_rows' kept row (a block's, or a cluster of 8's, shared memory holds it; the pass
+    that reads it first stores it) against the softmax as written, and against the same schedule
+    that reads the row twice (timed beside it: the speedup is in the verdict)."""
+    text = (FIXTURES / "softmax.cu").read_text().replace("(32768, 1024), (1000, 777)", sizes)
+    (tmp_path / "softmax.cu").write_text(text)
+    source, kernel, spec = load(tmp_path / "softmax.cu", "softmax_rows")
+    ctx = Context.of(Variant(text), str(tmp_path / "softmax.cu"), "softmax_rows")
+    found = CATALOG["warp_rows"].propose(ctx)
+    (kept,) = [p for p in found if "keep" in p.params]
+    twice = (
+        next(
+            p
+            for p in found
+            if p.params.get("cluster") == kept.params["cluster"] and "keep" not in p.params
+        )
+        if kept.params["cluster"] > 1
+        else next(p for p in found if p.params["per_row"] == "block" and "keep" not in p.params)
+    )
+
+    async def run(variant, reference):
+        ex = LocalExecutor()
+        try:
+            job = Job.of_variant(reference[0], reference[1], spec, variant)
+            return await ex.evaluate(job, EvalOptions(timeout_s=120, reps_min=10, target_ms=50))
+        finally:
+            await ex.close()
+
+    v = asyncio.run(run(kept.variant, (source, kernel)))
+    assert v.status == "ok", f"{kept.summary}: {v.message}"
+    # beside the schedule that reads the row from DRAM twice (its own text as the reference)
+    other = SourceFile(twice.variant.text, str(tmp_path / "softmax.cu"))
+    v = asyncio.run(run(kept.variant, (other, other.kernel("softmax_rows"))))
+    assert v.status == "ok" and v.speedup is not None, v.message
+
+
 def test_optimize_finds_a_faster_saxpy(tmp_path):
     user = tmp_path / "saxpy.cu"
     user.write_text((FIXTURES / "saxpy.cu").read_text())

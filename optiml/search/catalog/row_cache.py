@@ -18,7 +18,7 @@ from __future__ import annotations
 from optiml.expr import ExprError
 from optiml.lift import Lifted, lift
 from optiml.lift.emit import C_TYPES, CEmitter, NotEmittable
-from optiml.lift.families import canon, induction_steps
+from optiml.lift.families import canon, induction_steps, sure_loads
 from optiml.lift.model import (
     BF16,
     HALF,
@@ -27,11 +27,8 @@ from optiml.lift.model import (
     Const,
     Load,
     Loop,
-    LoopOut,
-    Select,
     Store,
     Var,
-    children,
     loop_exprs,
     loops_of,
     walk_expr,
@@ -83,24 +80,6 @@ class RowCache(Transformation):
         return [Rewrite({"cache": cap, "keys": len(plan.keys)}, summary, variant, 1.0)]
 
 
-def _sure_loads(e):
-    """The loads `e` makes whatever its values: not under one side of a selection, nor the right
-    side of `&&` or `||` (a guarded read, which may be out of bounds where it is not made)."""
-    match e:
-        case Load():
-            yield e
-            yield from _sure_loads(e.index)
-        case Select(cond=c):
-            yield from _sure_loads(c)
-        case Binary(op=op, a=a) if op in ("&&", "||"):
-            yield from _sure_loads(a)
-        case LoopOut():
-            return
-        case _:
-            for x in children(e):
-                yield from _sure_loads(x)
-
-
 class _Plan:
     """The kernel as rows: its statements in order (every loop over the row from 0 to the same
     length, none inside another), and the elements two or more loops read (`keys`)."""
@@ -130,7 +109,7 @@ class _Plan:
             bounds.add(canon(lp.cond.b, k.uid))
             self.bound_text = _upper(lp.cond, k)
             for e in _iteration_exprs(lp):
-                for load in _sure_loads(e):
+                for load in sure_loads(e):
                     if load.tensor in stored or not any(
                         isinstance(x, Var) and x.uid == k.uid for x in walk_expr(load.index)
                     ):
@@ -253,7 +232,7 @@ class _Writer:
                 f"{inner}if ({counter} >= {self.plan.bound_text}) break;",
             ]
             # the row's elements this loop is the first to read: into their registers
-            mine = {canon(x, k.uid): x for e in _iteration_exprs(lp) for x in _sure_loads(e)}
+            mine = {canon(x, k.uid): x for e in _iteration_exprs(lp) for x in sure_loads(e)}
             for j, key in enumerate(self.plan.keys):
                 if key in mine and key not in filled:
                     filled[key] = f"optiml_r{j}"

@@ -7,10 +7,15 @@ element, and a store per row by lane 0. The values, indices and types are the mo
 back by optiml.lift.emit, so any spelling of the same computation gives the same kernel.
 
 Applies to what `row_parallel` reads in the text and to what it does not (16-bit rows, macros,
-`while` loops, a row written and normalized in place); it has no float4 path or row cache.
-Rows too few for their warps to fill the GPU get a block per row too, and a cluster of up to 8
-blocks per row (sm_90), whose blocks combine their values through distributed shared memory in
-the same order, so that each holds the row's value bit for bit. A scan is scanned by a warp.
+`while` loops, a row written and normalized in place); it has no float4 path. Rows too few for
+their warps to fill the GPU get a block per row too, and a cluster of up to 8 blocks per row
+(sm_90), whose blocks combine their values through distributed shared memory in the same order,
+so that each holds the row's value bit for bit. A scan is scanned by a warp. A max and then a
+sum of exp(value - max), or a sum and then a sum of squares about its mean, are one pass (online
+softmax, Welford). A long row whose elements two passes read is also kept in the shared memory
+of a block, or of the fewest blocks of a cluster that hold it (fp32 and fp64 elements, up to
+450,560 floats a row): the first pass stores what it reads, the later ones read it there, and a
+row longer than the launch's shared memory holds is read as the kernel reads it.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from optiml.lift.families import (
     counted_reductions,
     global_indices,
     induction_steps,
+    sure_loads,
 )
 from optiml.lift.model import (
     DOUBLE,
@@ -57,6 +63,10 @@ THREADS = (256, 128)
 # per SM in flight; clusters of at most the portable 8 blocks.
 BLOCK_THREADS = 512
 BUSY_THREADS_PER_SM = 1024
+# Dynamic shared memory a block may give to its part of a kept row (of the 227 KB an sm_90 block
+# may have, the reductions' own arrays besides): 110 floats a thread of 512, a row of 56,320
+# floats per block, 450,560 per cluster of 8.
+KEEP_BYTES = 220 * 1024
 MAX_CLUSTER = 8
 LONG_ROW = 4096  # elements: 128 per lane of a warp, a pass of 8 per thread of a block
 FULL_MASK = "0xffffffffu"
@@ -161,7 +171,59 @@ class WarpRows(Transformation):
                     weight,
                 )
             )
-        return out
+        length = _row_elements(ctx, count)
+        kept = _kept_row(ctx, lifted, head[:name_at], head[name_at:], rows, length)
+        return out + ([kept] if kept is not None else [])
+
+
+def _kept_row(
+    ctx: Context, lifted: Lifted, before_name: str, from_name: str, rows: str, length: int
+) -> Rewrite | None:
+    """A block per row, or the fewest blocks of a cluster whose shared memory holds the row at
+    the spec's first size, keeping the elements two passes read: the row crosses DRAM once."""
+    try:
+        probe = _Writer(lifted, BLOCK_THREADS, 1, keep=1)
+        probe.write()
+    except (_NoPlan, NotEmittable):
+        return None
+    per_slot = probe.kept_bytes  # a slot a thread of every kept element
+    keep = KEEP_BYTES // per_slot
+    cluster = next(
+        (cl for cl in (1, 2, 4, MAX_CLUSTER) if -(-length // (BLOCK_THREADS * cl)) <= keep),
+        None,
+    )
+    if keep < 2 or cluster is None:
+        return None
+    writer = _Writer(lifted, BLOCK_THREADS, cluster, keep=keep)
+    try:
+        _, body = writer.write()
+    except (_NoPlan, NotEmittable):
+        return None
+    stride = BLOCK_THREADS * cluster
+    smem = f"min(cdiv({writer.row_length}, {stride}), {keep}) * {per_slot}"
+    try:  # the launch reads it at every size
+        for sizes in ctx.spec.sizes:
+            case = ctx.spec.case(sizes)
+            values = {**ctx.spec.constants, **ctx.spec.template_values, **case.sizes}
+            if not isinstance(SizeExpr.parse(smem).evaluate({**values, **case.scalars}), int):
+                return None
+    except (ExprError, KeyError, ValueError):
+        return None
+    attribute = f"__attribute__((cluster_dims({cluster}, 1, 1))) " if cluster > 1 else ""
+    definition = before_name + attribute + f"__launch_bounds__({BLOCK_THREADS}) " + from_name + body
+    variant = ctx.rewrite(
+        definition, launch=([f"({rows}) * {cluster}"], [str(BLOCK_THREADS)], smem)
+    )
+    reads = ", ".join(sorted({f"`{a}`" for a in writer.arrays.values()}))
+    whose = f"a cluster of {cluster} blocks" if cluster > 1 else "a block"
+    summary = (
+        f"{whose} per row ({BLOCK_THREADS} threads each), from the lifted model, the row kept in "
+        f"shared memory (up to {keep * stride} elements; {reads}) by the pass that reads it "
+        "first: it crosses DRAM once"
+    )
+    params = {"threads": BLOCK_THREADS, "per_row": "cluster" if cluster > 1 else "block"}
+    params |= {"cluster": cluster, "keep": keep}
+    return Rewrite(params, summary, variant, 1.0)
 
 
 def _online_pairs(items: list) -> dict[int, tuple[Loop, object]]:
@@ -298,18 +360,77 @@ def _check_launch(ctx: Context, rows: str) -> None:
             raise _NoPlan("the launch does not cover the rows")
 
 
+class _KeptEmitter(CEmitter):
+    """The model's C; in a loop over the row (`counter`: its counter's uid), an element the
+    block keeps (`kept`: its key -> the shared array) is read from its `slot` there where the
+    row fits (`optiml_keep`), else from where the kernel reads it."""
+
+    def __init__(self, names: dict[int, str]):
+        super().__init__(names, gx="optiml_row")
+        self.kept: dict[str, str] = {}
+        self.loaded: dict[str, str] = {}  # key -> the register the loop storing it loaded it to
+        self.counter: int | None = None
+        self.slot = ""
+
+    def expr(self, e) -> str:
+        if isinstance(e, Load) and self.counter is not None:
+            key = canon(e, self.counter)
+            if key in self.loaded:
+                return self.loaded[key]
+            if key in self.kept:
+                return f"(optiml_keep ? {self.kept[key]}[{self.slot}] : {super().expr(e)})"
+        return super().expr(e)
+
+
+def _row_reads(loops: list[Loop]) -> tuple[dict[str, set[int]], dict[int, dict[str, Load]]]:
+    """Of every loop over the row, the elements of inputs no loop stores to that it is sure to
+    read (whatever the values) at its counter: by key (`canon`), the loops reading each, and per
+    loop its loads by key."""
+    stored = {s.tensor for lp in loops for s in lp.body if isinstance(s, Store)}
+    readers: dict[str, set[int]] = {}
+    loads: dict[int, dict[str, Load]] = {}
+    for lp in loops:
+        steps = induction_steps(lp)
+        counters = [c.var for c in lp.carried if c.var.uid in steps]
+        if len(counters) != 1:
+            raise _NoPlan("not one counter")
+        k = counters[0]
+        exprs = [c.update for c in lp.carried]
+        exprs += [x for st in lp.body if isinstance(st, Store) for x in (st.index, st.value)]
+        mine = loads.setdefault(lp.uid, {})
+        for e in exprs:
+            for load in sure_loads(e):
+                if load.tensor in stored or load.type not in (FLOAT, DOUBLE):
+                    continue
+                if not any(isinstance(x, Var) and x.uid == k.uid for x in walk_expr(load.index)):
+                    continue
+                key = canon(load, k.uid)
+                readers.setdefault(key, set()).add(lp.uid)
+                mine[key] = load
+    return readers, loads
+
+
 class _Writer:
     """The kernel's body with a warp per row (`threads` None), or a block of `threads` per row,
     or a cluster of `cluster` such blocks per row: the row's loops strided over the lanes, each
     reduction all-reduced so that every lane holds the row's value."""
 
-    def __init__(self, lifted: Lifted, threads: int | None = None, cluster: int = 1):
+    def __init__(self, lifted: Lifted, threads: int | None = None, cluster: int = 1, keep: int = 0):
         self.m = lifted
         self.names: dict[int, str] = {}
-        self.c = CEmitter(self.names, gx="optiml_row")
+        self.c = _KeptEmitter(self.names)
         self.lines: list[str] = []
         self.threads, self.cluster = threads, cluster
         self.stride = 32 if threads is None else threads * cluster
+        # A block's part of the row kept in shared memory, `keep` elements a thread of each
+        # element read by two loops or more (0: none): the loop that reads it first stores it,
+        # the later ones read it there, where the row has at most keep x stride elements.
+        self.keep = keep
+        self.arrays: dict[str, str] = {}  # key -> its shared array
+        self.kept_bytes = 0  # a slot of every thread for every kept element: their bytes
+        self.row_length = ""  # the C expression of the row's length
+        self._loads: dict[int, dict[str, Load]] = {}
+        self._filled: dict[str, str] = {}
 
     def _head(self) -> list[str]:
         if self.threads is None:
@@ -421,6 +542,9 @@ class _Writer:
         online = _online_pairs(items)
         spread = _spread_pairs(items)
         merged = {b.uid for b, _ in [*online.values(), *spread.values()]}
+        if self.keep:
+            fused = {b.uid: a for a, (b, _) in [*online.items(), *spread.items()]}
+            self._declare_kept(loops, fused)
         for i, item in enumerate(items):
             if isinstance(item, Store):
                 self.lines.append(f"    if (optiml_lane == 0) {self._store(item)}")
@@ -432,6 +556,68 @@ class _Writer:
                 self._loop(item, i)
         self.lines.append("}")
         return rows, "\n".join(self.lines)
+
+    def _declare_kept(self, loops: list[Loop], fused: dict[int, int]) -> None:
+        """The shared arrays of the elements read by two passes or more (`fused`: a loop made
+        one pass with another, by uid, reads in that one's), and whether this row fits them."""
+        if self.threads is None:
+            raise _NoPlan("a warp keeps no row")
+        ranges = set()
+        for lp in loops:
+            steps = induction_steps(lp)
+            (k,) = [c for c in lp.carried if c.var.uid in steps] or [None]
+            if k is None:
+                raise _NoPlan("not one counter")
+            ranges.add((canon(k.init, k.var.uid), _upper(lp.cond, k.var)))
+        if len(ranges) != 1:
+            raise _NoPlan("loops over different ranges of the row")
+        readers, self._loads = _row_reads(loops)
+        passes = {key: {fused.get(uid, uid) for uid in who} for key, who in readers.items()}
+        keys = sorted(key for key, who in passes.items() if len(who) > 1)
+        if not keys:
+            raise _NoPlan("no element read by two loops")
+        ((_, bound),) = ranges
+        self.row_length = bound
+        self.lines += [
+            "    extern __shared__ __align__(16) unsigned char optiml_dyn[];",
+            f"    const long long optiml_slots = ({bound} + {self.stride - 1}) / {self.stride};",
+            f"    const bool optiml_keep = optiml_slots <= {self.keep};  // the row fits",
+        ]
+        offset = "0"
+        for j, key in enumerate(keys):
+            load = next(loads[key] for loads in self._loads.values() if key in loads)
+            ct = C_TYPES[load.type]
+            self.arrays[key] = f"optiml_keep{j}"
+            self.lines.append(
+                f"    {ct}* optiml_keep{j} = reinterpret_cast<{ct}*>(optiml_dyn + {offset});"
+                f"  // `{load.tensor}` along the row, a slot a thread per pass"
+            )
+            size = self.threads * (8 if ct == "double" else 4)  # a multiple of 16
+            self.kept_bytes += size
+            offset = f"optiml_slots * {self.kept_bytes}"
+
+    def _enter(self, loop: Loop, k: Var, name: str, start: str) -> None:
+        """In the loop just opened (`k` its counter, `name` its C name): the kept elements it
+        is the first to read stored to their slots, and every kept one read from there."""
+        if not self.keep:
+            return
+        self.c.slot = f"(({name}) - ({start})) / {self.stride} * {self.threads} + threadIdx.x"
+        mine = self._loads.get(loop.uid, {})
+        self.c.kept, self.c.loaded = dict(self._filled), {}
+        for j, (key, array) in enumerate(self.arrays.items()):
+            if key in mine and key not in self._filled:
+                self._filled[key] = array
+                ct = C_TYPES[mine[key].type]
+                self.lines += [
+                    f"        const {ct} optiml_e{j} = {self.c.expr(mine[key])};",
+                    f"        if (optiml_keep) {array}[{self.c.slot}] = optiml_e{j};",
+                ]
+                self.c.loaded[key] = f"optiml_e{j}"
+        self.c.counter = k.uid
+
+    def _leave(self) -> None:
+        self.c.counter = None
+        self.c.loaded = {}
 
     def _online(self, a: Loop, b: Loop, i: int) -> None:
         """`a`'s max and `b`'s sum of exp(value - that max) in one pass over the row: each lane
@@ -456,11 +642,17 @@ class _Writer:
             f"    {ct} {mp} = {_IDENTITY[('max', t)]}, {sp} = {_IDENTITY[('sum', t)]};",
             f"    for (long long {name} = {start} + optiml_lane; {name} < {bound}; "
             f"{name} += {self.stride}) {{",
+        ]
+        self._enter(a, k.var, name, start)
+        self.lines += [
             f"        const {ct} optiml_v = {self.c.expr(value)};",
             f"        const {ct} optiml_m = {fmax}({mp}, optiml_v);",
             f"        {sp} = {scaled(sp, mp, 'optiml_m')} + {exp}(optiml_v - optiml_m);",
             f"        {mp} = optiml_m;",
             "    }",
+        ]
+        self._leave()
+        self.lines += [
             "    for (int optiml_o = 16; optiml_o > 0; optiml_o >>= 1) {",
             f"        const {ct} {mo} = __shfl_xor_sync({FULL_MASK}, {mp}, optiml_o);",
             f"        const {ct} {so} = __shfl_xor_sync({FULL_MASK}, {sp}, optiml_o);",
@@ -546,6 +738,7 @@ class _Writer:
             f"    for (long long {name} = {start} + optiml_lane; {name} < {bound}; "
             f"{name} += {self.stride}) {{"
         )
+        self._enter(loop, k.var, name, start)
         for c, op, operand in reductions:
             part = f"{c.var.name}_part{i}"
             if c.var.uid in paired:
@@ -577,6 +770,7 @@ class _Writer:
                 else f"        if ({self.c.expr(s.guard)}) {text}"
             )
         self.lines.append("    }")
+        self._leave()
         for c, op, _ in reductions:
             part = f"{c.var.name}_part{i}"
             total = f"{c.var.name}_{i}"
@@ -623,6 +817,9 @@ class _Writer:
             f"    long long {pn} = 0;",
             f"    for (long long {name} = {start} + optiml_lane; {name} < {bound}; "
             f"{name} += {self.stride}) {{",
+        ]
+        self._enter(a, k.var, name, start)
+        self.lines += [
             f"        const {ct} optiml_v = {self.c.expr(value)};",
             f"        {ps} += optiml_v;",
             f"        {pn} += 1;",
@@ -630,6 +827,9 @@ class _Writer:
             f"        {pm} += optiml_d / ({ct}){pn};",
             f"        {pq} += optiml_d * (optiml_v - {pm});",
             "    }",
+        ]
+        self._leave()
+        self.lines += [
             "    for (int optiml_o = 16; optiml_o > 0; optiml_o >>= 1) {",
             f"        const {ct} {os_} = __shfl_xor_sync({FULL_MASK}, {ps}, optiml_o);",
             f"        const long long {on} = __shfl_xor_sync({FULL_MASK}, {pn}, optiml_o);",
