@@ -70,3 +70,31 @@ def the_one_line(stderr: str) -> str:
     assert len(lines) == 1, stderr
     assert "Traceback" not in stderr, stderr
     return lines[0]
+
+
+def norm_rows(sizes: str) -> str:
+    """A layer norm a thread per row (B rows of L floats, `sizes` its spec's): over few long rows,
+    a slow kernel with passes that read the row again."""
+    return NORM_ROWS.replace("{sizes}", sizes)
+
+
+NORM_ROWS = """
+/* @optiml
+ *   args:   x: in float[B * L], y: out float[B * L]
+ *   launch: grid = cdiv(B, 64), block = 64
+ *   sizes:  B, L = {sizes}
+ *   tol:    rtol = 1e-4, atol = 1e-5
+ */
+__global__ void norm_rows(const float* x, float* y, int B, int L)
+{
+    int b = blockIdx.x * blockDim.x + threadIdx.x;
+    if (b >= B) return;
+    const float* r = x + (size_t)b * L;
+    float s = 0.f;
+    for (int i = 0; i < L; i++) s += r[i];
+    float mean = s / L, q = 0.f;
+    for (int i = 0; i < L; i++) q += (r[i] - mean) * (r[i] - mean);
+    float inv = rsqrtf(q / L + 1e-5f);
+    for (int i = 0; i < L; i++) y[(size_t)b * L + i] = (r[i] - mean) * inv;
+}
+"""

@@ -1330,6 +1330,22 @@ int main(int argc, char** argv) {
       }
       check(cudaGetLastError(), "harness", "making the inputs on the device");
     };
+    // Enqueues the comparison of every output of `actual` with `expected` into counts[b * 3 ..]
+    // (mismatches, unwritten, skipped), first[b] (the first bad index) and, where given,
+    // maxima[b * 2 ..] (the largest absolute and relative errors).
+    auto compare_device = [&](const std::vector<void*>& expected, const std::vector<void*>& actual,
+                              unsigned long long* counts, unsigned long long* first,
+                              unsigned long long* maxima = nullptr) {
+      for (size_t b = 0; b < nb; ++b) {
+        if (is_in(b) || !c.lengths[b]) continue;
+        const Buffer& buf = plan.buffers[b];
+        const DType& d = buf.dtype;
+        optiml_compare<<<grid_for(c.lengths[b], prop), 256, 0, stream>>>(
+            (const unsigned char*)expected[b], (const unsigned char*)actual[b], c.lengths[b], d.code,
+            d.is_float, d.is_signed, d.size, buf.rtol, buf.atol * atol_scale, buf.role == "out",
+            poison_bits(d), c.lenient, counts + 3 * b, first + b, maxima ? maxima + 2 * b : nullptr);
+      }
+    };
     // The reference's outputs stay on the device (a NumPy reference's are uploaded there) and
     // the candidate's are compared with them there: only where an output differs are both read
     // back and compared element by element on the host (the first mismatches, the tolerance they
@@ -1378,15 +1394,7 @@ int main(int argc, char** argv) {
       if (!after_run(candidate, when, input_digests)) case_ok = false;
       check(cudaMemset(d_cmp, 0, 6 * nb * sizeof(unsigned long long)), "harness", "cudaMemset");
       check(cudaMemset(d_cmp + 3 * nb, 0xFF, nb * sizeof(unsigned long long)), "harness", "cudaMemset");
-      for (size_t b = 0; b < nb; ++b) {
-        if (is_in(b) || !c.lengths[b]) continue;
-        const Buffer& buf = plan.buffers[b];
-        const DType& d = buf.dtype;
-        optiml_compare<<<grid_for(c.lengths[b], prop), 256, 0, stream>>>(
-            (const unsigned char*)kept[b], (const unsigned char*)dev_bufs[b], c.lengths[b], d.code,
-            d.is_float, d.is_signed, d.size, buf.rtol, buf.atol * atol_scale, buf.role == "out",
-            poison_bits(d), c.lenient, d_cmp + 3 * b, d_cmp + 3 * nb + b, d_cmp + 4 * nb + 2 * b);
-      }
+      compare_device(kept, dev_bufs, d_cmp, d_cmp + 3 * nb, d_cmp + 4 * nb);
       check(cudaGetLastError(), "harness", "comparing the outputs");
       check(cudaMemcpy(h_cmp.data(), d_cmp, h_cmp.size() * sizeof(unsigned long long),
                        cudaMemcpyDeviceToHost),
@@ -1477,20 +1485,6 @@ int main(int argc, char** argv) {
           }
       }
     }
-    // Enqueues the comparison of every output of `actual` with `expected` into counts[b * 3 ..]
-    // (mismatches, unwritten, skipped) and first[b] (the first bad index).
-    auto compare_device = [&](const std::vector<void*>& expected, const std::vector<void*>& actual,
-                              unsigned long long* counts, unsigned long long* first) {
-      for (size_t b = 0; b < nb; ++b) {
-        if (is_in(b) || !c.lengths[b]) continue;
-        const Buffer& buf = plan.buffers[b];
-        const DType& d = buf.dtype;
-        optiml_compare<<<grid_for(c.lengths[b], prop), 256, 0, stream>>>(
-            (const unsigned char*)expected[b], (const unsigned char*)actual[b], c.lengths[b], d.code,
-            d.is_float, d.is_signed, d.size, buf.rtol, buf.atol * atol_scale, buf.role == "out",
-            poison_bits(d), c.lenient, counts + 3 * b, first + b);
-      }
-    };
 
     // Dependence: how many of a few elements of each input the candidate's outputs change with.
     // Every element it depends on must be read at every launch, so this bounds the bytes it moves.

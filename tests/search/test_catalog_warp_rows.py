@@ -18,6 +18,7 @@ from optiml.search.catalog import Context, by_name
 from optiml.search.variant import Variant
 from optiml.spec import parse_spec
 from tests.host_cuda import run_against
+from tests.support import norm_rows
 
 ROOT = Path(__file__).resolve().parents[2] / "fixtures"
 WARP = by_name("warp_rows")
@@ -380,26 +381,7 @@ def test_the_one_pass_spread_is_nearer_the_exact_result_far_from_zero(tmp_path):
 
 
 # Few long rows: a block and a cluster of blocks per row make both one-pass forms too.
-LONG_NORM = """
-/* @optiml
- *   args:   x: in float[B * L], y: out float[B * L]
- *   launch: grid = cdiv(B, 64), block = 64
- *   sizes:  B, L = (16, 1 << 22), (3, 4099)
- *   tol:    rtol = 1e-4, atol = 1e-5
- */
-__global__ void norm_rows(const float* x, float* y, int B, int L)
-{
-    int b = blockIdx.x * blockDim.x + threadIdx.x;
-    if (b >= B) return;
-    const float* r = x + (size_t)b * L;
-    float s = 0.f;
-    for (int i = 0; i < L; i++) s += r[i];
-    float mean = s / L, q = 0.f;
-    for (int i = 0; i < L; i++) q += (r[i] - mean) * (r[i] - mean);
-    float inv = rsqrtf(q / L + 1e-5f);
-    for (int i = 0; i < L; i++) y[(size_t)b * L + i] = (r[i] - mean) * inv;
-}
-"""
+LONG_NORM = norm_rows("(16, 1 << 22), (3, 4099)")
 
 
 def _long_rows(kind: str) -> tuple[Context, str]:

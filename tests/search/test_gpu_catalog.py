@@ -18,7 +18,7 @@ from optiml.harness.evaluate import EvalOptions
 from optiml.search.catalog import CATALOG, Context
 from optiml.search.variant import Variant
 from optiml.spec import load
-from tests.support import FIXTURES, GOOD, WILD
+from tests.support import FIXTURES, GOOD, WILD, norm_rows
 
 pytestmark = pytest.mark.gpu
 
@@ -160,26 +160,7 @@ def test_optimize_delivers_a_kernel_checked_against_numpy(tmp_path):
 
 
 # A row per thread over few long rows: hundreds of ms a launch, a slow input.
-SLOW_NORM = """
-/* @optiml
- *   args:   x: in float[B * L], y: out float[B * L]
- *   launch: grid = cdiv(B, 64), block = 64
- *   sizes:  B, L = (16, 1 << 18), (3, 4099)
- *   tol:    rtol = 1e-4, atol = 1e-5
- */
-__global__ void norm_rows(const float* x, float* y, int B, int L)
-{
-    int b = blockIdx.x * blockDim.x + threadIdx.x;
-    if (b >= B) return;
-    const float* r = x + (size_t)b * L;
-    float s = 0.f;
-    for (int i = 0; i < L; i++) s += r[i];
-    float mean = s / L, q = 0.f;
-    for (int i = 0; i < L; i++) q += (r[i] - mean) * (r[i] - mean);
-    float inv = rsqrtf(q / L + 1e-5f);
-    for (int i = 0; i < L; i++) y[(size_t)b * L + i] = (r[i] - mean) * inv;
-}
-"""
+SLOW_NORM = norm_rows("(16, 1 << 18), (3, 4099)")
 
 
 def test_a_slow_inputs_search_runs_against_its_first_verified_faster_candidate(tmp_path):
