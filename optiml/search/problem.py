@@ -94,13 +94,12 @@ class KernelProblem:
         }
         self._parent: dict[str, str] = {}  # variant -> the variant it was made from
         # The search's reference in place of a slow input (`ProblemOptions.surrogate_ms`): a
-        # verified candidate and its speedup over the input; every one it has been, in order.
+        # verified candidate and its speedup over the input.
         slow = options.surrogate_ms is not None and (baseline.candidate_ms or 0) >= (
             options.surrogate_ms
         )
         self.slow_input = slow and spec.reference.kind in ("self", "numpy")
         self.surrogate: tuple[Variant, float] | None = None
-        self.surrogates: list[tuple[str, float]] = []
         self._first = asyncio.Lock()  # one evaluation at a time until there is a surrogate
 
     # -- mcts.Problem ---------------------------------------------------------------------------
@@ -261,7 +260,6 @@ class KernelProblem:
             step = self.options.surrogate_step
             if self.slow_input and plain and m.speedup >= step * current:
                 self.surrogate = (state, m.speedup)
-                self.surrogates.append((state.key, m.speedup))
 
 
 async def measure(
