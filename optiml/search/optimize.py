@@ -336,6 +336,21 @@ async def precompile_first(
         tasks.append(asyncio.ensure_future(executor.precompile(variant_job, options)))
 
 
+# An input whose launch takes at least this long at the spec's first size is profiled at its
+# smallest declared one: ncu replays the kernel once per pass of its metrics, and KernelBench's
+# plain LayerNorm (787 ms a launch) took 14.5 s to profile on an H100, of a 90 s run. The bottleneck
+# of a kernel that slow is in its code (a thread per long row, uncoalesced reads), not its size.
+SLOW_PROFILE_MS = 20.0
+
+
+def slow_profile_size(job: Job, m: Measurement) -> dict[str, int] | None:
+    """The smallest declared size, where the input is slow and that is not its first."""
+    if (m.candidate_ms or 0.0) < SLOW_PROFILE_MS or len(job.spec.sizes) < 2:
+        return None
+    smallest = min(job.spec.sizes, key=lambda s: sum(job.spec.case(s).lengths.values()))
+    return None if smallest == job.spec.sizes[0] else smallest
+
+
 async def measure_baseline(
     executor: Executor, job: Job, options: ProblemOptions, *, full: bool = True
 ) -> Measurement:
@@ -343,11 +358,14 @@ async def measure_baseline(
     the report as hints), else with the search set, as the candidates are: its bottleneck is what
     steers the search, and the full set's replay passes took 17 to 29 s of a 90 s run on an H100
     for GEMMs (benchmarks/results/kernelbench/).
-    `BaselineFailed` when it does not pass its own checks.
+    An input that is slow at the spec's first size is profiled at its smallest
+    (`slow_profile_size`). `BaselineFailed` when it does not pass its own checks.
 
     Against a NumPy reference, the harness checks sizes beyond `numpy_sizes` against the input
     itself once it has passed against the function at the others (`evaluate`)."""
-    baseline = await measure(executor, job, options, full_profile=full)
+    baseline = await measure(
+        executor, job, options, full_profile=full, profile_at=lambda m: slow_profile_size(job, m)
+    )
     if baseline.status != "ok":
         raise BaselineFailed(
             f"the input itself does not pass its checks: {baseline.message}", baseline.status

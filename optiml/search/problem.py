@@ -8,7 +8,7 @@ import asyncio
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from optiml.cuda.source import Kernel, SourceFile
 from optiml.errors import OptimlError
@@ -270,11 +270,13 @@ async def measure(
     full_profile: bool = False,
     worth: Callable[[Measurement], str | None] | None = None,
     on_verdict: Callable[[Measurement], None] | None = None,
+    profile_at: Callable[[Measurement], dict[str, int] | None] | None = None,
 ) -> Measurement:
     """Evaluate a candidate, and profile it if it is correct (a profile that fails is noted): with
     the search set, or with the full one (ncu's rules, hotspots) for the input, profiled once.
     `worth`: why a correct candidate need not be profiled (said in its message), or None.
-    `on_verdict` sees the measurement before it is profiled (and may amend it)."""
+    `on_verdict` sees the measurement before it is profiled (and may amend it). `profile_at`: the
+    size to profile at instead of the spec's first, given the measurement, or None."""
     verdict = await executor.evaluate(job, options.eval)
     m = Measurement.of(verdict)
     if on_verdict is not None:
@@ -284,9 +286,19 @@ async def measure(
         m.message += f"; {skip}"
     elif m.status == "ok" and options.profile:
         start = time.perf_counter()
+        at = profile_at(m) if profile_at is not None else None
+        profiled = job if at is None else at_size(job, at)
         try:
-            m.profile = ProfileSummary.of(await executor.profile(job, full=full_profile))
+            m.profile = ProfileSummary.of(await executor.profile(profiled, full=full_profile))
+            if at is not None:
+                m.profile.size = ", ".join(f"{k}={v}" for k, v in at.items())
         except OptimlError as e:
             m.message += f"; not profiled: {e}"
         m.profile_s = time.perf_counter() - start
     return m
+
+
+def at_size(job: Job, sizes: dict[str, int]) -> Job:
+    """`job` whose spec's first size (where the profiler runs it) is `sizes`."""
+    rest = [s for s in job.spec.sizes if s != sizes]
+    return replace(job, spec=job.spec.model_copy(update={"sizes": [sizes, *rest]}))

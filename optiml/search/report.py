@@ -436,6 +436,7 @@ def _fmt(v, unit: str = "", digits: str = ".1f") -> str:
 _PROFILE_ROWS = [
     ("bottleneck", lambda p: "?" if p is None else f"{p.bottleneck}: {p.explanation}"),
     ("duration", lambda p: _fmt(p and p.duration_ms, " ms", ".4g")),
+    ("profiled at", lambda p: "?" if p is None else p.size or "the first declared size"),
     ("DRAM bandwidth", lambda p: _fmt(p and p.dram_tbps, " TB/s", ".2f")),
     ("DRAM bytes", lambda p: _fmt(p and p.dram_bytes and p.dram_bytes / 1e9, " GB", ".3g")),
     (

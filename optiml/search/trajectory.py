@@ -52,6 +52,9 @@ class ProfileSummary(BaseModel):
     local_sectors: float | None = None
     top_stalls: list[str] = Field(default_factory=list)
     advice: list[str] = Field(default_factory=list)  # ncu's rule messages, as hypotheses
+    # the size it was profiled at where not the spec's first (a slow input's smallest), e.g.
+    # "B=3, L=4099"
+    size: str | None = None
 
     @classmethod
     def of(cls, p: Profile) -> ProfileSummary:

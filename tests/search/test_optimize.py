@@ -333,6 +333,34 @@ def test_a_slow_input_gives_way_to_its_first_verified_faster_candidate(monkeypat
     assert t.winner is not None and "optiml_pack" in t.nodes[t.winner].kernel
 
 
+class ProfiledAt(StandInExecutor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.at: list[dict[str, int]] = []
+
+    async def profile(self, job, *, full=False):
+        self.at.append(job.target[2].sizes[0])
+        return await super().profile(job, full=full)
+
+
+@pytest.mark.parametrize("ms", [50.0, 1.0])
+def test_a_slow_input_is_profiled_at_its_smallest_declared_size(ms, monkeypatch):
+    monkeypatch.setitem(globals(), "BASE_MS", ms)
+    ex = ProfiledAt()
+    t = asyncio.run(
+        optimize(FIXTURES / "saxpy.cu", "saxpy", ex, OptimizeOptions(budget=3))
+    ).trajectory
+    _, _, spec = load(FIXTURES / "saxpy.cu", "saxpy")
+    smallest = min(spec.sizes, key=lambda s: s["n"])
+    assert smallest != spec.sizes[0]
+    if ms >= 20.0:  # the input's profile at the smallest, said in its summary; candidates' not
+        assert ex.at[0] == smallest and t.baseline.profile.size == f"n={smallest['n']}"
+        assert all(at == spec.sizes[0] for at in ex.at[1:])
+        assert f"n={smallest['n']}" in render(t)
+    else:
+        assert all(at == spec.sizes[0] for at in ex.at) and t.baseline.profile.size is None
+
+
 def test_a_fast_input_stays_the_searchs_reference():
     source = (FIXTURES / "saxpy.cu").read_text()
     ex = Against(source)
