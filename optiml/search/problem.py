@@ -49,12 +49,14 @@ class ProblemOptions:
     # candidate at least `surrogate_step` times faster is verified against it: that candidate then
     # checks and times the search's later ones (their speedups its own times theirs over it), and
     # a candidate `surrogate_step` times faster than it takes its place. The confirmation and the
-    # judge check against the input. Until the first, evaluations run one at a time: on an H100
-    # KernelBench's plain LayerNorm (787 ms a launch) was launched ~9 times by each of 8 evaluations
-    # in flight (3 seeds checked against it, 6 launches timed beside the candidate), and none had
-    # finished 27 s later. None: the input throughout.
+    # judge check against the input. Until the first, and for the first `gated` verdicts at most,
+    # evaluations run one at a time: on an H100 KernelBench's plain LayerNorm (787 ms a launch) was
+    # launched ~9 times by each of 8 evaluations in flight (3 seeds checked against it, 6 launches
+    # timed beside the candidate), and none had finished 27 s later; where no candidate is that
+    # much faster, the search goes on in parallel after them. None: the input throughout.
     surrogate_ms: float | None = 20.0
     surrogate_step: float = 1.5
+    gated: int = 2
 
 
 CODEC: Codec[Variant, Edit] = Codec(
@@ -101,6 +103,7 @@ class KernelProblem:
         self.slow_input = slow and spec.reference.kind in ("self", "numpy")
         self.surrogate: tuple[Variant, float] | None = None
         self._first = asyncio.Lock()  # one evaluation at a time until there is a surrogate
+        self._verdicts = 0  # verdicts taken in (the gate opens after `gated` of them regardless)
 
     # -- mcts.Problem ---------------------------------------------------------------------------
 
@@ -193,9 +196,9 @@ class KernelProblem:
             m = await self._measure(state)
         else:
             # Queued evaluations pass one by one until a surrogate is found (decided once the
-            # verdict is in, before a profile), then all at once.
+            # verdict is in, before a profile) or `gated` verdicts are in, then all at once.
             await self._first.acquire()
-            held = self.surrogate is None
+            held = self.surrogate is None and self._verdicts < self.options.gated
             if not held:
                 self._first.release()
 
@@ -203,6 +206,7 @@ class KernelProblem:
                 nonlocal held
                 if held:
                     held = False
+                    self._verdicts += 1
                     self._first.release()
 
             try:

@@ -361,6 +361,17 @@ def test_a_slow_input_is_profiled_at_its_smallest_declared_size(ms, monkeypatch)
         assert all(at == spec.sizes[0] for at in ex.at) and t.baseline.profile.size is None
 
 
+def test_a_slow_input_with_nothing_much_faster_is_searched_in_parallel_after_two(monkeypatch):
+    # packing is worth 1.25x here: short of a surrogate's 1.5x, so none is found; after the
+    # first two verdicts the evaluations run several at once again
+    monkeypatch.setitem(globals(), "BASE_MS", 50.0)
+    ex = Against((FIXTURES / "saxpy.cu").read_text())
+    asyncio.run(optimize(FIXTURES / "saxpy.cu", "saxpy", ex, OptimizeOptions(budget=10)))
+    confirming = next(i for i, (pinned, _) in enumerate(ex.against) if pinned)
+    assert all(against for _, against in ex.against[:confirming])  # the input throughout
+    assert ex.most_before_surrogate > 1
+
+
 def test_a_fast_input_stays_the_searchs_reference():
     source = (FIXTURES / "saxpy.cu").read_text()
     ex = Against(source)
