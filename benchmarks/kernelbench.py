@@ -325,9 +325,21 @@ def torch_times(tables: list[Path]) -> dict[tuple[str, str | None, str | None], 
                 if k in row
             }
             if times:
-                key = (row["task"], table.get("device"), table.get("torch"))
-                out[key] = {**times, "torch_from": f"{path.name} ({table.get('date')})"}
+                key = (row["task"], _of_runs(table, "device"), _of_runs(table, "torch"))
+                date = _of_runs(table, "date") or max(
+                    (r.get("date") or "" for r in table.get("runs") or []), default=None
+                )
+                out[key] = {**times, "torch_from": f"{path.name} ({date})"}
     return out
+
+
+def _of_runs(table: dict, key: str):
+    """A run's `key` (device, torch, date), or a merged table's (`generated_table.py`) where all
+    its runs agree on it; None where they do not."""
+    if table.get(key) is not None:
+        return table[key]
+    values = {r.get(key) for r in table.get("runs") or []}
+    return values.pop() if len(values) == 1 else None
 
 
 def reuse_torch(row: dict, earlier: dict, table: dict) -> bool:

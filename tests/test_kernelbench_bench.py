@@ -216,6 +216,21 @@ def test_pytorch_times_are_reused_only_from_the_same_gpu_and_torch(tmp_path):
     for other in ({**same, "device": "NVIDIA H200"}, {**same, "torch": "2.12.0"}):
         assert not bench.reuse_torch({"task": "94_MSELoss.py"}, times, other)
     assert not bench.reuse_torch({"task": "4_Matrix_vector_multiplication_.py"}, times, same)
+    # a table merged from runs (benchmarks/generated_table.py) whose runs share GPU and torch
+    merged = {
+        "runs": [
+            {**same, "date": "2026-12-06T17:19:30+00:00"},
+            {**same, "date": "2026-12-06T17:34:49+00:00"},
+        ],
+        "rows": earlier["rows"],
+    }
+    path.write_text(json.dumps(merged))
+    row = {"task": "94_MSELoss.py"}
+    assert bench.reuse_torch(row, bench.torch_times([path]), same)
+    assert row["torch_from"] == "kb.json (2026-12-06T17:34:49+00:00)"
+    mixed = {**merged, "runs": [*merged["runs"], {**same, "device": "NVIDIA H200"}]}
+    path.write_text(json.dumps(mixed))
+    assert not bench.reuse_torch({"task": "94_MSELoss.py"}, bench.torch_times([path]), same)
 
 
 def test_steps_are_checked(capsys):
