@@ -326,7 +326,7 @@ def torch_times(tables: list[Path]) -> dict[tuple[str, str | None, str | None], 
             }
             if times:
                 key = (row["task"], _of_runs(table, "device"), _of_runs(table, "torch"))
-                date = _of_runs(table, "date") or max(
+                date = table.get("date") or max(
                     (r.get("date") or "" for r in table.get("runs") or []), default=None
                 )
                 out[key] = {**times, "torch_from": f"{path.name} ({date})"}
@@ -334,7 +334,7 @@ def torch_times(tables: list[Path]) -> dict[tuple[str, str | None, str | None], 
 
 
 def _of_runs(table: dict, key: str):
-    """A run's `key` (device, torch, date), or a merged table's (`generated_table.py`) where all
+    """A run's `key` (device, torch), or a merged table's (`generated_table.py`) where all
     its runs agree on it; None where they do not."""
     if table.get(key) is not None:
         return table[key]

@@ -41,23 +41,15 @@ def rate(trajectory: dict) -> dict:
     """Evaluations a minute between the search's first and last progress point, and what the
     evaluations ended as."""
     points = trajectory.get("progress") or []
-    statuses = Counter(
-        (n.get("measurement") or {}).get("status", "unevaluated")
-        for n in trajectory.get("nodes", [])
-        if n.get("edit") is not None and n.get("measurement") is not None
-    )
-    profiled = sum(
-        1
-        for n in trajectory.get("nodes", [])
-        if n.get("edit") is not None and (n.get("measurement") or {}).get("profile")
-    )
-    # what the evaluations' own steps took, summed (they overlap: 8 in flight): nvcc, the
-    # checked and timed run, ncu
     measured = [
         n["measurement"]
         for n in trajectory.get("nodes", [])
         if n.get("edit") is not None and n.get("measurement") is not None
     ]
+    statuses = Counter(m.get("status", "unevaluated") for m in measured)
+    profiled = sum(1 for m in measured if m.get("profile"))
+    # what the evaluations' own steps took, summed (they overlap: 8 in flight): nvcc, the
+    # checked and timed run, ncu
     steps = {k: round(sum(m.get(k) or 0.0 for m in measured), 1) for k in STEPS}
     out = {
         "evaluations": trajectory.get("evaluations"),

@@ -304,12 +304,16 @@ def test_the_one_pass_holds_on_values_far_apart(tmp_path):
     assert run_against(ctx, [candidate], sizes, tmp_path) == [0]
 
 
+def _softmax_with_rows(sizes: str) -> Context:
+    text = (ROOT / "softmax.cu").read_text()
+    changed = text.replace("(32768, 1024), (1000, 777)", sizes)
+    assert changed != text
+    return Context.of(Variant(changed), str(ROOT / "softmax.cu"), "softmax_rows", sm_count=132)
+
+
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
 def test_a_block_per_long_row_makes_the_one_pass_too(tmp_path):
-    text = (ROOT / "softmax.cu").read_text()
-    long_rows = text.replace("(32768, 1024), (1000, 777)", "(64, 8192), (5, 4099)")
-    assert long_rows != text
-    ctx = Context.of(Variant(long_rows), str(ROOT / "softmax.cu"), "softmax_rows", sm_count=132)
+    ctx = _softmax_with_rows("(64, 8192), (5, 4099)")
     (block,) = [
         p for p in WARP.propose(ctx) if p.params["per_row"] == "block" and "keep" not in p.params
     ]
@@ -389,11 +393,7 @@ def _long_rows(kind: str) -> tuple[Context, str]:
         return Context.of(Variant(LONG_NORM), str(ROOT / "kernel.cu"), "norm_rows", sm_count=132), (
             "optiml_m20"
         )
-    text = (ROOT / "softmax.cu").read_text()
-    few = text.replace("(32768, 1024), (1000, 777)", "(16, 1 << 22), (5, 4099)")
-    assert few != text
-    ctx = Context.of(Variant(few), str(ROOT / "softmax.cu"), "softmax_rows", sm_count=132)
-    return ctx, "expf(optiml_v - optiml_m)"
+    return _softmax_with_rows("(16, 1 << 22), (5, 4099)"), "expf(optiml_v - optiml_m)"
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
@@ -425,13 +425,6 @@ def test_the_one_pass_per_block_and_cluster_compiles_for_sm90_without_spills(kin
         b = build_kernel(v, v.kernel(ctx.kernel.name), instantiation="", arch="sm_90")
         assert b.ok, b.log[-2000:]
         assert b.resources.spill_store_bytes == 0 and b.resources.spill_load_bytes == 0
-
-
-def _softmax_with_rows(sizes: str) -> Context:
-    text = (ROOT / "softmax.cu").read_text()
-    changed = text.replace("(32768, 1024), (1000, 777)", sizes)
-    assert changed != text
-    return Context.of(Variant(changed), str(ROOT / "softmax.cu"), "softmax_rows", sm_count=132)
 
 
 def test_a_long_row_is_kept_in_the_shared_memory_of_a_block_or_a_cluster():

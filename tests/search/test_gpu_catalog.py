@@ -71,14 +71,12 @@ def test_a_row_kept_in_shared_memory_is_correct_against_the_kernel_and_the_two_p
     ctx = Context.of(Variant(text), str(tmp_path / "softmax.cu"), "softmax_rows")
     found = CATALOG["warp_rows"].propose(ctx)
     (kept,) = [p for p in found if "keep" in p.params]
-    twice = (
-        next(
-            p
-            for p in found
-            if p.params.get("cluster") == kept.params["cluster"] and "keep" not in p.params
-        )
-        if kept.params["cluster"] > 1
-        else next(p for p in found if p.params["per_row"] == "block" and "keep" not in p.params)
+    twice = next(  # the same blocks per row, reading the row twice
+        p
+        for p in found
+        if "keep" not in p.params
+        and p.params["per_row"] != "warp"
+        and p.params["cluster"] == kept.params["cluster"]
     )
 
     async def run(variant, reference):

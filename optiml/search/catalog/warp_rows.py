@@ -382,6 +382,15 @@ class _KeptEmitter(CEmitter):
         return super().expr(e)
 
 
+def _row_counter(lp: Loop):
+    """The loop's one induction variable (its counter over the row)."""
+    steps = induction_steps(lp)
+    counters = [c for c in lp.carried if c.var.uid in steps]
+    if len(counters) != 1:
+        raise _NoPlan("not one counter")
+    return counters[0]
+
+
 def _row_reads(loops: list[Loop]) -> tuple[dict[str, set[int]], dict[int, dict[str, Load]]]:
     """Of every loop over the row, the elements of inputs no loop stores to that it is sure to
     read (whatever the values) at its counter: by key (`canon`), the loops reading each, and per
@@ -390,11 +399,7 @@ def _row_reads(loops: list[Loop]) -> tuple[dict[str, set[int]], dict[int, dict[s
     readers: dict[str, set[int]] = {}
     loads: dict[int, dict[str, Load]] = {}
     for lp in loops:
-        steps = induction_steps(lp)
-        counters = [c.var for c in lp.carried if c.var.uid in steps]
-        if len(counters) != 1:
-            raise _NoPlan("not one counter")
-        k = counters[0]
+        k = _row_counter(lp).var
         exprs = [c.update for c in lp.carried]
         exprs += [x for st in lp.body if isinstance(st, Store) for x in (st.index, st.value)]
         mine = loads.setdefault(lp.uid, {})
@@ -459,31 +464,31 @@ class _Writer:
         )
         if self.threads is None:
             return
+        other = f"{part}_other"
+        self._across_block(
+            [(f"optiml_s_{key}", ct, part, other)],
+            [f"        {part} = {_combine(op, t, part, other)};"],
+        )
+
+    def _across_block(self, values: list[tuple[str, str, str, str]], combine: list[str]) -> None:
+        """The warps' values (`values`: a shared array for them, the C type, the variable holding
+        a warp's in its every lane, the name `combine` reads another warp's as) combined across the
+        block, warp by warp in order in every thread, then across the cluster."""
         warps = self.threads // 32
-        smem = f"optiml_s_{key}"
+        size = warps + (self.cluster > 1)  # and the block's, for the cluster
+        own = " ".join(f"{array}[threadIdx.x >> 5] = {part};" for array, _, part, _ in values)
         self.lines += [
-            f"    __shared__ {ct} {smem}[{warps + 1}];  // the warps' values, then the block's",
-            f"    if ((threadIdx.x & 31) == 0) {smem}[threadIdx.x >> 5] = {part};",
+            *(f"    __shared__ {ct} {array}[{size}];" for array, ct, _, _ in values),
+            f"    if ((threadIdx.x & 31) == 0) {{ {own} }}",
             "    __syncthreads();",
-            f"    {part} = {smem}[0];",
-            f"    for (int optiml_w = 1; optiml_w < {warps}; ++optiml_w) "
-            f"{part} = {_combine(op, t, part, f'{smem}[optiml_w]')};",
+            *(f"    {part} = {array}[0];" for array, _, part, _ in values),
+            f"    for (int optiml_w = 1; optiml_w < {warps}; ++optiml_w) {{",
+            *(f"        const {ct} {other} = {array}[optiml_w];" for array, ct, _, other in values),
+            *combine,
+            "    }",
+            "    __syncthreads();  // the slots are free for the next value",
         ]
-        if self.cluster == 1:
-            self.lines.append("    __syncthreads();  // the slots are free for the next value")
-            return
-        # every block in the same order: the same total, bit for bit, in every block
-        mapped = f"*static_cast<{ct}*>(__cluster_map_shared_rank(&{smem}[{warps}], optiml_b))"
-        self.lines += [
-            f"    if (threadIdx.x == 0) {smem}[{warps}] = {part};",
-            "    __cluster_barrier_arrive();",
-            "    __cluster_barrier_wait();",
-            f"    {part} = *static_cast<{ct}*>(__cluster_map_shared_rank(&{smem}[{warps}], 0));",
-            f"    for (int optiml_b = 1; optiml_b < {self.cluster}; ++optiml_b) "
-            f"{part} = {_combine(op, t, part, mapped)};",
-            "    __cluster_barrier_arrive();  // no block reuses or leaves its slots while read",
-            "    __cluster_barrier_wait();",
-        ]
+        self._across_cluster(values, combine)
 
     def _across_cluster(self, values: list[tuple[str, str, str, str]], combine: list[str]) -> None:
         """A block's values (`values`: its shared array, whose last slot takes the block's value,
@@ -564,10 +569,7 @@ class _Writer:
             raise _NoPlan("a warp keeps no row")
         ranges = set()
         for lp in loops:
-            steps = induction_steps(lp)
-            (k,) = [c for c in lp.carried if c.var.uid in steps] or [None]
-            if k is None:
-                raise _NoPlan("not one counter")
+            k = _row_counter(lp)
             ranges.add((canon(k.init, k.var.uid), _upper(lp.cond, k.var)))
         if len(ranges) != 1:
             raise _NoPlan("loops over different ranges of the row")
@@ -662,26 +664,8 @@ class _Writer:
             "    }",
         ]
         if self.threads is not None:  # the block's warps, in the same order in every thread
-            warps = self.threads // 32
-            sm, ss = f"optiml_sm_{i}", f"optiml_ss_{i}"
-            slots = warps + (self.cluster > 1)  # and the block's pair, for the cluster
-            self.lines += [
-                f"    __shared__ {ct} {sm}[{slots}];  // the warps' pairs",
-                f"    __shared__ {ct} {ss}[{slots}];",
-                f"    if ((threadIdx.x & 31) == 0) {{ {sm}[threadIdx.x >> 5] = {mp}; "
-                f"{ss}[threadIdx.x >> 5] = {sp}; }}",
-                "    __syncthreads();",
-                f"    {mp} = {sm}[0], {sp} = {ss}[0];",
-                f"    for (int optiml_w = 1; optiml_w < {warps}; ++optiml_w) {{",
-                f"        const {ct} {mo} = {sm}[optiml_w], {so} = {ss}[optiml_w];",
-                f"        const {ct} optiml_m = {fmax}({mp}, {mo});",
-                f"        {sp} = {scaled(sp, mp, 'optiml_m')} + {scaled(so, mo, 'optiml_m')};",
-                f"        {mp} = optiml_m;",
-                "    }",
-                "    __syncthreads();  // the slots are free for the next value",
-            ]
-            self._across_cluster(
-                [(sm, ct, mp, mo), (ss, ct, sp, so)],
+            self._across_block(
+                [(f"optiml_sm_{i}", ct, mp, mo), (f"optiml_ss_{i}", ct, sp, so)],
                 [
                     f"        const {ct} optiml_m = {fmax}({mp}, {mo});",
                     f"        {sp} = {scaled(sp, mp, 'optiml_m')} + {scaled(so, mo, 'optiml_m')};",
@@ -844,38 +828,12 @@ class _Writer:
             "    }",
         ]
         if self.threads is not None:  # the block's warps, in the same order in every thread
-            warps = self.threads // 32
-            slots = {x: f"optiml_s{x}_{i}" for x in ("sum", "n", "mean", "m2")}
-            size = warps + (self.cluster > 1)  # and the block's, for the cluster
-            self.lines += [
-                f"    __shared__ {ct} {slots['sum']}[{size}];",
-                f"    __shared__ {ct} {slots['mean']}[{size}];",
-                f"    __shared__ {ct} {slots['m2']}[{size}];",
-                f"    __shared__ long long {slots['n']}[{size}];",
-                "    if ((threadIdx.x & 31) == 0) {",
-                "        const int optiml_at = threadIdx.x >> 5;",
-                f"        {slots['sum']}[optiml_at] = {ps}; {slots['n']}[optiml_at] = {pn};",
-                f"        {slots['mean']}[optiml_at] = {pm}; {slots['m2']}[optiml_at] = {pq};",
-                "    }",
-                "    __syncthreads();",
-                f"    {ps} = {slots['sum']}[0], {pm} = {slots['mean']}[0], "
-                f"{pq} = {slots['m2']}[0];",
-                f"    {pn} = {slots['n']}[0];",
-                f"    for (int optiml_w = 1; optiml_w < {warps}; ++optiml_w) {{",
-                f"        {ps} = {ps} + {slots['sum']}[optiml_w];",
-                f"        const long long {on} = {slots['n']}[optiml_w];",
-                f"        const {ct} {om} = {slots['mean']}[optiml_w], "
-                f"{oq} = {slots['m2']}[optiml_w];",
-                *chan((pn, pm, pq), (on, om, oq)),
-                "    }",
-                "    __syncthreads();  // the slots are free for the next value",
-            ]
-            self._across_cluster(
+            self._across_block(
                 [
-                    (slots["sum"], ct, ps, os_),
-                    (slots["n"], "long long", pn, on),
-                    (slots["mean"], ct, pm, om),
-                    (slots["m2"], ct, pq, oq),
+                    (f"optiml_ssum_{i}", ct, ps, os_),
+                    (f"optiml_sn_{i}", "long long", pn, on),
+                    (f"optiml_smean_{i}", ct, pm, om),
+                    (f"optiml_sm2_{i}", ct, pq, oq),
                 ],
                 [f"        {ps} = {ps} + {os_};", *chan((pn, pm, pq), (on, om, oq))],
             )
