@@ -184,8 +184,9 @@ def run_optimize(row: dict, cu: Path, options: list[str], timeout: float) -> Non
 def search_summary(t: dict) -> dict:
     """What the search did, from its trajectory: why it stopped, how many evaluations it
     recorded, the baseline's and each evaluated node's time split (compile, run, profile), status,
-    speedup and edit, the judge's checks' seconds — enough to tell a search that found nothing from one that never got to
-    evaluate."""
+    speedup and edit with its parameters, the winner's chain of edits (which schedule won), the
+    judge's checks' seconds — enough to tell a search that found nothing from one that never got
+    to evaluate."""
 
     def split(m: dict) -> dict:
         return {k: round(m.get(k) or 0.0, 2) for k in ("compile_s", "run_s", "profile_s")}
@@ -198,14 +199,23 @@ def search_summary(t: dict) -> dict:
         nodes.append(
             {
                 "edit": n["edit"].get("transform"),
+                "params": n["edit"].get("params") or {},
                 "status": m.get("status"),
                 "speedup": m.get("speedup"),
                 **split(m),
             }
         )
     baseline = t.get("baseline") or {}
+    by_id = {n["id"]: n for n in t.get("nodes", [])}
+    chain, at = [], by_id.get(t.get("winner"))
+    while at is not None and at.get("edit") is not None:
+        chain.insert(
+            0, {"edit": at["edit"].get("transform"), "params": at["edit"].get("params") or {}}
+        )
+        at = by_id.get(at.get("parent"))
     return {
         "stop": t.get("stop"),
+        "winner_edits": chain,  # root first: the edits the delivered kernel is made of
         "evaluations": t.get("evaluations"),
         "wall_s": t.get("wall_s"),
         "phase_s": t.get("phase_s"),

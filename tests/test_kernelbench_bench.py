@@ -139,6 +139,13 @@ def test_a_rows_search_summary_says_what_the_search_evaluated():
     assert len(s["nodes"]) == len(evaluated) > 0
     assert {n["edit"] for n in s["nodes"]} == {n["edit"]["transform"] for n in evaluated}
     assert all(n["status"] == "ok" and n["speedup"] > 1 for n in s["nodes"])
+    assert [n["params"] for n in s["nodes"]] == [n["edit"]["params"] for n in evaluated]
+    # the winner's edits, root first, each one the parent's child
+    chain, at = [], next(n for n in t["nodes"] if n["id"] == t["winner"])
+    while at["edit"] is not None:
+        chain.append(at["edit"]["transform"])
+        at = next(n for n in t["nodes"] if n["id"] == at["parent"])
+    assert [e["edit"] for e in s["winner_edits"]] == chain[::-1] and chain
     checks = t["judge"]["checks"]
     assert list(s["judge_s"]) == [c["name"] for c in checks] and checks
 
