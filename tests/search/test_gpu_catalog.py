@@ -14,7 +14,7 @@ import pytest
 from optiml.cuda.source import SourceFile
 from optiml.executors import LocalExecutor
 from optiml.executors.base import Job
-from optiml.harness.evaluate import EvalOptions
+from optiml.harness.evaluate import EvalOptions, candidate_spec
 from optiml.search.catalog import CATALOG, Context
 from optiml.search.variant import Variant
 from optiml.spec import load
@@ -82,7 +82,9 @@ def test_a_row_kept_in_shared_memory_is_correct_against_the_kernel_and_the_two_p
     async def run(variant, reference):
         ex = LocalExecutor()
         try:
-            job = Job.of_variant(reference[0], reference[1], spec, variant)
+            # a variant as the reference runs under its own launch (the search's surrogate does)
+            ref_spec = candidate_spec(spec, *reference)
+            job = Job.of_variant(reference[0], reference[1], ref_spec, variant)
             return await ex.evaluate(job, EvalOptions(timeout_s=120, reps_min=10, target_ms=50))
         finally:
             await ex.close()
