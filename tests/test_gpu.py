@@ -114,6 +114,29 @@ def test_a_slow_round_is_its_own_warm_up_and_is_timed_briefly():
     assert t.warmup_rounds >= 1 and t.candidate.reps >= 8
 
 
+def test_static_and_dynamic_shared_memory_over_48_kb_together_are_opted_in(tmp_path):
+    """40 KB declared in the kernel and 16 KB at launch: each under 48 KB, together over it, which
+    a launch without the opt-in refuses (invalid argument)."""
+    source, kernel, spec = load(FIXTURES / "saxpy.cu", "saxpy")
+    text = source.text.replace(
+        "launch: grid = cdiv(n, 256), block = 256",
+        "launch: grid = cdiv(n, 256), block = 256, smem = 16384",
+    ).replace(
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n",
+        "    __shared__ float stat[10240];\n"
+        "    extern __shared__ float dyn[];\n"
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    stat[threadIdx.x] = a;\n"
+        "    dyn[threadIdx.x + 3840] = stat[threadIdx.x];\n"
+        "    __syncthreads();\n"
+        "    a = dyn[threadIdx.x + 3840];\n",
+    )
+    assert "smem = 16384" in text and "stat[10240]" in text
+    (tmp_path / "saxpy.cu").write_text(text)
+    v = evaluate(source, kernel, spec, SourceFile.read(tmp_path / "saxpy.cu"), opts(time=False))
+    assert v.status == "ok", v.message
+
+
 def test_a_wrong_candidate_is_caught_at_its_first_bad_element(tmp_path):
     source, kernel, spec = load(FIXTURES / "saxpy.cu", "saxpy")
     text = source.text.replace("if (i < n)", "if (i < n && i != 777)")

@@ -61,9 +61,13 @@ static const void* optiml_kernel() {{ return (const void*)&{fn}; }}
 #define OPTIML_EXPORT extern "C" __attribute__((visibility("default")))
 OPTIML_EXPORT int optiml_launch(void** args, const unsigned* g, const unsigned* b, size_t smem, void* stream) {{
   const void* fn = optiml_kernel();
-  if (smem > 48 * 1024) {{
+  // Static and dynamic shared memory together over 48 KB need the opt-in, even where the dynamic
+  // part alone is under it: opted in once per size that grows it.
+  static size_t opted_in = 0;
+  if (smem > opted_in) {{
     cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return (int)e;
+    opted_in = smem;
   }}
   return (int)cudaLaunchKernel(fn, dim3(g[0], g[1], g[2]), dim3(b[0], b[1], b[2]), args, smem, (cudaStream_t)stream);
 }}

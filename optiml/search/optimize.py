@@ -528,14 +528,20 @@ async def judge_confirmed(
     winner, verdict = None, None
     rejected: list[Node] = []
     judged = 0
-    for n, c, m in confirmed:
+    # one of a tie may be an improvement; a slower one after it too
+    queue = [(n, c, m) for n, c, m in confirmed if is_improvement(m, opts.reward)]
+    while queue:
         if run.stopped or judged == JUDGE_TOP:
             break
-        if not is_improvement(m, opts.reward):  # one of a tie may be; a slower one after it too
-            continue
-        # a rejected candidate's descendants carry its edit: the next one judged is another line
-        if any(_descends(n, r) for r in rejected):
-            continue
+        # a rejected candidate's descendants carry its edit: the next one judged is another line;
+        # and one that makes the rejected one's last edit elsewhere (the same flags on another
+        # schedule) is judged after those that do not
+        queue = [e for e in queue if not any(_descends(e[0], r) for r in rejected)]
+        if not queue:
+            break
+        suspect = {r.action.key for r in rejected if r.action is not None}
+        at = next((i for i, e in enumerate(queue) if not _carries(e[0], suspect)), 0)
+        n, c, m = queue.pop(at)
         judged += 1
         if not opts.judge:
             return n, None
@@ -630,6 +636,15 @@ def _computes(source: SourceFile, kernel, spec) -> str:
         return f"not read: {type(e).__name__}"
     why = (d.evidence or d.not_understood or [""])[0]
     return f"{d.family}: {why}" if why else d.family
+
+
+def _carries(n: Node, keys: set[str]) -> bool:
+    """Whether an edit on `n`'s path from the input has one of `keys`."""
+    while n is not None:
+        if n.action is not None and n.action.key in keys:
+            return True
+        n = n.parent
+    return False
 
 
 def _descends(n: Node, ancestor: Node) -> bool:

@@ -532,6 +532,51 @@ def test_a_rejected_best_gives_way_to_the_next_line_not_its_descendants():
         assert any(reason.startswith("memcheck: ") for reason in r.reasons)
 
 
+def test_after_a_rejection_a_candidate_without_its_edit_is_judged_next(monkeypatch):
+    """The judge turns down the best (fast math on a schedule: NaN where the input is finite);
+    the next best makes the same flags on another schedule, the third does not: the third is
+    judged next, and delivered."""
+    from types import SimpleNamespace
+
+    from optiml.search import optimize as opt
+    from optiml.search.mcts import Node
+    from optiml.search.trajectory import Check, Confirmation, Edit, JudgeVerdict, Measurement
+
+    def node(id, parent, transform, params):
+        edit = Edit(transform=transform, params=params, summary=transform)
+        return Node(id=id, state=id, parent=parent, action=edit, key=edit.key, prior=1.0, depth=1)
+
+    root = Node(id=0, state=0, parent=None, action=None, key=None, prior=1.0, depth=0)
+    rows, cluster = node(1, root, "warp_rows", {"per_row": "warp"}), node(2, root, "warp_rows", {})
+    fast = {"flags": "approx-div-sqrt"}
+    ranked = [node(3, rows, "fast_math", fast), node(4, cluster, "fast_math", fast), cluster]
+    m = Measurement(status="ok", message="correct", speedup=6.0, noise=0.01)
+    judged = []
+
+    async def judge(executor, job, options, measured, **kw):
+        judged.append(job)
+        ok = job != 3
+        return JudgeVerdict(accepted=ok, checks=[Check(name="inputs beyond", ok=ok, detail="NaN")])
+
+    monkeypatch.setattr(opt, "judge", judge)
+    run = opt._Run(OptimizeOptions(), lambda e: None, lambda: False)
+    problem = SimpleNamespace(job=lambda state: state)
+    c = Confirmation(
+        node=0, speedup=6.0, candidate_ms=1.0, reference_ms=6.0, noise=0.01, repeats=30
+    )
+    confirmed = [(n, c, m) for n in ranked]
+    winner, verdict = asyncio.run(
+        opt.judge_confirmed(confirmed, problem, None, None, OptimizeOptions(), run, None)
+    )
+    assert judged == [3, 2] and winner is cluster and verdict.accepted
+    # with nothing else left, the one that carries the edit is still judged
+    judged.clear()
+    winner, _ = asyncio.run(
+        opt.judge_confirmed(confirmed[:2], problem, None, None, OptimizeOptions(), run, None)
+    )
+    assert judged == [3, 4] and winner is ranked[1]
+
+
 def test_among_candidates_as_fast_within_the_noise_the_fewest_edits_wins():
     """Timing noise does not choose between a rewrite and the same rewrite plus a no-op edit;
     a candidate faster beyond the noise still comes first, whatever its depth."""
