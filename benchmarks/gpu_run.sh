@@ -141,7 +141,11 @@ for step in "${steps[@]}"; do
         --time "${KB_TIME:-90}" --shard "${KB_SHARD:-1/1}" ${KB_ONLY:+--only $KB_ONLY} \
         ${KB_STEPS:+--steps $KB_STEPS} ${KB_TORCH_FROM:+--torch-from $KB_TORCH_FROM} \
         2>&1 | (header; cat) | tee "$OUT/kernelbench.log" | tail -5
-      cp "$OUT"/kb/kernelbench*.json "$OUT"/ 2>/dev/null; rm -rf "$OUT/kb/work"
+      cp "$OUT"/kb/kernelbench*.json "$OUT"/ 2>/dev/null
+      # each task's search record (trajectory), where a row's summary does not say enough
+      (cd "$OUT/kb/work" 2>/dev/null && find . -path '*/optimize/*.json' -print0 |
+        tar czf "$OUT/kb-trajectories.tgz" --null -T -)
+      rm -rf "$OUT/kb/work"
       ;;
     schedules)
       timeout -s INT -k 15 "${SCHEDULES_TIMEOUT:-560}" python3 benchmarks/schedules.py --out "$OUT/schedules" \
