@@ -150,3 +150,30 @@ def test_a_precompile_and_the_evaluation_after_it_share_one_build(monkeypatch):
     assert asyncio.run(main()) == "verdict"
     assert built.count(job.candidate.text) == 1
     assert ex._building == {}  # nothing left behind
+
+
+def test_an_evaluation_says_what_its_candidates_compile_took(monkeypatch):
+    """The candidate compiles on the CPU pool before its run, which then finds it in the cache: the
+    verdict's compile time is nvcc's, not the cache lookup's."""
+    from types import SimpleNamespace
+
+    import optiml.executors.local as local
+    from optiml.executors.base import Job
+    from optiml.harness.verdict import Verdict
+
+    source, kernel, spec = load(FIXTURES / "saxpy.cu", "saxpy")
+    ctx = Context.of(Variant(source.text), source.path, "saxpy")
+    job = Job.of_variant(source, kernel, spec, CATALOG["vector_map"].propose(ctx)[0].variant)
+    monkeypatch.setattr(local, "build_candidate", lambda *a: SimpleNamespace(seconds=2.5))
+    base = dict(
+        file="saxpy.cu",
+        kernel="saxpy",
+        reference="self",
+        arch="sm_90",
+        nvcc_version="13.0",
+        date="2026-12-06",
+    )
+    found = Verdict(status="ok", message="correct", compile_s=0.01, **base)
+    monkeypatch.setattr(local, "evaluate", lambda *a, **k: found)
+    ex = LocalExecutor([0], device_count=1, compile_workers=1)
+    assert asyncio.run(ex.evaluate(job, EvalOptions(arch="sm_90"))).compile_s == 2.5

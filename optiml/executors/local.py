@@ -87,9 +87,10 @@ class LocalExecutor(Executor):
 
     async def evaluate(self, job: Job, options: EvalOptions, *, pinned: bool = False) -> Verdict:
         opts = replace(options, candidate_flags=job.flags)
+        build = None
         if job.candidate is not None:
             # compile first, on the CPU pool: the GPU stays free for another candidate meanwhile
-            await self._build(job, opts)
+            build = await self._build(job, opts)
 
         def run(env: dict[str, str]) -> Verdict:
             return evaluate(
@@ -100,7 +101,11 @@ class LocalExecutor(Executor):
                 replace(opts, env={**opts.env, **env}),
             )
 
-        return await self.run_on_gpu(run, pinned=pinned)
+        verdict = await self.run_on_gpu(run, pinned=pinned)
+        if build is not None and build.seconds > verdict.compile_s:
+            # the candidate's nvcc time, where it compiled before the run found it cached
+            verdict.compile_s = build.seconds
+        return verdict
 
     async def precompile(self, job: Job, options: EvalOptions) -> None:
         if job.candidate is None:
