@@ -177,3 +177,27 @@ def test_an_evaluation_says_what_its_candidates_compile_took(monkeypatch):
     monkeypatch.setattr(local, "evaluate", lambda *a, **k: found)
     ex = LocalExecutor([0], device_count=1, compile_workers=1)
     assert asyncio.run(ex.evaluate(job, EvalOptions(arch="sm_90"))).compile_s == 2.5
+
+
+def test_a_cancelled_run_holds_its_gpu_until_it_ends():
+    """A cancel does not stop the thread that runs on the GPU: the next run there waits for it,
+    so that it is not timed beside it."""
+    ex = LocalExecutor([0], device_count=1)
+    spans: list[tuple[float, float]] = []
+
+    def gpu_run(env):
+        t0 = time.perf_counter()
+        time.sleep(0.3)
+        spans.append((t0, time.perf_counter()))
+
+    async def main():
+        first = asyncio.create_task(ex.run_on_gpu(gpu_run))
+        await asyncio.sleep(0.05)  # running
+        first.cancel()
+        await ex.run_on_gpu(gpu_run)
+        with pytest.raises(asyncio.CancelledError):
+            await first
+
+    asyncio.run(main())
+    (s1, e1), (s2, _) = spans
+    assert s2 >= e1

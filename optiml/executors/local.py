@@ -83,7 +83,16 @@ class LocalExecutor(Executor):
         """`fn(*args, env=..., **kwargs)` in a worker thread once a GPU is free (`env` names it)."""
         loop = asyncio.get_running_loop()
         async with self._gpu(pinned) as env:
-            return await loop.run_in_executor(self._run, lambda: fn(*args, env=env, **kwargs))
+            running = loop.run_in_executor(self._run, lambda: fn(*args, env=env, **kwargs))
+            try:
+                return await asyncio.shield(running)
+            except asyncio.CancelledError:
+                # A thread is not stopped by a cancel: its run goes on on the GPU, which stays
+                # held until it ends, so that nothing is timed beside it (a search stopped on
+                # time, then its confirmation).
+                with contextlib.suppress(Exception):
+                    await running
+                raise
 
     async def evaluate(self, job: Job, options: EvalOptions, *, pinned: bool = False) -> Verdict:
         opts = replace(options, candidate_flags=job.flags)
