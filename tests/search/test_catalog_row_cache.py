@@ -91,6 +91,16 @@ def test_a_generated_rmsnorm_over_channels_keeps_its_row_and_computes_the_same(t
     # the second loop reads the register, not x
     second = text.split("optiml_k1 = 0; optiml_k1 < 64")[1].split("} else {")[0]
     assert "optiml_r0[optiml_k1]" in second and "x[" not in second
+    # the row is read by a loop of loads alone, each at a base plus the counter times a stride
+    # computed once (no division by a size in 64 unrolled iterations), all in flight together;
+    # the scale (1 / rms) is computed once too, before the writes
+    fill = text.split("optiml_k = 0; optiml_k < 64; ++optiml_k) {")[1].split("float acc")[0]
+    assert (
+        "optiml_r0[optiml_k] = x[(optiml_at_r0 + (((long long)(optiml_k)) * optiml_step_r0))]"
+        in fill
+    )
+    assert "acc" not in fill and "/" not in fill
+    assert "sqrtf" not in second and "/ " not in second.replace("optiml_r0[optiml_k1] / ", "")
     candidate = Context.of(p.variant, ctx.source.path, "rms_channels")
     # rows that fit the registers (48, 19) and one that does not (80: the loops as written)
     sizes = [{"B": 3, "F": 48, "P": 37}, {"B": 2, "F": 19, "P": 5}, {"B": 2, "F": 80, "P": 9}]
