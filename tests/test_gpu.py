@@ -114,6 +114,18 @@ def test_a_slow_round_is_its_own_warm_up_and_is_timed_briefly():
     assert t.warmup_rounds >= 1 and t.candidate.reps >= 8
 
 
+def test_a_launch_slower_than_any_floor_is_not_probed():
+    """The dependence probes lower the floor's bound only: a launch slower than a slow round and
+    than all its bytes at 20 TB/s makes none (samples 0), one that is not slow makes them."""
+    source, kernel, spec = load(FIXTURES / "saxpy.cu", "saxpy")
+    candidate = SourceFile.read(FIXTURES / "candidates" / "saxpy_float4.cu")
+    slow = evaluate(source, kernel, spec, candidate, opts(slow_round_ms=1e-9, reps_min=5))
+    assert slow.status == "ok", slow.message
+    assert slow.cases[0].dependence and all(d.samples == 0 for d in slow.cases[0].dependence)
+    plain = evaluate(source, kernel, spec, candidate, opts(slow_round_ms=None, reps_min=5))
+    assert plain.cases[0].dependence and all(d.samples > 0 for d in plain.cases[0].dependence)
+
+
 def test_static_and_dynamic_shared_memory_over_48_kb_together_are_opted_in(tmp_path):
     """40 KB declared in the kernel and 16 KB at launch: each under 48 KB, together over it, which
     a launch without the opt-in refuses (invalid argument)."""
