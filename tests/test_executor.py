@@ -179,25 +179,38 @@ def test_an_evaluation_says_what_its_candidates_compile_took(monkeypatch):
     assert asyncio.run(ex.evaluate(job, EvalOptions(arch="sm_90"))).compile_s == 2.5
 
 
-def test_a_cancelled_run_holds_its_gpu_until_it_ends():
-    """A cancel does not stop the thread that runs on the GPU: the next run there waits for it,
-    so that it is not timed beside it."""
-    ex = LocalExecutor([0], device_count=1)
+def test_a_cancelled_run_holds_its_gpu_until_its_processes_are_killed():
+    """A cancel does not stop the thread that runs on the GPU: its processes (a runner) are
+    killed, and the next run there waits until the thread has seen them end, so that it is not
+    timed beside them; another run's processes live on."""
+    from optiml.harness import procs
+
+    ex = LocalExecutor([0, 1], device_count=2)
     spans: list[tuple[float, float]] = []
 
     def gpu_run(env):
         t0 = time.perf_counter()
-        time.sleep(0.3)
+        with procs.spawned(["sleep", "30"]) as proc:
+            proc.wait()
         spans.append((t0, time.perf_counter()))
+        return env["CUDA_VISIBLE_DEVICES"]
 
     async def main():
-        first = asyncio.create_task(ex.run_on_gpu(gpu_run))
-        await asyncio.sleep(0.05)  # running
+        first = asyncio.create_task(ex.run_on_gpu(gpu_run, pinned=True))
+        other = asyncio.create_task(ex.run_on_gpu(gpu_run))  # on the other GPU
+        await asyncio.sleep(0.5)  # both running
         first.cancel()
-        await ex.run_on_gpu(gpu_run)
+        started = time.perf_counter()
         with pytest.raises(asyncio.CancelledError):
             await first
+        waited = time.perf_counter() - started
+        assert len(spans) == 1  # its thread has ended by then: the GPU is free of it
+        assert not other.done()
+        other.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await other
+        return waited
 
-    asyncio.run(main())
-    (s1, e1), (s2, _) = spans
-    assert s2 >= e1
+    waited = asyncio.run(main())
+    assert waited < 10  # killed, not waited out (30 s)
+    assert len(spans) == 2 and all(e - s < 10 for s, e in spans)

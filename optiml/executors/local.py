@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from optiml.errors import NoGpu, UsageError, quote
 from optiml.executors.base import Executor, Job
+from optiml.harness import procs
 from optiml.harness.ahead import AHEAD
 from optiml.harness.evaluate import EvalOptions, build_candidate, evaluate
 from optiml.harness.gpu import local_gpus, require_gpu
@@ -82,14 +83,22 @@ class LocalExecutor(Executor):
     async def run_on_gpu(self, fn, *args, pinned: bool = False, **kwargs):
         """`fn(*args, env=..., **kwargs)` in a worker thread once a GPU is free (`env` names it)."""
         loop = asyncio.get_running_loop()
+        token = object()  # the processes this run starts (a runner, ncu, compute-sanitizer)
+
+        def call():
+            with procs.owned_by(token):
+                return fn(*args, env=env, **kwargs)
+
         async with self._gpu(pinned) as env:
-            running = loop.run_in_executor(self._run, lambda: fn(*args, env=env, **kwargs))
+            running = loop.run_in_executor(self._run, call)
             try:
                 return await asyncio.shield(running)
             except asyncio.CancelledError:
-                # A thread is not stopped by a cancel: its run goes on on the GPU, which stays
-                # held until it ends, so that nothing is timed beside it (a search stopped on
-                # time, then its confirmation).
+                # A thread is not stopped by a cancel: its processes are killed, and the GPU
+                # stays held until the thread has seen them end, so that nothing is timed beside
+                # them (a search stopped on time while a slow candidate ran, then the
+                # confirmation's timings).
+                procs.kill_owned(token)
                 with contextlib.suppress(Exception):
                     await running
                 raise

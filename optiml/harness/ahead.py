@@ -76,6 +76,7 @@ class Ahead:
             ready.discard()
             ready = None
         job = ready or _start(runner, env, workdir)
+        procs.adopt(job.proc)  # started by the refill's thread: now the job's
         threading.Thread(
             target=self._refill, args=(key, runner, env, workdir, self._closings), daemon=True
         ).start()

@@ -16,6 +16,53 @@ from dataclasses import dataclass
 
 _live: set[int] = set()
 _lock = threading.Lock()
+# Who a process is for: a token its starter's thread holds (`owned_by`), so that a cancelled job's
+# processes, and only its, can be killed (`kill_owned`) while the thread that waits for them goes on.
+_owner = threading.local()
+_owned: dict[int, object] = {}
+
+
+@contextlib.contextmanager
+def owned_by(token: object) -> Iterator[None]:
+    """Processes this thread starts or adopts in the block are `token`'s."""
+    before = getattr(_owner, "token", None)
+    _owner.token = token
+    try:
+        yield
+    finally:
+        _owner.token = before
+
+
+def _register(pid: int) -> None:
+    token = getattr(_owner, "token", None)
+    with _lock:
+        _live.add(pid)
+        if token is not None:
+            _owned[pid] = token
+
+
+def _unregister(pid: int) -> None:
+    with _lock:
+        _live.discard(pid)
+        _owned.pop(pid, None)
+
+
+def adopt(proc: subprocess.Popen) -> None:
+    """A process another thread started (a runner started ahead) is now this thread's token's."""
+    token = getattr(_owner, "token", None)
+    if token is not None:
+        with _lock:
+            if proc.pid in _live:
+                _owned[proc.pid] = token
+
+
+def kill_owned(token: object) -> None:
+    """Kill the groups of `token`'s processes (a cancelled job's): the thread waiting for them
+    then finds them dead and returns."""
+    with _lock:
+        pids = [pid for pid, t in _owned.items() if t is token]
+    for pid in pids:
+        kill_group(pid)
 
 
 def kill_group(pid: int) -> None:
@@ -36,24 +83,21 @@ def spawned(cmd: list[str], **popen: object) -> Iterator[subprocess.Popen]:
     """`Popen` in a new session, registered until the block ends; its group is killed then if it
     is still running."""
     proc = subprocess.Popen(cmd, start_new_session=True, **popen)  # type: ignore[call-overload]
-    with _lock:
-        _live.add(proc.pid)
+    _register(proc.pid)
     try:
         yield proc
     finally:
         if proc.poll() is None:
             kill_group(proc.pid)
             proc.wait()
-        with _lock:
-            _live.discard(proc.pid)
+        _unregister(proc.pid)
 
 
 def start(cmd: list[str], **popen: object) -> subprocess.Popen:
     """`Popen` in a new session, registered until `finish`: for a process that outlives the
     block that started it (a runner started ahead of its job)."""
     proc = subprocess.Popen(cmd, start_new_session=True, **popen)  # type: ignore[call-overload]
-    with _lock:
-        _live.add(proc.pid)
+    _register(proc.pid)
     return proc
 
 
@@ -66,8 +110,7 @@ def finish(proc: subprocess.Popen, timeout: float | None = None) -> None:
     if proc.poll() is None:
         kill_group(proc.pid)
         proc.wait()
-    with _lock:
-        _live.discard(proc.pid)
+    _unregister(proc.pid)
 
 
 @dataclass
