@@ -227,13 +227,18 @@ async def optimize(
         root = Variant(source.text)
         search, result = await run_search(problem, root, executor, opts, run)
         run.phase("search")
-        confirmed = await confirm(search, root, problem, executor, confirm_eval, opts, run)
-        run.phase("confirm")
         rejections: list[JudgeRejection] = []
-        winner, verdict = await judge_confirmed(
-            confirmed, problem, executor, confirm_eval, opts, run, llm_review, rejections
-        )
-        run.phase("judge")
+        if problem.slow_input and opts.judge:
+            confirmed, winner, verdict = await confirm_and_judge_in_turn(
+                search, root, problem, executor, confirm_eval, opts, run, llm_review, rejections
+            )
+        else:
+            confirmed = await confirm(search, root, problem, executor, confirm_eval, opts, run)
+            run.phase("confirm")
+            winner, verdict = await judge_confirmed(
+                confirmed, problem, executor, confirm_eval, opts, run, llm_review, rejections
+            )
+            run.phase("judge")
         trajectory = record(
             path, source, kernel, spec, policy, opts, run, baseline, search, result, confirmed
         )
@@ -449,12 +454,28 @@ async def confirm(
 ) -> list[tuple[Node, Confirmation, Measurement]]:
     """The best distinct correct variants (the input left out), re-measured longer on one GPU,
     interleaved with the input; fastest first."""
-    root_key = root.key
+    top = _top(search, root, opts.confirm_top)
+    confirmed: list[tuple[Node, Confirmation, Measurement]] = []
+    run.check_stop()
+    for i, n in enumerate(top):
+        if run.stopped:
+            break
+        found = await _confirm_one(
+            n, f"{i + 1} of {len(top)}", problem, executor, confirm_eval, run
+        )
+        if found is not None:
+            confirmed.append(found)
+        run.check_stop()
+    return rank_confirmed(confirmed, opts.reward.min_noise)
+
+
+def _top(search: Search[Variant, Any], root: Variant, k: int) -> list[Node]:
+    """The `k` best distinct correct variants by the search's reward, the input left out."""
     ranked = sorted(
         (
             n
             for n in search.nodes
-            if n.evaluated and not n.dead and n.reward is not None and n.state.key != root_key
+            if n.evaluated and not n.dead and n.reward is not None and n.state.key != root.key
         ),
         key=lambda n: (-n.reward, n.order or 0),
     )
@@ -463,34 +484,91 @@ async def confirm(
         if n.state.key not in seen:
             seen.add(n.state.key)
             top.append(n)
-        if len(top) == opts.confirm_top:
+        if len(top) == k:
             break
+    return top
+
+
+async def _confirm_one(
+    n: Node,
+    which: str,
+    problem: KernelProblem,
+    executor: Executor,
+    confirm_eval: EvalOptions,
+    run: _Run,
+) -> tuple[Node, Confirmation, Measurement] | None:
+    """`n` re-measured longer beside the input; None where it is not correct and timed."""
+    run.emit("confirm", best_speedup=run.best_speedup, last=f"re-measuring candidate {which}")
+    # every confirmation on the same GPU: their speedups are compared with each other
+    v = await executor.evaluate(problem.job(n.state), confirm_eval, pinned=True)
+    m = Measurement.of(v)
+    if m.status != "ok" or not m.speedup:
+        return None
+    repeats = v.cases[0].timing.candidate.reps if v.cases and v.cases[0].timing else 0
+    c = Confirmation(
+        node=n.id,
+        speedup=m.speedup,
+        candidate_ms=m.candidate_ms,
+        reference_ms=m.reference_ms,
+        noise=m.noise,
+        repeats=repeats,
+    )
+    return n, c, m
+
+
+async def confirm_and_judge_in_turn(
+    search: Search[Variant, Any],
+    root: Variant,
+    problem: KernelProblem,
+    executor: Executor,
+    confirm_eval: EvalOptions,
+    opts: OptimizeOptions,
+    run: _Run,
+    llm_review: Callable[[Variant, Measurement], Any] | None,
+    rejections: list[JudgeRejection],
+) -> tuple[list[tuple[Node, Confirmation, Measurement]], Node | None, JudgeVerdict | None]:
+    """For a slow input, whose every confirmation times it beside the candidate (a 148 ms
+    matrix-vector product's three took 56 s): the best candidate confirmed and judged before the
+    next is confirmed, the next only where the judge turned it down or it was no improvement (in
+    the order `judge_confirmed` takes them: no rejected one's descendants, one without a rejected
+    one's last edit first). The confirmations and the judge's seconds go to their phases."""
+    # every correct variant in line (the next one confirmed may be far down it: not a rejected
+    # one's descendant, nor carrying its last edit), at most confirm_top of them confirmed
+    queue = _top(search, root, len(search.nodes))
     confirmed: list[tuple[Node, Confirmation, Measurement]] = []
+    rejected: list[Node] = []
+    winner, verdict = None, None
+    seconds = {"confirm": 0.0, "judge": 0.0}
+    tried = 0
     run.check_stop()
-    for i, n in enumerate(top):
-        if run.stopped:
+    while queue and not run.stopped and len(rejected) < JUDGE_TOP and tried < opts.confirm_top:
+        queue = [n for n in queue if not any(_descends(n, r) for r in rejected)]
+        if not queue:
             break
-        run.emit(
-            "confirm",
-            best_speedup=run.best_speedup,
-            last=f"re-measuring candidate {i + 1} of {len(top)}",
+        n = queue.pop(_next_line(queue, rejected))
+        tried += 1
+        started = time.perf_counter()
+        found = await _confirm_one(
+            n, f"{tried} of {opts.confirm_top} at most", problem, executor, confirm_eval, run
         )
-        # every confirmation on the same GPU: their speedups are compared with each other
-        v = await executor.evaluate(problem.job(n.state), confirm_eval, pinned=True)
-        m = Measurement.of(v)
-        if m.status == "ok" and m.speedup:
-            repeats = v.cases[0].timing.candidate.reps if v.cases and v.cases[0].timing else 0
-            c = Confirmation(
-                node=n.id,
-                speedup=m.speedup,
-                candidate_ms=m.candidate_ms,
-                reference_ms=m.reference_ms,
-                noise=m.noise,
-                repeats=repeats,
-            )
-            confirmed.append((n, c, m))
+        seconds["confirm"] += time.perf_counter() - started
         run.check_stop()
-    return rank_confirmed(confirmed, opts.reward.min_noise)
+        if found is None or run.stopped:
+            continue
+        confirmed.append(found)
+        before = len(rejections)
+        started = time.perf_counter()
+        winner, verdict = await judge_confirmed(
+            [found], problem, executor, confirm_eval, opts, run, llm_review, rejections
+        )
+        seconds["judge"] += time.perf_counter() - started
+        if winner is not None:
+            break
+        if len(rejections) > before:
+            rejected.append(n)
+    for name, s in seconds.items():
+        run.phases[name] = round(s, 6)
+    return rank_confirmed(confirmed, opts.reward.min_noise), winner, verdict
 
 
 def rank_confirmed(
@@ -539,9 +617,7 @@ async def judge_confirmed(
         queue = [e for e in queue if not any(_descends(e[0], r) for r in rejected)]
         if not queue:
             break
-        suspect = {r.action.key for r in rejected if r.action is not None}
-        at = next((i for i, e in enumerate(queue) if not _carries(e[0], suspect)), 0)
-        n, c, m = queue.pop(at)
+        n, c, m = queue.pop(_next_line([e[0] for e in queue], rejected))
         judged += 1
         if not opts.judge:
             return n, None
@@ -636,6 +712,13 @@ def _computes(source: SourceFile, kernel, spec) -> str:
         return f"not read: {type(e).__name__}"
     why = (d.evidence or d.not_understood or [""])[0]
     return f"{d.family}: {why}" if why else d.family
+
+
+def _next_line(queue: list[Node], rejected: list[Node]) -> int:
+    """Where in `queue` (best first) the next one to judge is: the first whose edits do not
+    include a rejected one's last edit (the same flags on another schedule), else the first."""
+    suspect = {r.action.key for r in rejected if r.action is not None}
+    return next((i for i, n in enumerate(queue) if not _carries(n, suspect)), 0)
 
 
 def _carries(n: Node, keys: set[str]) -> bool:

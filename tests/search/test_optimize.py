@@ -331,6 +331,37 @@ def test_a_slow_input_gives_way_to_its_first_verified_faster_candidate(monkeypat
     surrogate = [n for n in t.nodes if "in the input's place" in (n.measurement.message or "")]
     assert surrogate and "(2.00x the input)" in surrogate[0].measurement.message
     assert t.winner is not None and "optiml_pack" in t.nodes[t.winner].kernel
+    # each confirmation times the slow input again: the best is confirmed and judged before the
+    # next would be, and the judge accepted it
+    assert sum(pinned for pinned, _ in ex.against) == 1 == len(t.confirmed)
+    assert t.judge.accepted and t.phase_s["confirm"] > 0 and t.phase_s["judge"] > 0
+
+
+def test_a_slow_inputs_rejected_best_is_followed_by_the_next_confirmation(monkeypatch):
+    """Confirmed in turn: the judge turns down the best (memcheck finds errors in every variant
+    with `__restrict__`), then the next line is confirmed and judged, and delivered."""
+    monkeypatch.setitem(globals(), "BASE_MS", 50.0)
+    monkeypatch.setitem(globals(), "cost", _packing_halves)
+
+    class Strict(Against):
+        async def sanitize(self, job, tool, sizes=None):
+            bad = tool == "memcheck" and "__restrict__" in job.target[0].text
+            return SanitizerReport(
+                tool=tool, errors=int(bad), ok=not bad, size="n=1000003", seconds=0.1,
+                messages=["Invalid __global__ read of size 16"] if bad else [],
+            )  # fmt: skip
+
+    ex = Strict((FIXTURES / "saxpy.cu").read_text())
+    t = asyncio.run(
+        optimize(FIXTURES / "saxpy.cu", "saxpy", ex, OptimizeOptions(budget=16, confirm_top=4))
+    ).trajectory
+    assert t.winner is not None and t.judge.accepted
+    assert "optiml_pack" in t.nodes[t.winner].kernel
+    assert "__restrict__" not in t.nodes[t.winner].kernel
+    rejected = [r.node for r in t.judge_rejected]
+    assert rejected and all("__restrict__" in t.nodes[r].kernel for r in rejected)
+    # one confirmation for each judged, none beyond the winner's
+    assert sum(pinned for pinned, _ in ex.against) == len(rejected) + 1 == len(t.confirmed)
 
 
 class ProfiledAt(StandInExecutor):
