@@ -420,12 +420,14 @@ async def run_search(
             last=f"{what}: {verdict}",
         )
 
+    limit = search_seconds(
+        opts.max_seconds, time.perf_counter() - run.started, problem.baseline.run_s
+    )
+    problem.deadline = None if limit is None else time.perf_counter() + limit
     try:
         result = await search.run(
             max_evaluations=opts.budget,
-            max_seconds=search_seconds(
-                opts.max_seconds, time.perf_counter() - run.started, problem.baseline.run_s
-            ),
+            max_seconds=limit,
             should_stop=run.should_stop,
             on_progress=progress,
         )

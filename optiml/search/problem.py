@@ -104,6 +104,12 @@ class KernelProblem:
         self.surrogate: tuple[Variant, float] | None = None
         self._first = asyncio.Lock()  # one evaluation at a time until there is a surrogate
         self._verdicts = 0  # verdicts taken in (the gate opens after `gated` of them regardless)
+        # When the search stops (`time.perf_counter()`; None: no time limit): a profile that would
+        # end after it is not begun, as a node is recorded only once its profile is in and the
+        # stop cancels what is in flight (a slow input's first verified candidate was lost so).
+        self.deadline: float | None = None
+        # what a profile takes, the longest seen (the input's to begin with)
+        self.profile_s = baseline.profile_s or 0.0
 
     # -- mcts.Problem ---------------------------------------------------------------------------
 
@@ -158,6 +164,8 @@ class KernelProblem:
     def _worth(self, m: Measurement, steered_by: float) -> str | None:
         """Why a correct candidate is not profiled, or None: it is, being at least as fast as the
         best so far and faster by `profile_step` than the kernel whose profile steers it."""
+        if self.deadline is not None and time.perf_counter() + self.profile_s > self.deadline:
+            return "not profiled: the search's time ends before a profile would"
         within, step = self.options.profile_within, self.options.profile_step
         if within is None or m.speedup is None:
             return None
@@ -238,6 +246,7 @@ class KernelProblem:
         )
         if m.profile is not None and m.speedup:
             self._steering[state.key] = (m.profile, m.speedup)
+        self.profile_s = max(self.profile_s, m.profile_s or 0.0)
         return m
 
     def _take(self, state: Variant, m: Measurement, surrogate: tuple[Variant, float] | None):

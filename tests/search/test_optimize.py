@@ -643,6 +643,33 @@ def test_among_candidates_as_fast_within_the_noise_the_fewest_edits_wins():
     assert rank_confirmed([], 0.01) == []
 
 
+def test_no_profile_is_begun_that_would_end_after_the_search():
+    """A node is recorded only once its profile is in, and the search's stop cancels what is in
+    flight: a candidate whose verdict comes within a profile's time of the stop is not profiled
+    (its message says so) and is kept."""
+
+    class SlowProfiles(StandInExecutor):
+        async def evaluate(self, job, options, *, pinned=False):
+            await asyncio.sleep(0.3)
+            return await super().evaluate(job, options, pinned=pinned)
+
+        async def profile(self, job, *, full=False):
+            await asyncio.sleep(2.0)
+            return await super().profile(job, full=full)
+
+    outcome, _ = run(SlowProfiles(), budget=200, max_seconds=14, judge=False)
+    t = outcome.trajectory
+    assert t.stop == "time"
+    late = [
+        n
+        for n in t.nodes
+        if n.measurement and "the search's time ends before a profile" in n.measurement.message
+    ]
+    # recorded, their verdicts kept, where a profile begun would have been cancelled with them
+    assert late and all(n.measurement.profile is None for n in late)
+    assert all(n.measurement.status == "ok" and n.reward is not None for n in late)
+
+
 def test_only_a_new_best_is_profiled(monkeypatch):
     """A profile costs two to three checked runs and steers only the edits of the node it
     profiles: a candidate slower than the best so far is not profiled (its message says so), one
