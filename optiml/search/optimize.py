@@ -560,9 +560,10 @@ async def confirm_and_judge_in_turn(
         confirmed.append(found)
         before = len(rejections)
         started = time.perf_counter()
-        winner, verdict = await judge_confirmed(
+        winner, judged = await judge_confirmed(
             [found], problem, executor, confirm_eval, opts, run, llm_review, rejections
         )
+        verdict = judged or verdict  # the last one the judge gave (none for a non-improvement)
         seconds["judge"] += time.perf_counter() - started
         if winner is not None:
             break
