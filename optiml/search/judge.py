@@ -24,8 +24,9 @@ reading this repository can know the sizes, seeds or values.
   `__device__` variables are filled with noise before every launch (state one launch leaves for
   the next then gives wrong results);
 - no hard-coded sizes (literals in the kernel's definition); compute-sanitizer's memcheck,
-  initcheck, racecheck and synccheck, two launches each at the spec's smallest size and the
-  smallest unseen one (or an unseen size of `SANITIZE_BYTES` where that one is larger);
+  initcheck and synccheck, two launches each at the spec's smallest size and the smallest unseen
+  one (or an unseen size of `SANITIZE_BYTES` where that one is larger), and racecheck at one
+  unseen size of about `RACECHECK_BYTES` (its cost grows with a tiled kernel's arithmetic);
 - an LLM's review where a provider is configured.
 """
 
@@ -75,6 +76,11 @@ MEMORY_SHARE = 0.25  # of the device's memory, for one case's buffers (the harne
 # what they look for — an access out of bounds, a race, a barrier not reached by all — shows at
 # the edge tiles and between blocks, which a size of a few MB has.
 SANITIZE_BYTES = 16 << 20
+# racecheck, which instruments every shared-memory access (its cost grows with a tiled kernel's
+# arithmetic, not with its bytes: 24 s of a GEMM's 31 s judge at the sizes above), runs once, at
+# an unseen size of about this many bytes with odd remainders: a race is between the threads of a
+# block, in the inner tiles and the edge ones, which such a size has.
+RACECHECK_BYTES = 1 << 20
 
 
 def _work(spec: Spec, sizes: dict[str, int]) -> int:
@@ -165,6 +171,19 @@ def sanitizer_sizes(
     if small is None or small in spec.sizes or _work(spec, small) > _work(spec, unseen[0]):
         return [smallest, unseen[0]]
     return [smallest, small]
+
+
+def racecheck_sizes(
+    spec: Spec, where: list[dict[str, int]], rng: random.Random
+) -> list[dict[str, int]]:
+    """Where racecheck runs: an unseen size of about `RACECHECK_BYTES` (odd remainders), or the
+    least of the other sanitizers' sizes where that is smaller or none can be made."""
+    least = min(where, key=lambda s: _work(spec, s))
+    largest = max(spec.sizes, key=lambda s: _work(spec, s))
+    small = _at_work(spec, largest, _free_vars(spec), RACECHECK_BYTES, rng)
+    if small is None or small in spec.sizes or _work(spec, small) >= _work(spec, least):
+        return [least]
+    return [small]
 
 
 def _float_inputs(spec: Spec) -> list[str]:
@@ -510,8 +529,9 @@ async def judge(
     if sanitize:
         where = sanitizer_sizes(spec, sizes, rng)
         for tool in TOOLS:
+            at = racecheck_sizes(spec, where, rng) if tool == "racecheck" else where
             try:
-                report = await executor.sanitize(job, tool, where)
+                report = await executor.sanitize(job, tool, at)
             except OptimlError as e:
                 checks.append(Check(name=tool, ok=False, detail=f"could not run: {e}"))
                 continue

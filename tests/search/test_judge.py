@@ -26,6 +26,7 @@ from optiml.harness.verdict import (
     Verdict,
 )
 from optiml.search.judge import (
+    RACECHECK_BYTES,
     SANITIZE_BYTES,
     SPAN,
     _scalar_variations,
@@ -35,6 +36,7 @@ from optiml.search.judge import (
     hidden_state,
     judge,
     local_statics,
+    racecheck_sizes,
     reachable_statics,
     sanitizer_sizes,
     unseen_sizes,
@@ -87,6 +89,23 @@ def test_sanitizers_run_at_the_smallest_declared_size_and_an_unseen_one_of_a_few
     unseen = unseen_sizes(spec, random.Random(0), 1 << 26)
     assert _work(spec, unseen[0]) <= SANITIZE_BYTES
     assert sanitizer_sizes(spec, unseen, random.Random(0))[1] == unseen[0]
+
+
+def test_racecheck_runs_once_at_an_unseen_size_of_about_a_mb():
+    """racecheck's cost grows with a tiled kernel's arithmetic: the SGEMM fixture's gets one
+    unseen size of about 1 MB with a tail in every dimension; a kernel whose sanitizer sizes are
+    smaller than that keeps the least of them."""
+    spec = spec_of("sgemm.cu", "sgemm_naive")
+    for seed in range(4):
+        rng = random.Random(seed)
+        where = sanitizer_sizes(spec, unseen_sizes(spec, rng, 80 << 30), rng)
+        (at,) = racecheck_sizes(spec, where, rng)
+        assert at not in spec.sizes and all(v % 2 == 1 for v in at.values())
+        assert 0.75 * RACECHECK_BYTES <= _work(spec, at) <= 1.25 * RACECHECK_BYTES
+        assert _work(spec, at) < min(_work(spec, s) for s in where)
+    spec = spec_of("saxpy.cu", "saxpy")
+    tiny = [{"n": 1001}, {"n": 4099}]
+    assert racecheck_sizes(spec, tiny, random.Random(0)) == [{"n": 1001}]
 
 
 def test_a_size_the_spec_never_varies_is_kept():
