@@ -108,8 +108,9 @@ class KernelProblem:
         # end after it is not begun, as a node is recorded only once its profile is in and the
         # stop cancels what is in flight (a slow input's first verified candidate was lost so).
         self.deadline: float | None = None
-        # what a profile takes, the longest seen (the input's to begin with)
-        self.profile_s = baseline.profile_s or 0.0
+        # what a profile takes, the longest seen: the input's to begin with, at most 10 s (a full
+        # profile, for an LLM's prompt, takes longer than the search set a candidate gets)
+        self.profile_s = min(baseline.profile_s or 0.0, 10.0)
 
     # -- mcts.Problem ---------------------------------------------------------------------------
 
