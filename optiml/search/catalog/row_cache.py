@@ -233,8 +233,6 @@ class _Writer:
         """Every kept element into its register, before the first loop over the row: loads that
         depend on nothing but the row and the counter, so that all of them are in flight at
         once (read inside the loop, each waited for the sum it feeds before the next one went)."""
-        k = self.plan.counter[lp.uid]
-        names[k.uid] = "optiml_k"
         found = {
             canon(x, self.plan.counter[other.uid].uid): (other, x)
             for other in self.plan.loops
@@ -260,6 +258,8 @@ class _Writer:
             self.lines.append(f"{inner}    optiml_r{j}[optiml_k] = {em.expr(load)};")
             filled[self.plan.keys[j]] = f"optiml_r{j}"
         self.lines += [f"{inner}}}", f"{pad}}}"]
+        for other in self.plan.loops:  # each loop names its own counter
+            names.pop(self.plan.counter[other.uid].uid, None)
 
     def _hoisted(self, em, names, access, counter: int, tag: str, pad: str):
         """`access` (a load or a store) with its address as `base + k * step` where it is one in
@@ -276,8 +276,6 @@ class _Writer:
         k = next(x for x in walk_expr(access.index) if isinstance(x, Var) and x.uid == counter)
         index = Binary("+", base, Binary("*", Cast(k, LONG), step, LONG), LONG)
         return replace(access, index=index)
-        for other in self.plan.loops:
-            names.pop(self.plan.counter[other.uid].uid, None)
 
     def _loop(self, em, names, lp: Loop, i: int, filled: dict | None, pad: str) -> None:
         k = self.plan.counter[lp.uid]
