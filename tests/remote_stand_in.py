@@ -2,17 +2,19 @@
 stand-in of tests/search/test_optimize.py (real compiles, a fixed cost model) with the slots
 `OPTIML_STAND_IN_SLOTS` says (default 2). A candidate evaluation first runs `sleep` in a process
 group of its own (`harness.procs`, as the runner does) for `OPTIML_STAND_IN_SLEEP` seconds, or as
-long as a `-DSTAND_IN_SLEEP=S` among the job's flags says; where `OPTIML_STAND_IN_LOG` names a
+long as a `-DSTAND_IN_SLEEP=S` among the job's flags says, on one of the slots as the local
+executor runs a GPU's work (`LocalExecutor.run_on_gpu`: a cancel kills the sleep); where
+`OPTIML_STAND_IN_LOG` names a
 file, each such sleep appends `worker PID`, `start PID T` and `stop PID T` (the worker's process,
 the sleep's process group, monotonic seconds)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import time
 
+from optiml.executors.local import LocalExecutor
 from optiml.harness import procs
 from tests.search.test_optimize import StandInExecutor
 
@@ -36,6 +38,7 @@ class RemoteStandIn(StandInExecutor):
     def __init__(self) -> None:
         super().__init__()
         self._slots = int(os.environ.get("OPTIML_STAND_IN_SLOTS", "2"))
+        self._gpus = LocalExecutor(list(range(self._slots)), device_count=self._slots)
 
     @property
     def slots(self) -> int:
@@ -48,7 +51,7 @@ class RemoteStandIn(StandInExecutor):
                 seconds = float(flag.split("=", 1)[1])
         if seconds and job.candidate is not None and job.candidate.text != job.source.text:
             _log("worker", os.getpid())
-            await asyncio.to_thread(_sleep, seconds)
+            await self._gpus.run_on_gpu(lambda env: _sleep(seconds), pinned=pinned)
         return await super().evaluate(job, options, pinned=pinned)
 
 

@@ -162,12 +162,24 @@ def test_the_worker_runs_jobs_at_once_answers_by_id_and_kills_them_when_stdin_en
     proc.stdin.flush()
     reply = json.loads(proc.stdout.readline())
     assert reply["id"] == 3 and reply["error"]["exit_code"] == ExitCode.NO_KERNEL
+    # a job cancelled while it runs: its process group is killed, the worker goes on, the job
+    # is not answered
+    cancelled = saxpy_job(("-O3", "-DSTAND_IN_SLEEP=300")).request("evaluate", id=5)
+    proc.stdin.write(cancelled.model_dump_json() + "\n")
+    proc.stdin.flush()
+    deadline = time.monotonic() + 30
+    while len([x for x in log_lines(log) if x[0] == "start"]) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    sleeper = int([x for x in log_lines(log) if x[0] == "start"][-1][1])
+    proc.stdin.write(json.dumps({"command": "cancel", "id": 5}) + "\n")
+    proc.stdin.flush()
+    assert wait_gone([sleeper], 10) and proc.poll() is None
     # a long job in flight when stdin ends: its process group is killed, the worker exits
     hang = saxpy_job(("-O3", "-DSTAND_IN_SLEEP=300")).request("evaluate", id=4)
     proc.stdin.write(hang.model_dump_json() + "\n")
     proc.stdin.flush()
     deadline = time.monotonic() + 30
-    while len([x for x in log_lines(log) if x[0] == "start"]) < 3 and time.monotonic() < deadline:
+    while len([x for x in log_lines(log) if x[0] == "start"]) < 4 and time.monotonic() < deadline:
         time.sleep(0.1)
     sleeper = int([x for x in log_lines(log) if x[0] == "start"][-1][1])
     assert not gone(sleeper)
@@ -433,3 +445,78 @@ def test_optimize_on_a_ray_cluster_finds_the_in_process_winner(in_process, tmp_p
     assert (winner, next(c["speedup"] for c in t["confirmed"] if c["node"] == t["winner"])) == (
         winner_of(in_process)
     )
+
+
+CANCEL_ON_RAY = """
+import asyncio, os, pathlib, sys, time
+from optiml.cuda.source import SourceFile
+from optiml.executors import Job
+from optiml.executors.ray_cluster import RayExecutor
+from optiml.executors.remote import RemoteExecutor
+from optiml.harness.evaluate import EvalOptions
+from optiml.spec import load
+
+log, saxpy = pathlib.Path(sys.argv[1]), sys.argv[2]
+source, kernel, spec = load(saxpy, "saxpy")
+candidate = SourceFile(source.text.replace("a * x[i]", "x[i] * a"), saxpy)
+job = Job(source, kernel, spec, candidate, flags=("-O3", "-DSTAND_IN_SLEEP=300"))
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+async def go():
+    executor = RemoteExecutor(RayExecutor("ray"))
+    try:
+        task = asyncio.ensure_future(executor.evaluate(job, EvalOptions()))
+        deadline = time.monotonic() + 240
+        while not log.exists() or "start" not in log.read_text():
+            assert time.monotonic() < deadline and not task.done()
+            await asyncio.sleep(0.1)
+        sleeper = int(next(x for x in log.read_text().split("\\n") if x.startswith("start")).split()[1])
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        deadline = time.monotonic() + 10
+        while alive(sleeper) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        print("gone" if not alive(sleeper) else "alive", sleeper)  # the actors still up
+    finally:
+        await executor.close()
+
+asyncio.run(go())
+"""
+
+
+@pytest.mark.xdist_group("ray")
+@pytest.mark.skipif(
+    importlib.util.find_spec("ray") is None,
+    reason="ray is not installed (pip install 'optiml[ray]'; the dev extra has it)",
+)
+def test_a_job_cancelled_on_ray_is_cancelled_on_its_actor(tmp_path):
+    """A job cancelled here is cancelled on its Ray actor (an async actor's task), whose executor
+    kills what the job started while the actor lives on: a search that stops on time leaves no
+    runner of its in a Ray cluster to time its confirmation beside."""
+    log = tmp_path / "log"
+    env = {
+        **os.environ,
+        **HOOK,
+        "OPTIML_STAND_IN_SLOTS": "2",
+        "OPTIML_STAND_IN_LOG": str(log),
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "PYTHONPATH": str(FIXTURES.parent),
+    }
+    p = subprocess.run(
+        [sys.executable, "-c", CANCEL_ON_RAY, str(log), str(SAXPY)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=400,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split()[0] == "gone", p.stdout

@@ -130,10 +130,10 @@ class RayExecutor(WorkExecutor):
         line = request.model_copy(update={"id": ident}).model_dump_json()
         if request.pinned:
             async with self._pinned:
-                return result_of(await self._actors[0].call.remote(line))
+                return await _call(self._actors[0], line)
         actor = await self._idle.get()
         try:
-            return result_of(await actor.call.remote(line))
+            return await _call(actor, line)
         finally:
             self._idle.put_nowait(actor)
 
@@ -149,6 +149,28 @@ class RayExecutor(WorkExecutor):
             import ray
 
             await asyncio.to_thread(ray.shutdown)
+
+
+# How long a cancelled job is waited for to end on its actor (its processes killed there).
+CANCEL_WAIT_S = 30.0
+
+
+async def _call(actor, line: str) -> dict:
+    """The actor's answer to `line`, raised if an error. Cancelled, the job is cancelled there too:
+    an async actor's call is an asyncio task, whose executor then kills what the job started
+    (a runner, a profiler) and frees its GPU; that is waited for (at most `CANCEL_WAIT_S`), so
+    that an executor closed next does not kill the actor first and leave those processes
+    running."""
+    import ray
+
+    ref = actor.call.remote(line)
+    try:
+        return result_of(await ref)
+    except asyncio.CancelledError:
+        ray.cancel(ref)
+        with contextlib.suppress(Exception):  # TaskCancelledError, or an answer after all
+            await asyncio.wait_for(asyncio.wrap_future(ref.future()), CANCEL_WAIT_S)
+        raise
 
 
 def _hooked_slots(hook: str) -> int:
