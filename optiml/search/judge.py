@@ -452,13 +452,21 @@ async def judge(
     *,
     sanitize: bool = True,
     llm_review: Any | None = None,
+    until_rejected: bool = False,
 ) -> JudgeVerdict:
     """Judge `job`'s candidate. `at_first_size` is its confirmed measurement at the first size;
-    `llm_review`, if given, is an async callable returning a dict verdict."""
+    `llm_review`, if given, is an async callable returning a dict verdict. `until_rejected`: stop
+    at the first stage with a failed check (the search has other candidates to judge: the rest
+    would cost their time for a verdict already given; an accepted one runs every check)."""
     rng = random.Random(secrets.randbits(64))
     checks = _Timed()
     spec = job.spec
     candidate = job.candidate or job.source
+
+    def rejected() -> JudgeVerdict | None:
+        if until_rejected and not all(c.ok for c in checks):
+            return JudgeVerdict(accepted=False, checks=list(checks))
+        return None
 
     def os_seeds(k: int = 2) -> tuple[int, ...]:
         return tuple(secrets.randbits(62) | 1 for _ in range(k))
@@ -488,6 +496,8 @@ async def judge(
     if sized.ok:
         checks.append(_scaling(sized))
         checks.append(_unseen_speed(sized, spec, sizes, at_first_size.speedup))
+    if early := rejected():
+        return early
 
     # Inputs and scalars beyond the spec's uniform draw, at the smallest unseen size.
     if sizes:
@@ -508,6 +518,9 @@ async def judge(
                 )
             )
 
+    if early := rejected():
+        return early
+
     # Device state (unless the spec says the kernel keeps some on purpose: `state: kept`).
     if spec.state_kept:
         checks.append(
@@ -526,6 +539,8 @@ async def judge(
             else f"the kernel now contains {', '.join(map(str, constants))}, a problem size",
         )
     )
+    if early := rejected():
+        return early
     if sanitize:
         where = sanitizer_sizes(spec, sizes, rng)
         for tool in TOOLS:
@@ -541,6 +556,8 @@ async def judge(
                 else f"{report.errors} error(s) at {report.size}: {'; '.join(report.messages[:2])}"
             )
             checks.append(Check(name=tool, ok=report.ok, detail=detail))
+            if early := rejected():
+                return early
     llm = None
     if llm_review is not None:
         try:

@@ -646,6 +646,7 @@ async def judge_confirmed(
             m,
             sanitize=opts.sanitize,
             llm_review=review,
+            until_rejected=True,  # a rejected one's other checks would only cost time
         )
         if verdict.accepted:
             return n, verdict

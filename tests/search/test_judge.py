@@ -17,6 +17,7 @@ from optiml.cuda.source import SourceFile
 from optiml.executors.base import Job
 from optiml.harness.evaluate import EvalOptions
 from optiml.harness.inputs import Mode
+from optiml.harness.sanitize import SanitizerReport
 from optiml.harness.verdict import (
     CaseResult,
     CaseTiming,
@@ -283,6 +284,35 @@ def judged(state_line: str) -> dict[str, Check]:
     first = Measurement(status="ok", message="", memory_bytes=1 << 20)
     v = asyncio.run(judge(AlwaysOk(), job, EvalOptions(), first, sanitize=False))
     return {c.name: c for c in v.checks}
+
+
+def test_until_rejected_the_judge_stops_at_the_first_stage_that_fails():
+    """For the search (other candidates wait), a failed stage is the verdict: the stateful
+    candidate's sanitizers are not run; without it, all are."""
+
+    class Sanitized(AlwaysOk):
+        def __init__(self):
+            self.tools: list[str] = []
+
+        async def sanitize(self, job, tool, sizes=None):
+            self.tools.append(tool)
+            return SanitizerReport(
+                tool=tool, errors=0, ok=True, size="n=1001", messages=[], seconds=0.0
+            )
+
+    text = STATEFUL.format(state="", counter="")
+    source = SourceFile(text, "twice.cu")
+    candidate = SourceFile(
+        STATEFUL.format(state="", counter="static int calls; calls++;\n    "), "cand.cu"
+    )
+    job = Job(source, source.kernel("twice"), parse_spec(source, source.kernel("twice")), candidate)
+    first = Measurement(status="ok", message="", memory_bytes=1 << 20)
+    ex = Sanitized()
+    v = asyncio.run(judge(ex, job, EvalOptions(), first, until_rejected=True))
+    failed = [c.name for c in v.checks if not c.ok]
+    assert not v.accepted and failed == ["no state across launches"] and ex.tools == []
+    v = asyncio.run(judge(ex, job, EvalOptions(), first))
+    assert not v.accepted and len(ex.tools) == 4 and v.checks[-1].name == ex.tools[-1]
 
 
 def test_state_a_candidate_keeps_across_launches_is_a_finding_unless_the_spec_allows_it():
