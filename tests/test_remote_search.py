@@ -162,26 +162,27 @@ def test_the_worker_runs_jobs_at_once_answers_by_id_and_kills_them_when_stdin_en
     proc.stdin.flush()
     reply = json.loads(proc.stdout.readline())
     assert reply["id"] == 3 and reply["error"]["exit_code"] == ExitCode.NO_KERNEL
+
     # a job cancelled while it runs: its process group is killed, the worker goes on, the job
     # is not answered
-    cancelled = saxpy_job(("-O3", "-DSTAND_IN_SLEEP=300")).request("evaluate", id=5)
-    proc.stdin.write(cancelled.model_dump_json() + "\n")
-    proc.stdin.flush()
-    deadline = time.monotonic() + 30
-    while len([x for x in log_lines(log) if x[0] == "start"]) < 3 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    sleeper = int([x for x in log_lines(log) if x[0] == "start"][-1][1])
+    def sleeping(ident: int) -> int:
+        """A 300 s job sent, the process its sleep runs in once it runs."""
+        job = saxpy_job(("-O3", "-DSTAND_IN_SLEEP=300")).request("evaluate", id=ident)
+        before = len([x for x in log_lines(log) if x[0] == "start"])
+        proc.stdin.write(job.model_dump_json() + "\n")
+        proc.stdin.flush()
+        deadline = time.monotonic() + 30
+        while len([x for x in log_lines(log) if x[0] == "start"]) == before:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        return int([x for x in log_lines(log) if x[0] == "start"][-1][1])
+
+    sleeper = sleeping(5)
     proc.stdin.write(json.dumps({"command": "cancel", "id": 5}) + "\n")
     proc.stdin.flush()
     assert wait_gone([sleeper], 10) and proc.poll() is None
     # a long job in flight when stdin ends: its process group is killed, the worker exits
-    hang = saxpy_job(("-O3", "-DSTAND_IN_SLEEP=300")).request("evaluate", id=4)
-    proc.stdin.write(hang.model_dump_json() + "\n")
-    proc.stdin.flush()
-    deadline = time.monotonic() + 30
-    while len([x for x in log_lines(log) if x[0] == "start"]) < 4 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    sleeper = int([x for x in log_lines(log) if x[0] == "start"][-1][1])
+    sleeper = sleeping(4)
     assert not gone(sleeper)
     proc.stdin.close()
     assert proc.wait(timeout=15) == 0
