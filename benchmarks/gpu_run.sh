@@ -27,7 +27,8 @@
 #   INTENTS_ONLY; INTENTS_TIMEOUT for the step). Each row says what the search evaluated.
 # kernelbench: benchmarks/kernelbench.py on KB_TASKS (KernelBench level 1: carry it, ../shared does
 #   not travel), KB_BUDGET, KB_TIME (defaults as intents'), KB_SHARD, KB_ONLY, KB_TIMEOUT,
-#   KB_STEPS (optimize,torch), KB_TORCH_FROM (committed tables whose PyTorch times are reused).
+#   KB_STEPS (optimize,torch), KB_TORCH_FROM (committed tables whose PyTorch times are reused),
+#   KB_SECONDS (start no task after that many seconds: the rest is named in the table).
 #   `benchmarks/generated_table.py` (no GPU) merges either one's shards into a table.
 # schedules: benchmarks/schedules.py, every rewrite on the corpus, holdout and wild kernels
 #   (SCHEDULES_SHARD=i/n, SCHEDULES_SECONDS: stop starting kernels after that; SCHEDULES_TIMEOUT).
@@ -140,6 +141,7 @@ for step in "${steps[@]}"; do
         --tasks "${KB_TASKS:?set KB_TASKS to the level-1 folder}" --budget "${KB_BUDGET:-48}" \
         --time "${KB_TIME:-90}" --shard "${KB_SHARD:-1/1}" ${KB_ONLY:+--only $KB_ONLY} \
         ${KB_STEPS:+--steps $KB_STEPS} ${KB_TORCH_FROM:+--torch-from $KB_TORCH_FROM} \
+        ${KB_SECONDS:+--seconds $KB_SECONDS} \
         2>&1 | (header; cat) | tee "$OUT/kernelbench.log" | tail -5
       cp "$OUT"/kb/kernelbench*.json "$OUT"/ 2>/dev/null
       # each task's search record (trajectory), where a row's summary does not say enough

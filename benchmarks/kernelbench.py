@@ -74,6 +74,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"the GPU steps to run, comma-separated, of {', '.join(STEPS)}",
     )
     p.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help="start no task after this many seconds of the run (the others are left for "
+        "another run; a task cut by a step's time limit is lost, one not started is not)",
+    )
+    p.add_argument(
         "--torch-from",
         default="",
         help="kernelbench tables (comma-separated) whose PyTorch times are reused where their "
@@ -425,7 +432,12 @@ def run(args: argparse.Namespace, gpu: bool = True) -> dict:
     target = args.out / name
     save(table, target, summary)
     earlier = torch_times([Path(f) for f in args.torch_from.split(",") if f.strip()])
+    started = time.monotonic()
     for path in tasks(args):
+        if args.seconds is not None and time.monotonic() - started >= args.seconds:
+            table.setdefault("not_started", []).append(path.name)
+            save(table, target, summary)
+            continue
         row: dict = {"task": path.name, "number": _number(path)}
         try:
             row.update(translate_step(path, args.out / "work" / path.stem))

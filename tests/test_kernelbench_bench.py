@@ -128,6 +128,15 @@ def test_a_step_that_fails_is_a_row_with_its_error_and_the_run_goes_on(tmp_path)
         assert "delivered_ms" not in r and "speedup_vs_eager" not in r
 
 
+def test_no_task_is_started_past_the_runs_seconds(tmp_path):
+    """`--seconds 0`: every task is left for another run, named in the table, none lost midway."""
+    a = bench.parse_args(["--out", str(tmp_path), "--only", "94,100", "--seconds", "0"])
+    table = bench.run(a)
+    assert table["rows"] == [] and len(table["not_started"]) == 2
+    saved = json.loads((tmp_path / "kernelbench.json").read_text())
+    assert saved["not_started"] == table["not_started"]
+
+
 def test_a_rows_search_summary_says_what_the_search_evaluated():
     """From a committed trajectory (the SGEMM search on the H200): the stop, the evaluations, the
     baseline's time split (its full profile) and every evaluated edit with its status and speed-up."""
