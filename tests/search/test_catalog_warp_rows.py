@@ -249,7 +249,7 @@ def test_argmax_and_argmin_keep_the_loops_choice_among_ties(tmp_path):
 def test_many_long_rows_also_get_a_block_per_row_and_short_ones_do_not():
     # 16384 rows fill the GPU with warps, but rows of 8192 keep each warp's lanes walking them
     # pass after pass: a block per row is proposed beside the warps (after them, no cluster),
-    # and one that keeps the row in shared memory (8192 floats: 16 a thread)
+    # and blocks of 512 and of 1024 threads that keep the row in shared memory (8192 floats)
     many = FEW_ROWS.replace("(16, 1 << 22)", "(16384, 8192)")
     ctx = Context.of(Variant(many), str(ROOT / "kernel.cu"), "norm_rows", sm_count=132)
     found = WARP.propose(ctx)
@@ -258,7 +258,9 @@ def test_many_long_rows_also_get_a_block_per_row_and_short_ones_do_not():
         ("warp", False),
         ("block", False),
         ("block", True),
+        ("block", True),
     ]
+    assert [p.params["threads"] for p in found[3:]] == [512, 1024]
     assert found[2].weight < found[0].weight
     short = FEW_ROWS.replace("(16, 1 << 22)", "(16384, 1024)")
     ctx = Context.of(Variant(short), str(ROOT / "kernel.cu"), "norm_rows", sm_count=132)
@@ -429,21 +431,26 @@ def test_the_one_pass_per_block_and_cluster_compiles_for_sm90_without_spills(kin
 
 def test_a_long_row_is_kept_in_the_shared_memory_of_a_block_or_a_cluster():
     # KernelBench's LogSoftmax rows (393,216 floats, 1.5 MB): a cluster of 8 blocks holds one
-    # (110 floats a thread of 512 each); a vocabulary's 50,000 fit one block
+    # (110 floats a thread of 512 each, or 55 of 1024); a vocabulary's 50,000 fit one block
     for sizes, cluster in (("(4096, 393216), (5, 4099)", 8), ("(512, 50000), (5, 4099)", 1)):
         ctx = _softmax_with_rows(sizes)
-        (kept,) = [p for p in WARP.propose(ctx) if "keep" in p.params]
-        assert kept.params == {
-            "threads": 512,
-            "per_row": "cluster" if cluster > 1 else "block",
-            "cluster": cluster,
-            "keep": 110,
-        }
-        text = kept.variant.text
-        assert f"block = 512, smem = min(cdiv(cols, {512 * cluster}), 110) * 2048" in text
-        body = text[text.index("softmax_rows(const") :]
-        # read from DRAM by the first pass only; the output's pass reads the kept row
-        assert body.count("input[") == 2 and "optiml_keep0[" in body
+        found = [p for p in WARP.propose(ctx) if "keep" in p.params]
+        assert [p.params for p in found] == [
+            {
+                "threads": threads,
+                "per_row": "cluster" if cluster > 1 else "block",
+                "cluster": cluster,
+                "keep": keep,
+            }
+            for threads, keep in ((512, 110), (1024, 55))
+        ]
+        for kept, (threads, keep) in zip(found, ((512, 110), (1024, 55)), strict=True):
+            text = kept.variant.text
+            slots = f"min(cdiv(cols, {threads * cluster}), {keep}) * {threads * 4}"
+            assert f"block = {threads}, smem = {slots}" in text
+            body = text[text.index("softmax_rows(const") :]
+            # read from DRAM by the first pass only; the output's pass reads the kept row
+            assert body.count("input[") == 2 and "optiml_keep0[" in body
     # a row longer than 8 blocks hold, or a warp per row: nothing kept
     assert not [
         p
@@ -459,25 +466,31 @@ def test_a_kept_row_computes_what_the_kernel_does_and_a_longer_one_too(kind, tmp
     # read as the kernel reads them
     import optiml.search.catalog.warp_rows as module
 
-    monkeypatch.setattr(module, "KEEP_BYTES", 2 * 2048)
+    monkeypatch.setattr(module, "KEEP_BYTES", 2 * 4096)
     text = LONG_NORM if kind == "norm" else (ROOT / "softmax.cu").read_text()
     text = text.replace("(16, 1 << 22), (3, 4099)", "(16, 8000), (3, 4099)")
     text = text.replace("(32768, 1024), (1000, 777)", "(16, 8000), (3, 4099)")
     kernel = "norm_rows" if kind == "norm" else "softmax_rows"
     ctx = Context.of(Variant(text), str(ROOT / "kernel.cu"), kernel, sm_count=132)
-    (kept,) = [p for p in WARP.propose(ctx) if "keep" in p.params]
-    assert kept.params["cluster"] == 8 and kept.params["keep"] == 2
-    candidate = Context.of(kept.variant, ctx.source.path, kernel)
+    found = [p for p in WARP.propose(ctx) if "keep" in p.params]
+    # 4 slots a thread of 512 or 2 of 1024, in a cluster of 4: rows of up to 8,192 kept
+    assert [(p.params["threads"], p.params["cluster"], p.params["keep"]) for p in found] == [
+        (512, 4, 4),
+        (1024, 4, 2),
+    ]
+    candidates = [Context.of(p.variant, ctx.source.path, kernel) for p in found]
     names = list(ctx.spec.sizes[0])
     sizes = [dict(zip(names, v, strict=True)) for v in ((2, 8000), (2, 8193), (3, 37))]
-    assert run_against(ctx, [candidate], sizes, tmp_path) == [0]
+    assert run_against(ctx, candidates, sizes, tmp_path) == [0, 0]
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_a_kept_row_compiles_for_sm90_without_spills():
     ctx = _softmax_with_rows("(4096, 393216), (5, 4099)")
-    (kept,) = [p for p in WARP.propose(ctx) if "keep" in p.params]
-    v = SourceFile(kept.variant.text, ctx.source.path)
-    b = build_kernel(v, v.kernel("softmax_rows"), instantiation="", arch="sm_90")
-    assert b.ok, b.log[-2000:]
-    assert b.resources.spill_store_bytes == 0 and b.resources.spill_load_bytes == 0
+    found = [p for p in WARP.propose(ctx) if "keep" in p.params]
+    assert len(found) == 2
+    for kept in found:
+        v = SourceFile(kept.variant.text, ctx.source.path)
+        b = build_kernel(v, v.kernel("softmax_rows"), instantiation="", arch="sm_90")
+        assert b.ok, b.log[-2000:]
+        assert b.resources.spill_store_bytes == 0 and b.resources.spill_load_bytes == 0

@@ -62,21 +62,23 @@ def test_proposal_is_correct(entry, proposal):
 def test_a_row_kept_in_shared_memory_is_correct_against_the_kernel_and_the_two_pass(
     sizes, tmp_path
 ):
-    """warp_rows' kept row (a block's, or a cluster of 8's, shared memory holds it; the pass
-    that reads it first stores it) against the softmax as written, and against the same schedule
-    that reads the row twice (timed beside it: the speedup is in the verdict)."""
+    """warp_rows' kept rows (a block's, or a cluster of 8's, shared memory holds it; the pass
+    that reads it first stores it; blocks of 512 and of 1024 threads) against the softmax as
+    written, and against the same schedule that reads the row twice (timed beside it: the
+    speedup is in the verdict)."""
     text = (FIXTURES / "softmax.cu").read_text().replace("(32768, 1024), (1000, 777)", sizes)
     (tmp_path / "softmax.cu").write_text(text)
     source, kernel, spec = load(tmp_path / "softmax.cu", "softmax_rows")
     ctx = Context.of(Variant(text), str(tmp_path / "softmax.cu"), "softmax_rows")
     found = CATALOG["warp_rows"].propose(ctx)
-    (kept,) = [p for p in found if "keep" in p.params]
+    kept_rows = [p for p in found if "keep" in p.params]  # blocks of 512 and of 1024 threads
+    assert [p.params["threads"] for p in kept_rows] == [512, 1024]
     twice = next(  # the same blocks per row, reading the row twice
         p
         for p in found
         if "keep" not in p.params
         and p.params["per_row"] != "warp"
-        and p.params["cluster"] == kept.params["cluster"]
+        and p.params["cluster"] == kept_rows[0].params["cluster"]
     )
 
     async def run(variant, reference):
@@ -89,12 +91,13 @@ def test_a_row_kept_in_shared_memory_is_correct_against_the_kernel_and_the_two_p
         finally:
             await ex.close()
 
-    v = asyncio.run(run(kept.variant, (source, kernel)))
-    assert v.status == "ok", f"{kept.summary}: {v.message}"
-    # beside the schedule that reads the row from DRAM twice (its own text as the reference)
     other = SourceFile(twice.variant.text, str(tmp_path / "softmax.cu"))
-    v = asyncio.run(run(kept.variant, (other, other.kernel("softmax_rows"))))
-    assert v.status == "ok" and v.speedup is not None, v.message
+    for kept in kept_rows:
+        v = asyncio.run(run(kept.variant, (source, kernel)))
+        assert v.status == "ok", f"{kept.summary}: {v.message}"
+        # beside the schedule that reads the row from DRAM twice (its own text as the reference)
+        v = asyncio.run(run(kept.variant, (other, other.kernel("softmax_rows"))))
+        assert v.status == "ok" and v.speedup is not None, v.message
 
 
 def test_optimize_finds_a_faster_saxpy(tmp_path):

@@ -67,6 +67,11 @@ BUSY_THREADS_PER_SM = 1024
 # may have, the reductions' own arrays besides): 110 floats a thread of 512, a row of 56,320
 # floats per block, 450,560 per cluster of 8.
 KEEP_BYTES = 220 * 1024
+# A block whose shared memory holds its part of a row is alone on its SM: with 512 threads, 16
+# warps read the row (on KernelBench's LogSoftmax, 32.4x its plain kernel against 37.5x for a warp
+# per row reading the row twice: too few loads in flight); with 1024, twice the warps (at most 64
+# registers a thread). Both are proposed.
+KEEP_THREADS = (BLOCK_THREADS, BUSY_THREADS_PER_SM)
 MAX_CLUSTER = 8
 LONG_ROW = 4096  # elements: 128 per lane of a warp, a pass of 8 per thread of a block
 FULL_MASK = "0xffffffffu"
@@ -172,34 +177,43 @@ class WarpRows(Transformation):
                 )
             )
         length = _row_elements(ctx, count)
-        kept = _kept_row(ctx, lifted, head[:name_at], head[name_at:], rows, length)
-        return out + ([kept] if kept is not None else [])
+        for threads in KEEP_THREADS:
+            kept = _kept_row(ctx, lifted, head[:name_at], head[name_at:], rows, length, threads)
+            out += [kept] if kept is not None else []
+        return out
 
 
 def _kept_row(
-    ctx: Context, lifted: Lifted, before_name: str, from_name: str, rows: str, length: int
+    ctx: Context,
+    lifted: Lifted,
+    before_name: str,
+    from_name: str,
+    rows: str,
+    length: int,
+    threads: int = BLOCK_THREADS,
 ) -> Rewrite | None:
-    """A block per row, or the fewest blocks of a cluster whose shared memory holds the row at
-    the spec's first size, keeping the elements two passes read: the row crosses DRAM once."""
+    """A block of `threads` per row, or the fewest blocks of a cluster whose shared memory holds
+    the row at the spec's first size, keeping the elements two passes read: the row crosses DRAM
+    once."""
     try:
-        probe = _Writer(lifted, BLOCK_THREADS, 1, keep=1)
+        probe = _Writer(lifted, threads, 1, keep=1)
         probe.write()
     except (_NoPlan, NotEmittable):
         return None
     per_slot = probe.kept_bytes  # a slot a thread of every kept element
     keep = KEEP_BYTES // per_slot
     cluster = next(
-        (cl for cl in (1, 2, 4, MAX_CLUSTER) if -(-length // (BLOCK_THREADS * cl)) <= keep),
+        (cl for cl in (1, 2, 4, MAX_CLUSTER) if -(-length // (threads * cl)) <= keep),
         None,
     )
     if keep < 2 or cluster is None:
         return None
-    writer = _Writer(lifted, BLOCK_THREADS, cluster, keep=keep)
+    writer = _Writer(lifted, threads, cluster, keep=keep)
     try:
         _, body = writer.write()
     except (_NoPlan, NotEmittable):
         return None
-    stride = BLOCK_THREADS * cluster
+    stride = threads * cluster
     smem = f"min(cdiv({writer.row_length}, {stride}), {keep}) * {per_slot}"
     try:  # the launch reads it at every size
         for sizes in ctx.spec.sizes:
@@ -210,18 +224,16 @@ def _kept_row(
     except (ExprError, KeyError, ValueError):
         return None
     attribute = f"__attribute__((cluster_dims({cluster}, 1, 1))) " if cluster > 1 else ""
-    definition = before_name + attribute + f"__launch_bounds__({BLOCK_THREADS}) " + from_name + body
-    variant = ctx.rewrite(
-        definition, launch=([f"({rows}) * {cluster}"], [str(BLOCK_THREADS)], smem)
-    )
+    definition = before_name + attribute + f"__launch_bounds__({threads}) " + from_name + body
+    variant = ctx.rewrite(definition, launch=([f"({rows}) * {cluster}"], [str(threads)], smem))
     reads = ", ".join(sorted({f"`{a}`" for a in writer.arrays.values()}))
     whose = f"a cluster of {cluster} blocks" if cluster > 1 else "a block"
     summary = (
-        f"{whose} per row ({BLOCK_THREADS} threads each), from the lifted model, the row kept in "
+        f"{whose} per row ({threads} threads each), from the lifted model, the row kept in "
         f"shared memory (up to {keep * stride} elements; {reads}) by the pass that reads it "
         "first: it crosses DRAM once"
     )
-    params = {"threads": BLOCK_THREADS, "per_row": "cluster" if cluster > 1 else "block"}
+    params = {"threads": threads, "per_row": "cluster" if cluster > 1 else "block"}
     params |= {"cluster": cluster, "keep": keep}
     return Rewrite(params, summary, variant, 1.0)
 
