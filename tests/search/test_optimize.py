@@ -650,14 +650,14 @@ def test_no_profile_is_begun_that_would_end_after_the_search():
 
     class SlowProfiles(StandInExecutor):
         async def evaluate(self, job, options, *, pinned=False):
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.15)
             return await super().evaluate(job, options, pinned=pinned)
 
         async def profile(self, job, *, full=False):
-            await asyncio.sleep(2.0)
+            await asyncio.sleep(1.0)
             return await super().profile(job, full=full)
 
-    outcome, _ = run(SlowProfiles(), budget=200, max_seconds=14, judge=False)
+    outcome, _ = run(SlowProfiles(), budget=200, max_seconds=7, judge=False)
     t = outcome.trajectory
     assert t.stop == "time"
     late = [
