@@ -66,6 +66,8 @@ def rate(trajectory: dict) -> dict:
             for c in ((trajectory.get("judge") or {}).get("checks") or [])
         },
     }
+    # when each result came in (seconds into the run): where the span's time goes between them
+    out["results_at_s"] = [round(p["seconds"], 2) for p in points]
     if len(points) >= 2:
         first, last = points[0], points[-1]
         span = last["seconds"] - first["seconds"]

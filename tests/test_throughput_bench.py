@@ -29,3 +29,6 @@ def test_a_runs_rate_and_where_its_evaluations_time_went():
     assert r["per_minute"] == pytest.approx(
         60.0 * (last["evaluations"] - first["evaluations"]) / span, abs=0.06
     )
+    # each result's time, in order: the gaps between them are where the span went
+    assert r["results_at_s"] == [round(p["seconds"], 2) for p in t["progress"]]
+    assert r["results_at_s"] == sorted(r["results_at_s"]) and len(r["results_at_s"]) > 1
