@@ -106,7 +106,7 @@ class KernelProblem:
         self._verdicts = 0  # verdicts taken in (the gate opens after `gated` of them regardless)
         # When the search stops (`time.perf_counter()`; None: no time limit): a profile that would
         # end after it is not begun, as a node is recorded only once its profile is in and the
-        # stop cancels what is in flight (a slow input's first verified candidate was lost so).
+        # stop cancels what is in flight (a slow input's first verified candidate could be lost so).
         self.deadline: float | None = None
         # what a profile takes, the longest seen: the input's to begin with, at most 10 s (a full
         # profile, for an LLM's prompt, takes longer than the search set a candidate gets)
