@@ -1506,7 +1506,7 @@ int main(int argc, char** argv) {
       // The probes only lower the floor's bound on the bytes a launch must move. A launch slower
       // than a slow round and slower than every byte of every buffer would take at 20 TB/s
       // (beyond any GPU's DRAM) is above any floor whatever they find: each would cost a launch
-      // or two of it (a 783 ms layer norm's measurement spent 7 s of 12 in them). None are made
+      // or two of it (up to 9 launches of a 783 ms layer norm in its measurement). None are made
       // (samples 0: no read counted towards the bound).
       double all_bytes = 0;
       for (size_t b = 0; b < nb; ++b) all_bytes += (double)bytes[b];

@@ -543,11 +543,10 @@ async def confirm_and_judge_in_turn(
     seconds = {"confirm": 0.0, "judge": 0.0}
     tried = 0
     run.check_stop()
-    while queue and not run.stopped and len(rejected) < JUDGE_TOP and tried < opts.confirm_top:
-        queue = [n for n in queue if not any(_descends(n, r) for r in rejected)]
-        if not queue:
+    while not run.stopped and len(rejected) < JUDGE_TOP and tried < opts.confirm_top:
+        n = _next_to_judge(queue, rejected, lambda n: n)
+        if n is None:
             break
-        n = queue.pop(_next_line(queue, rejected))
         tried += 1
         started = time.perf_counter()
         found = await _confirm_one(
@@ -558,17 +557,14 @@ async def confirm_and_judge_in_turn(
         if found is None or run.stopped:
             continue
         confirmed.append(found)
-        before = len(rejections)
         started = time.perf_counter()
         winner, judged = await judge_confirmed(
-            [found], problem, executor, confirm_eval, opts, run, llm_review, rejections
+            [found], problem, executor, confirm_eval, opts, run, llm_review, rejections, rejected
         )
         verdict = judged or verdict  # the last one the judge gave (none for a non-improvement)
         seconds["judge"] += time.perf_counter() - started
         if winner is not None:
             break
-        if len(rejections) > before:
-            rejected.append(n)
     for name, s in seconds.items():
         run.phases[name] = round(s, 6)
     return rank_confirmed(confirmed, opts.reward.min_noise), winner, verdict
@@ -602,25 +598,22 @@ async def judge_confirmed(
     run: _Run,
     llm_review: Callable[[Variant, Measurement], Any] | None,
     rejections: list[JudgeRejection] | None = None,
+    rejected: list[Node] | None = None,
 ) -> tuple[Node | None, JudgeVerdict | None]:
-    """The first confirmed improvement the judge accepts (up to JUDGE_TOP judged, best first, a
-    rejected one's descendants skipped), and the last verdict; each one rejected before it is
-    added to `rejections` with the judge's reasons and seconds."""
+    """The first confirmed improvement the judge accepts (up to JUDGE_TOP judged, best first, in
+    `_next_to_judge`'s order), and the last verdict; each one rejected before it is added to
+    `rejected` (the nodes, which may hold earlier calls') and to `rejections` (the judge's
+    reasons and seconds)."""
     winner, verdict = None, None
-    rejected: list[Node] = []
+    rejected = [] if rejected is None else rejected
     judged = 0
     # one of a tie may be an improvement; a slower one after it too
     queue = [(n, c, m) for n, c, m in confirmed if is_improvement(m, opts.reward)]
-    while queue:
-        if run.stopped or judged == JUDGE_TOP:
+    while not run.stopped and judged < JUDGE_TOP:
+        picked = _next_to_judge(queue, rejected, lambda e: e[0])
+        if picked is None:
             break
-        # a rejected candidate's descendants carry its edit: the next one judged is another line;
-        # and one that makes the rejected one's last edit elsewhere (the same flags on another
-        # schedule) is judged after those that do not
-        queue = [e for e in queue if not any(_descends(e[0], r) for r in rejected)]
-        if not queue:
-            break
-        n, c, m = queue.pop(_next_line([e[0] for e in queue], rejected))
+        n, c, m = picked
         judged += 1
         if not opts.judge:
             return n, None
@@ -718,11 +711,16 @@ def _computes(source: SourceFile, kernel, spec) -> str:
     return f"{d.family}: {why}" if why else d.family
 
 
-def _next_line(queue: list[Node], rejected: list[Node]) -> int:
-    """Where in `queue` (best first) the next one to judge is: the first whose edits do not
-    include a rejected one's last edit (the same flags on another schedule), else the first."""
+def _next_to_judge(queue: list, rejected: list[Node], node_of: Callable[[Any], Node]):
+    """The next of `queue` (best first; `node_of` its items' nodes) to judge, taken out of it, or
+    None: a rejected candidate's descendants carry its edit and are dropped (the next one judged
+    is another line); of the rest, the first whose edits do not include a rejected one's last
+    edit (the same flags on another schedule), else the first."""
+    queue[:] = [e for e in queue if not any(_descends(node_of(e), r) for r in rejected)]
+    if not queue:
+        return None
     suspect = {r.action.key for r in rejected if r.action is not None}
-    return next((i for i, n in enumerate(queue) if not _carries(n, suspect)), 0)
+    return queue.pop(next((i for i, e in enumerate(queue) if not _carries(node_of(e), suspect)), 0))
 
 
 def _carries(n: Node, keys: set[str]) -> bool:

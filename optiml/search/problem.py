@@ -102,6 +102,7 @@ class KernelProblem:
         )
         self.slow_input = slow and spec.reference.kind in ("self", "numpy")
         self.surrogate: tuple[Variant, float] | None = None
+        self._reference: tuple[str, tuple[SourceFile, Kernel, Spec]] | None = None  # parsed
         self._first = asyncio.Lock()  # one evaluation at a time until there is a surrogate
         self._verdicts = 0  # verdicts taken in (the gate opens after `gated` of them regardless)
         # When the search stops (`time.perf_counter()`; None: no time limit): a profile that would
@@ -187,9 +188,7 @@ class KernelProblem:
         if reference is None:
             source, kernel, spec = self.source, self.kernel, self.spec
         else:
-            source = SourceFile(reference.text, self.source.path)
-            kernel = source.kernel(self.kernel.name)
-            spec = candidate_spec(self.spec, source, kernel)
+            source, kernel, spec = self._reference_of(reference)
         return Job(
             source,
             kernel,
@@ -197,6 +196,17 @@ class KernelProblem:
             candidate=SourceFile(state.text, self.source.path),
             flags=state.flags,
         )
+
+    def _reference_of(self, variant: Variant) -> tuple[SourceFile, Kernel, Spec]:
+        """A verified variant as the reference: parsed once, not at each evaluation against it."""
+        if self._reference is None or self._reference[0] != variant.key:
+            source = SourceFile(variant.text, self.source.path)
+            kernel = source.kernel(self.kernel.name)
+            self._reference = (
+                variant.key,
+                (source, kernel, candidate_spec(self.spec, source, kernel)),
+            )
+        return self._reference[1]
 
     async def _evaluate(self, state: Variant) -> Evaluation:
         if state.key == self.root_key:
