@@ -167,6 +167,10 @@ class Floor(BaseModel):
     bytes: int
     ms: float
     ceiling_gbs: float
+    # False where the runner made no dependence probes (a launch slower than any floor: the
+    # probes could only have lowered a bound it is far above): `bytes` then counts no reads, a
+    # bound too low to compare this case's work with another's.
+    reads_probed: bool = True
 
 
 class CaseResult(BaseModel):

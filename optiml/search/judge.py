@@ -666,10 +666,14 @@ def _unseen_speed(
 
 def _scaling(v: Verdict) -> Check:
     """From the smallest to the largest timed size, the candidate's added time must be at least
-    what the added bytes of its work take at `SCALING_ALLOWANCE` times the device's ceiling."""
-    timed = [c for c in v.cases if c.timing and c.floor]
+    what the added bytes of its work take at `SCALING_ALLOWANCE` times the device's ceiling.
+    Only sizes whose reads were probed count: an unprobed one's floor counts no reads (KernelBench's
+    large-K GEMM: its largest unseen size, unprobed, came out 0 bytes and "smallest")."""
+    floored = [c for c in v.cases if c.timing and c.floor]
+    timed = [c for c in floored if c.floor.reads_probed]
     if len(timed) < 2:
-        return Check(name="work scaling", ok=True, detail="not measured (no floor on this device)")
+        why = "no floor on this device" if len(floored) < 2 else "too few sizes with probed reads"
+        return Check(name="work scaling", ok=True, detail=f"not measured ({why})")
     timed.sort(key=lambda c: c.floor.bytes)
     lo, hi = timed[0], timed[-1]
     added_bytes = hi.floor.bytes - lo.floor.bytes

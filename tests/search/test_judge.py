@@ -175,14 +175,14 @@ __global__ void k(float* y) { static __shared__ float t[32]; y[0] = slots()[0]; 
     assert len(found) == 1 and "static int s[64]" in found[0] and found[0].startswith("line 2")
 
 
-def timed_case(label: str, ms: float, least: int) -> CaseResult:
+def timed_case(label: str, ms: float, least: int, probed: bool = True) -> CaseResult:
     t = TimingStats(median_ms=ms, q1_ms=ms, q3_ms=ms, min_ms=ms, reps=20)
     return CaseResult(
         label=label,
         launch={"candidate": LaunchConfig(grid=[1, 1, 1], block=[1, 1, 1], smem=0)},
         seeds=[],
         timing=CaseTiming(candidate=t, reference=t, warmup_rounds=1, sm_clock_mhz=[1, 1]),
-        floor=Floor(bytes=least, ms=least / 4.8e12 * 1e3, ceiling_gbs=4800.0),
+        floor=Floor(bytes=least, ms=least / 4.8e12 * 1e3, ceiling_gbs=4800.0, reads_probed=probed),
     )
 
 
@@ -248,6 +248,28 @@ def test_scaling_is_judged_against_the_work_not_the_input():
     skipping = verdict_of(timed_case("n=1M", 0.02, 8 << 20), timed_case("n=64M", 0.03, 512 << 20))
     check = _scaling(skipping)
     assert not check.ok and "less than" in check.detail
+
+
+def test_a_size_whose_reads_were_not_probed_does_not_order_the_work():
+    # KernelBench's large-K GEMM: at its largest unseen size a launch took longer than any floor,
+    # so no reads were probed and its floor counted only the writes (within the L2: 0 bytes). As
+    # the "smallest" work it made the two smaller sizes look like growth the time did not follow.
+    sizes = (
+        timed_case("K=605397", 30.0, 0, probed=False),
+        timed_case("K=264669", 17.0, 280 << 20),
+        timed_case("K=132133", 8.5, 140 << 20),
+    )
+    check = _scaling(verdict_of(*sizes))
+    assert check.ok and "from K=132133 to K=264669" in check.detail, check.detail
+    # the same times, every size probed: the large one's bytes order it last, as they should
+    probed = (timed_case("K=605397", 30.0, 640 << 20), *sizes[1:])
+    assert "to K=605397" in _scaling(verdict_of(*probed)).detail
+    # a skipping kernel among probed sizes is still caught beside an unprobed one
+    skipping = (sizes[0], timed_case("K=264669", 8.5, 280 << 20), sizes[2])
+    assert not _scaling(verdict_of(*skipping)).ok
+    # one probed size: nothing to compare, and the detail says why
+    check = _scaling(verdict_of(*sizes[:2]))
+    assert check.ok and "too few sizes with probed reads" in check.detail
 
 
 STATEFUL = """
