@@ -350,3 +350,89 @@ def test_ldmatrix_addresses_give_mma_its_fragments(k_contiguous):
             for tile in range(2):
                 assert rb[lane, 2 * tile, h] == b[2 * c + h, 8 * tile + g]
                 assert rb[lane, 2 * tile + 1, h] == b[2 * c + 8 + h, 8 * tile + g]
+
+
+# KernelBench's large-K GEMM as its formula writes it: C is 4 x 4 tiles of 64, K half a million.
+LARGE_K = """
+/* @optiml
+ *   args:   A: in float[M * K], B: in float[K * N], out: out float[M * N]
+ *   launch: grid = cdiv(M * N, 256), block = 256
+ *   sizes:  M, N, K = (256, 256, 524288), (37, 45, 1900)
+ *   tol:    rtol = 1e-3, atol = 1e-3
+ */
+__global__ void mm(const float* A, const float* B, float* out, int M, int K, int N) {
+    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)M * N) return;
+    const int n = (int)(idx % N), m = (int)(idx / N);
+    float acc = 0.0f;
+    for (int k = 0; k < K; ++k) acc += A[(long long)m * K + k] * B[(long long)k * N + n];
+    out[idx] = acc;
+}
+"""
+
+
+def split_proposals(text: str, kernel: str) -> tuple[Context, list]:
+    ctx = context(text, kernel)
+    return ctx, [p for p in propose(ctx) if p.params.get("split_k")]
+
+
+def test_a_c_of_few_tiles_and_a_long_k_gets_k_split_over_a_cluster():
+    ctx, split = split_proposals(LARGE_K, "mm")
+    assert split, [p.params for p in propose(ctx)]
+    best = propose(ctx)[0]
+    # 16 tiles of 64 x 64 fill an eighth of 132 SMs: the split is ranked first, 8 blocks a tile
+    assert best.params["split_k"] == 8 and (best.params["bm"], best.params["bn"]) == (64, 64)
+    out = variant(ctx, best)
+    assert "cluster_dims(1, 1, 8)" in out.source.text and "run_split<8>" in body(out)
+    assert out.spec.launch.grid[2] == "8"
+    # where C alone fills the GPU (a square 4096 GEMM), nothing is split
+    square = LARGE_K.replace("(256, 256, 524288)", "(4096, 4096, 4096)")
+    assert split_proposals(square, "mm")[1] == []
+    # nor where K is too short for each block of the cluster to have 16 K tiles of its own
+    short = LARGE_K.replace("(256, 256, 524288)", "(256, 256, 200)")
+    assert split_proposals(short, "mm")[1] == []
+
+
+@needs_gxx
+def test_split_k_computes_what_the_original_does(tmp_path):
+    """At sizes with partial tiles, K shorter than the cluster's share (blocks with no K tiles),
+    and a batch whose blocks are split too."""
+    ctx, split = split_proposals(LARGE_K, "mm")
+    candidates = [variant(ctx, p) for p in split[:2]]
+    sizes = [{"M": 37, "N": 45, "K": 1900}, {"M": 70, "N": 9, "K": 21}]
+    assert run_against(ctx, candidates, sizes, tmp_path) == [0] * len(candidates)
+    # the check can fail: the cluster's sum without the last block's part differs
+    broken = candidates[0].source.text.replace(
+        "for (int p = 0; p < S; ++p)", "for (int p = 0; p + 1 < S; ++p)"
+    )
+    assert broken != candidates[0].source.text
+    wrong = Context.of(Variant(broken), ctx.source.path, "mm")
+    assert mismatches(ctx, wrong, sizes[:1], tmp_path) > 0
+
+
+BATCHED_LARGE_K = batched("NN").replace("Z = 3", "Z = 2")
+
+
+@needs_gxx
+def test_a_batched_split_k_computes_what_the_original_does(tmp_path):
+    text = re.sub(
+        r"sizes:\s+M, N, K = \([^)]*\)", "sizes:  M, N, K = (128, 64, 65536)", BATCHED_LARGE_K
+    )
+    ctx, split = split_proposals(text, "bgemm")
+    assert split, [p.params for p in propose(ctx)]
+    out = variant(ctx, split[0])
+    assert f"blockIdx.z / {split[0].params['split_k']}" in body(out)
+    assert run_against(ctx, [out], [{"M": 37, "N": 45, "K": 700}], tmp_path) == [0]
+
+
+@needs_nvcc
+def test_split_k_compiles_without_spills_for_sm_90():
+    ctx, split = split_proposals(LARGE_K, "mm")
+    for proposal in split[:2]:
+        out = variant(ctx, proposal)
+        build = build_kernel(
+            out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90"
+        )
+        assert build.ok, build.log
+        r = build.resources
+        assert r.spill_store_bytes == 0 and r.stack_bytes == 0

@@ -587,3 +587,22 @@ def test_a_seeded_sum_starts_the_epilogue():
     out = variant(ctx, propose(ctx)[0]).definition
     assert "run(smem, inp, C, weight, C, BT, OC, C, [=](int bt, int oc, float val_sum)" in out
     assert "float val = (bias[oc] * 0.5f + 1.0f) + val_sum;" in out
+
+
+@needs_gxx
+def test_a_long_k_with_few_tiles_is_split_over_a_cluster(tmp_path):
+    """C = A B^T of 128 x 96 (6 tiles of 64 x 64 on 132 SMs) over K = 131072: each tile's K is
+    shared by a cluster; at small sizes (partial tiles, blocks of the cluster with no K tiles)
+    it computes what the original does."""
+    text = GEMM_NT.replace("(1024, 512, 256)", "(128, 96, 131072)")
+    ctx = context(text, "gemm_nt")
+    split = [p for p in propose(ctx) if p.params.get("split_k")]
+    assert split and propose(ctx)[0].params.get("split_k") == 8
+    out = variant(ctx, split[0])
+    assert "cluster_dims(1, 1, 8)" in out.source.text and out.spec.launch.grid[2] == "8"
+    assert "run_split<8>" in out.source.text
+    sizes = [{"M": 70, "N": 45, "K": 1100}, {"M": 9, "N": 33, "K": 20}]
+    assert run_against(ctx, [variant(ctx, p) for p in split[:2]], sizes, tmp_path) == [0, 0]
+    # a C of more tiles than SMs gets no split
+    square = context(GEMM_NT.replace("(1024, 512, 256)", "(2048, 2048, 4096)"), "gemm_nt")
+    assert not [p for p in propose(square) if p.params.get("split_k")]

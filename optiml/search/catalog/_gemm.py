@@ -249,6 +249,87 @@ struct Tiling {
         schedule<false>(smem, a, lda, b, ldb, M, N, K, epilogue);
     }
 
+    // Split-K over a cluster of S blocks, for a C of fewer tiles than the GPU has SMs and a long K:
+    // the kernel is declared with cluster dimensions (1, 1, S) on a grid of S * Z blocks along z
+    // (Z batches: batch blockIdx.z / S). Block q of the cluster sums K tiles [I q / S, I (q + 1) / S)
+    // of the tile (blockIdx.y, blockIdx.x) and leaves that partial tile in its shared memory; after
+    // the cluster's barrier it adds up rows [q BM / S, (q + 1) BM / S) of all S partial tiles, in the
+    // order of q (the same sum whichever block does it), and runs the epilogue on them. No
+    // workspace, no atomics: launches may overlap. The kernel's float4 array holds SPLIT_VECS.
+    static constexpr int SPLIT_VECS = SMEM_VECS > BM * BN / 4 ? SMEM_VECS : BM * BN / 4;
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900  // clusters: sm_90 on
+    template <int S, class Epilogue>
+    __device__ __forceinline__ static void run_split(float4* smem4, const float* a, int lda,
+                                                     const float* b, int ldb, int M, int N,
+                                                     int K, Epilogue epilogue) {
+        float* smem = reinterpret_cast<float*>(smem4);
+        if (A::vectorizable(a, lda, M, K) && B::vectorizable(b, ldb, N, K))
+            split<true, S>(smem, a, lda, b, ldb, M, N, K, epilogue);
+        else
+            split_fallback<S>(smem, a, lda, b, ldb, M, N, K, epilogue);
+    }
+
+    template <int S, class Epilogue>
+    __device__ __noinline__ static void split_fallback(float* smem, const float* a, int lda,
+                                                       const float* b, int ldb, int M, int N,
+                                                       int K, Epilogue epilogue) {
+        split<false, S>(smem, a, lda, b, ldb, M, N, K, epilogue);
+    }
+
+    template <bool VEC, int S, class Epilogue>
+    __device__ __forceinline__ static void split(float* smem, const float* a, int lda,
+                                                 const float* b, int ldb, int M, int N, int K,
+                                                 Epilogue epilogue) {
+        static_assert(S >= 1 && BM % S == 0, "the tile's rows are not shared evenly by the cluster");
+        const int I = (K + BK - 1) / BK;
+        const int q = static_cast<int>(__clusterRelativeBlockRank());
+        const int kb = static_cast<int>((long long)I * q / S);
+        const int ke = static_cast<int>((long long)I * (q + 1) / S);
+        const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+        float acc[TM][TN];
+        if (ke > kb) {
+            product<VEC>(smem, a, lda, b, ldb, M, N, K, m0, n0, kb, ke, acc);
+        } else {  // K shorter than the cluster's K tiles: nothing to add
+#pragma unroll
+            for (int i = 0; i < TM; ++i) {
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] = 0.f;
+            }
+        }
+        wait<0>();
+        __syncthreads();  // the stages are free: the partial tile goes there, [BM][BN]
+        const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+        const int wm = warp / WARPS_N * WM, wn = warp % WARPS_N * WN;
+        const int lm = lane / LANES_N * 4, ln = lane % LANES_N * 4;
+#pragma unroll
+        for (int r = 0; r < RM; ++r) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+#pragma unroll
+                for (int c = 0; c < RN; ++c)
+                    *reinterpret_cast<float4*>(smem + (wm + r * GM + lm + i) * BN + wn + c * GN +
+                                               ln) =
+                        make_float4(acc[r * 4 + i][c * 4], acc[r * 4 + i][c * 4 + 1],
+                                    acc[r * 4 + i][c * 4 + 2], acc[r * 4 + i][c * 4 + 3]);
+            }
+        }
+        __cluster_barrier_arrive();
+        __cluster_barrier_wait();
+        constexpr int ROWS = BM / S;
+        for (int e = threadIdx.x; e < ROWS * BN; e += THREADS) {
+            const int at = (q * ROWS + e / BN) * BN + e % BN;
+            float sum = 0.f;
+#pragma unroll
+            for (int p = 0; p < S; ++p)
+                sum += static_cast<const float*>(__cluster_map_shared_rank(smem, p))[at];
+            epilogue(m0 + at / BN, n0 + at % BN, sum);
+        }
+        // no block leaves (its shared memory) while another may still read it
+        __cluster_barrier_arrive();
+        __cluster_barrier_wait();
+    }
+#endif
+
     // The block's work. Without stream-K, the tile (blockIdx.y, blockIdx.x). With it, on a grid of
     // G blocks for T tiles of I K tiles each: G = T where T < SK or SK divides T, and then a tile
     // per block; else G = T - T % SK (whole waves of SK blocks), the first G - SK blocks a tile
@@ -1155,13 +1236,14 @@ def _name(ast: KernelAST, declarator: Node) -> str | None:
 # ---- the new kernel -------------------------------------------------------------------------
 
 
-def definition(g: Gemm, c: Config, stream_k: int = 0) -> str:
+def definition(g: Gemm, c: Config, stream_k: int = 0, split: int = 0) -> str:
     """The kernel with its body replaced by the tiled GEMM (the epilogue, as written, in a lambda
     run for each output element) and `__launch_bounds__` for the config's block; `stream_k` > 0:
     stream-K over that many blocks (a 1-D grid, `stream_k_grid`). The lambda
     captures by value, as the template's out-of-line fallback takes it (by reference, the
     kernel's parameters would go to the stack); that loses nothing: the epilogue assigns only
-    its own locals and writes memory through the pointers' copies (`match`)."""
+    its own locals and writes memory through the pointers' copies (`match`). `split` > 1: K split
+    over a cluster of that many blocks along z (`Tiling::run_split`; the grid's z is `split`)."""
     ast = g.ast
     unit = _indent_unit(ast)
     taken = ast.identifiers(ast.fn)
@@ -1202,9 +1284,16 @@ def definition(g: Gemm, c: Config, stream_k: int = 0) -> str:
         "thread;",
         f"{unit}// tile rows from {_layout(g.a, 'row')}, columns from {_layout(g.b, 'column')}.",
         *streamed,
+        *(
+            [
+                f"{unit}// K split over a cluster of {split} blocks, summed in distributed shared memory."
+            ]
+            if split
+            else []
+        ),
         f"{unit}using {tile} = optiml_sgemm::Tiling<{targs}>;",
-        f"{unit}__shared__ float4 {smem}[{tile}::SMEM_VECS];",
-        f"{unit}{tile}::run({args}, [=]({params}) {{",
+        f"{unit}__shared__ float4 {smem}[{tile}::{'SPLIT_VECS' if split else 'SMEM_VECS'}];",
+        f"{unit}{tile}::{f'run_split<{split}>' if split else 'run'}({args}, [=]({params}) {{",
     ]
     lines += [_reindent(ast, st, inner) for st in g.before]
     if g.guard.style == "return":
@@ -1221,6 +1310,8 @@ def definition(g: Gemm, c: Config, stream_k: int = 0) -> str:
     lines += [f"{unit}}});", "}"]
     replace = {(ast.body.start_byte, ast.body.end_byte): "\n".join(lines)}
     bounds = f"__launch_bounds__({c.threads}, {c.min_blocks})"
+    if split:  # the attribute `__cluster_dims__` stands for, which the grammar reads here
+        bounds = f"__attribute__((cluster_dims(1, 1, {split}))) {bounds}"
     existing = next((n for n in ast.fn.children if n.type == "launch_bounds"), None)
     if existing is not None:
         replace[(existing.start_byte, existing.end_byte)] = bounds
@@ -1232,6 +1323,40 @@ def definition(g: Gemm, c: Config, stream_k: int = 0) -> str:
             raise ValueError("a kernel without a function declarator")
         replace[(declarator.start_byte, declarator.start_byte)] = f"{bounds} "
     return ast.definition(replace)
+
+
+# Split-K (`Tiling::run_split`): a cluster of S blocks per tile of C shares its K, where C has fewer
+# tiles than the GPU has SMs; each block's share of K is at least MIN_SPLIT_TILES K tiles.
+SPLITS = (2, 4, 8)  # portable cluster sizes
+MIN_SPLIT_TILES = 16
+STATIC_SHARED = 48 * 1024
+MAX_GRID_Z = 65535
+
+
+def split_count(
+    c: Config,
+    main: tuple[int, int],
+    k: int,
+    batches: int,
+    sm_count: int,
+    k_contiguous: tuple[bool, bool],
+) -> tuple[int, bool] | None:
+    """The cluster size that splits K for config `c` at the main problem size ((M, N), K and the
+    batch count): the smallest that brings the tiles to the SMs' count, else the largest that
+    fits; and whether the tiles without it fill at most half the SMs. None where C's tiles fill
+    the SMs already, K is too short, or the partial tile does not fit static shared memory."""
+    tiles = -(-main[0] // c.bm) * -(-main[1] // c.bn) * batches
+    if tiles >= sm_count or 4 * max(c.bm * c.bn, c.smem_bytes(*k_contiguous) // 4) > STATIC_SHARED:
+        return None
+    fitting = [
+        s
+        for s in SPLITS
+        if c.bm % s == 0 and k >= s * MIN_SPLIT_TILES * c.bk and batches * s <= MAX_GRID_Z
+    ]
+    if not fitting:
+        return None
+    enough = [s for s in fitting if tiles * s >= sm_count]
+    return (enough[0] if enough else fitting[-1]), 2 * tiles <= sm_count
 
 
 def stream_k_grid(tiles: str, blocks: int) -> str:

@@ -21,7 +21,7 @@ from optiml.lift.emit import CEmitter, NotEmittable
 from optiml.lift.families import Affine, affine, global_indices
 from optiml.lift.model import BF16, FLOAT, HALF, INT, LONG, Const, Expr, Param
 from optiml.search.catalog import _hmma, gemm_tiling
-from optiml.search.catalog._gemm import HELPERS, match, render
+from optiml.search.catalog._gemm import HELPERS, Config, match, render, split_count
 from optiml.search.catalog.base import Context, Rewrite, Transformation
 
 # The names the schedule gives the model's indices inside the epilogue.
@@ -188,10 +188,14 @@ def base(c: Contraction, which: str) -> str:
     return f"{op.tensor} + {render(form, wide=True)}" if form else op.tensor
 
 
-def head(ctx: Context, threads: int, min_blocks: int) -> str:
-    """The kernel's declaration with `__launch_bounds__` for the new block."""
+def head(ctx: Context, threads: int, min_blocks: int, cluster: int = 0) -> str:
+    """The kernel's declaration with `__launch_bounds__` for the new block, and (`cluster` > 1)
+    cluster dimensions (1, 1, cluster), spelled as the attribute `__cluster_dims__` stands for,
+    which the C++ grammar reads in this place."""
     text = ctx.source.text[ctx.kernel.span.start : ctx.kernel.body_span.start]
     bounds = f"__launch_bounds__({threads}, {min_blocks})"
+    if cluster > 1:
+        bounds = f"__attribute__((cluster_dims(1, 1, {cluster}))) {bounds}"
     if "__launch_bounds__" in text:
         return re.sub(r"__launch_bounds__\s*\([^)]*\)", bounds, text, count=1)
     at = ctx.kernel.name_span.start - ctx.kernel.span.start
@@ -211,47 +215,96 @@ def _fp32(
             -(-mm // config.bm) > gemm_tiling.MAX_GRID_Y for mm, _ in extents
         ):
             continue
-        flags = f"{str(c.a.k_contiguous).lower()}, {str(c.b.k_contiguous).lower()}"
-        targs = (
-            f"{config.bm}, {config.bn}, {config.bk}, {config.rm}, {config.rn}, {config.stages}, "
-            f"{flags}, {config.reg_vecs}"
-        )
-        lines = [
-            "{",
-            f"    // From the lifted model: {c.out.tensor} = f(sum over k of {c.a.tensor} * "
-            f"{c.b.tensor}), {config.bm} x {config.bn} tiles in K steps of {config.bk}",
-            f"    using optiml_tile = optiml_sgemm::Tiling<{targs}>;",
-            "    __shared__ float4 optiml_smem[optiml_tile::SMEM_VECS];",
-        ]
-        if batch is not None:
-            lines.append(f"    const long long {NAMES['batch']} = blockIdx.z;")
-        args = ", ".join(
-            ["optiml_smem", base(c, "a"), render(lda), base(c, "b"), render(ldb), m, n, k]
-        )
-        lines.append(
-            f"    optiml_tile::run({args}, [=](int {NAMES['m']}, int {NAMES['n']}, "
-            "float optiml_acc) {"
-        )
-        lines += epilogue(c, "optiml_acc", " " * 8)
-        lines += ["    });", "}"]
-        grid = [f"cdiv({n}, {config.bn})", f"cdiv({m}, {config.bm})"]
-        if batch is not None:
-            grid.append(batch)
-        variant = ctx.rewrite(
-            head(ctx, config.threads, config.min_blocks) + "\n".join(lines),
-            launch=(grid, [str(config.threads)], "0"),
-            helpers="" if gemm_tiling._has_helpers(ctx) else HELPERS,
-        )
-        layout = f"{c.a.tensor} {'k' if c.a.k_contiguous else 'm'}-contiguous, {c.b.tensor} " + (
-            "k-contiguous" if c.b.k_contiguous else "n-contiguous"
-        )
-        summary = (
-            f"from the lifted model: {config.bm}x{config.bn}x{config.bk} smem tiles, "
-            f"{config.tm}x{config.tn} FFMA per thread ({config.threads} threads), "
-            f"{config.stages} stages; {layout}" + (", batched on blockIdx.z" if batch else "")
-        )
-        out.append(Rewrite(config.params, summary, variant, weight))
+        out.append(_fp32_variant(ctx, c, config, weight, batch, lda, ldb, (m, n, k)))
+        split = split_k(ctx, c, config, extents[0], batch)
+        if split:
+            weight += gemm_tiling.SPLIT_GAIN if split[1] else 0.0
+            out.append(_fp32_variant(ctx, c, config, weight, batch, lda, ldb, (m, n, k), split[0]))
     return sorted(out, key=lambda p: -p.weight)
+
+
+def split_k(
+    ctx: Context, c: Contraction, config: Config, main: tuple[int, int], batch: str | None
+) -> tuple[int, bool] | None:
+    """`_gemm.split_count` for `config` at the main problem size (K and the batch count from it)."""
+    case = ctx.spec.case(ctx.spec.sizes[0])
+    env = {**ctx.spec.template_values, **case.sizes, **case.scalars}
+    try:
+        k = SizeExpr.parse(render(c.k_extent)).evaluate(env)
+        z = SizeExpr.parse(batch).evaluate(env) if batch is not None else 1
+    except ExprError:
+        return None
+    if not isinstance(k, int) or not isinstance(z, int) or z < 1:
+        return None
+    kc = (c.a.k_contiguous, c.b.k_contiguous)
+    return split_count(config, main, k, z, ctx.sm_count, kc)
+
+
+def _fp32_variant(
+    ctx: Context,
+    c: Contraction,
+    config: Config,
+    weight: float,
+    batch: str | None,
+    lda,
+    ldb,
+    mnk: tuple[str, str, str],
+    split: int = 0,
+) -> Rewrite:
+    """One FFMA config's variant: a block per tile of C, or (`split` > 1) a cluster of that many
+    blocks per tile, each summing its share of K."""
+    m, n, k = mnk
+    flags = f"{str(c.a.k_contiguous).lower()}, {str(c.b.k_contiguous).lower()}"
+    targs = (
+        f"{config.bm}, {config.bn}, {config.bk}, {config.rm}, {config.rn}, {config.stages}, "
+        f"{flags}, {config.reg_vecs}"
+    )
+    lines = [
+        "{",
+        f"    // From the lifted model: {c.out.tensor} = f(sum over k of {c.a.tensor} * "
+        f"{c.b.tensor}), {config.bm} x {config.bn} tiles in K steps of {config.bk}"
+        + (f", K split over a cluster of {split} blocks" if split else ""),
+        f"    using optiml_tile = optiml_sgemm::Tiling<{targs}>;",
+        "    __shared__ float4 optiml_smem[optiml_tile::"
+        + ("SPLIT_VECS];" if split else "SMEM_VECS];"),
+    ]
+    if batch is not None:
+        z = f"blockIdx.z / {split}" if split else "blockIdx.z"
+        lines.append(f"    const long long {NAMES['batch']} = {z};")
+    args = ", ".join(["optiml_smem", base(c, "a"), render(lda), base(c, "b"), render(ldb), m, n, k])
+    call = f"run_split<{split}>" if split else "run"
+    lines.append(
+        f"    optiml_tile::{call}({args}, [=](int {NAMES['m']}, int {NAMES['n']}, "
+        "float optiml_acc) {"
+    )
+    lines += epilogue(c, "optiml_acc", " " * 8)
+    lines += ["    });", "}"]
+    grid = [f"cdiv({n}, {config.bn})", f"cdiv({m}, {config.bm})"]
+    if batch is not None:
+        grid.append(f"({batch}) * {split}" if split else batch)
+    elif split:
+        grid.append(str(split))
+    variant = ctx.rewrite(
+        head(ctx, config.threads, config.min_blocks, cluster=split) + "\n".join(lines),
+        launch=(grid, [str(config.threads)], "0"),
+        helpers="" if gemm_tiling._has_helpers(ctx) else HELPERS,
+    )
+    layout = f"{c.a.tensor} {'k' if c.a.k_contiguous else 'm'}-contiguous, {c.b.tensor} " + (
+        "k-contiguous" if c.b.k_contiguous else "n-contiguous"
+    )
+    summary = (
+        f"from the lifted model: {config.bm}x{config.bn}x{config.bk} smem tiles, "
+        f"{config.tm}x{config.tn} FFMA per thread ({config.threads} threads), "
+        f"{config.stages} stages; {layout}"
+        + (", batched on blockIdx.z" if batch else "")
+        + (
+            f"; K split over a cluster of {split} blocks summed in distributed shared memory"
+            if split
+            else ""
+        )
+    )
+    params = {**config.params, "split_k": split} if split else config.params
+    return Rewrite(params, summary, variant, weight)
 
 
 # The tensor cores' fp32 accumulation keeps fewer bits below the largest addend than IEEE fp32's

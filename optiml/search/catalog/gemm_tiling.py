@@ -12,6 +12,7 @@ from optiml.search.catalog._gemm import (
     definition,
     match,
     render,
+    split_count,
     stream_k_grid,
 )
 from optiml.search.catalog.base import Context, Rewrite, Transformation
@@ -52,6 +53,9 @@ MAX_GRID_Y = 65535
 # its weight over the config's.
 MIN_TAIL = 0.01
 STREAM_K_GAIN = 0.05
+# A split of K over a cluster (`_gemm.split_count`) is ranked this much above its config unsplit
+# where C's tiles fill at most half the SMs.
+SPLIT_GAIN = 0.5
 
 
 class GemmTiling(Transformation):
@@ -98,18 +102,47 @@ class GemmTiling(Transformation):
                     "launches must not overlap)"
                 )
                 out.append(Rewrite(params, summary, variant, weight + STREAM_K_GAIN))
+            split = _split(ctx, g, config, extents[0])
+            if split:
+                variant = tiled(ctx, g, config, split=split[0], helpers=helpers)
+                params = {**config.params, "split_k": split[0]}
+                summary += f"; K split over a cluster of {split[0]} blocks"
+                gain = SPLIT_GAIN if split[1] else 0.0
+                out.append(Rewrite(params, summary, variant, weight + gain))
         return sorted(out, key=lambda p: -p.weight)
 
 
+def _split(ctx: Context, g: Gemm, config: Config, main: tuple[int, int]) -> tuple[int, bool] | None:
+    """`split_count` for `config` at the main problem size."""
+    case = ctx.spec.case(ctx.spec.sizes[0])
+    try:
+        k = Expr.parse(render(g.k)).evaluate(
+            {**ctx.spec.template_values, **case.sizes, **case.scalars}
+        )
+    except ExprError:
+        return None
+    if not isinstance(k, int):
+        return None
+    return split_count(config, main, k, 1, ctx.sm_count, (g.a.k_contiguous, g.b.k_contiguous))
+
+
 def tiled(
-    ctx: Context, g: Gemm, config: Config, stream_k: int = 0, helpers: str = HELPERS
+    ctx: Context,
+    g: Gemm,
+    config: Config,
+    stream_k: int = 0,
+    helpers: str = HELPERS,
+    split: int = 0,
 ) -> Variant:
-    """The variant of one config: a block per tile on a 2-D grid, or (`stream_k` > 0) stream-K
-    over that many blocks on a 1-D grid."""
+    """The variant of one config: a block per tile on a 2-D grid, (`stream_k` > 0) stream-K
+    over that many blocks on a 1-D grid, or (`split` > 1) a cluster of that many blocks along z
+    per tile, each summing its share of K."""
     tiles = [f"cdiv({render(g.n)}, {config.bn})", f"cdiv({render(g.m)}, {config.bm})"]
     grid = [stream_k_grid(" * ".join(tiles), stream_k)] if stream_k else tiles
+    if split:
+        grid = [*tiles, str(split)]
     return ctx.rewrite(
-        definition(g, config, stream_k=stream_k),
+        definition(g, config, stream_k=stream_k, split=split),
         launch=(grid, [str(config.threads)], "0"),
         helpers=helpers,
     )
