@@ -114,6 +114,27 @@ def test_a_slow_round_is_its_own_warm_up_and_is_timed_briefly():
     assert t.warmup_rounds >= 1 and t.candidate.reps >= 8
 
 
+def test_a_candidate_far_slower_than_its_reference_is_timed_by_its_first_round():
+    """With `give_up` and a slow round (both made to hold here) the first round is the timing;
+    without `give_up`, the slow round's own timing (5 launches)."""
+    source, kernel, spec = load(FIXTURES / "saxpy.cu", "saxpy")
+    candidate = SourceFile.read(FIXTURES / "candidates" / "saxpy_float4.cu")
+    slow = opts(slow_round_ms=1e-9, target_ms=1e-9, reps_min=8)  # without give_up
+    v = evaluate(
+        source,
+        kernel,
+        spec,
+        candidate,
+        opts(slow_round_ms=1e-9, target_ms=1e-9, reps_min=8, give_up=1e-9),
+    )
+    assert v.status == "ok", v.message
+    t = v.cases[0].timing
+    assert t.coarse and t.candidate.reps == 1 and t.reference.reps == 1
+    assert "timed by one launch" in v.message
+    t = evaluate(source, kernel, spec, candidate, slow).cases[0].timing
+    assert not t.coarse and t.candidate.reps == 5
+
+
 def test_a_launch_slower_than_any_floor_is_not_probed():
     """The dependence probes lower the floor's bound only: a launch slower than a slow round and
     than all its bytes at 20 TB/s makes none (samples 0), one that is not slow makes them."""

@@ -103,6 +103,10 @@ class EvalOptions:
     # rounds of 5 until two agree, then at least reps_min): KernelBench's plain LogSoftmax, 259 ms
     # a launch on an H100, was launched 20 to 45 times to time each candidate beside it.
     slow_round_ms: float | None = 20.0
+    # Where a candidate's first timed launch takes a slow round and this many times its
+    # reference's, that round is its timing (`CaseTiming.coarse`; None: never). The search's
+    # evaluations set it: timing a loser to 2 % tells it nothing more than that it lost.
+    give_up: float | None = None
     flush_factor: float = 2.0
     max_mismatches: int = 10
     cases: list[CasePlan] | None = None  # None: the sizes (above) as the spec declares them
@@ -605,6 +609,7 @@ def write_plan(
         f"timing {opts.reps_min} {opts.reps_max} {opts.target_ms} {opts.warmup_max} {opts.flush_factor}",
         f"timed_checks {opts.timed_checks!r} {secrets.randbits(63) | 1 if opts.fresh_inputs else 0}",
         f"slow_round {opts.slow_round_ms or 0!r}",
+        f"give_up {opts.give_up or 0!r}",
         f"key {key}",
         f"guard {0 if profile_only else opts.guard_bytes}",
         f"dependence {opts.dependence}",
@@ -1029,6 +1034,8 @@ def _verdict_of(
     if timed and timed[0].timing.reference:
         t = timed[0].timing
         msg = f"correct at {len(results)} size(s) × {seeds_n} seeds; {t.candidate.median_ms:.4g} ms vs {t.reference.median_ms:.4g} ms ({t.speedup:.2f}×) at {timed[0].label}"
+        if t.coarse:
+            msg += " (timed by one launch: far slower than its reference)"
     elif timed:
         msg = f"correct at {len(results)} size(s) × {seeds_n} seeds; {timed[0].timing.candidate.median_ms:.4g} ms at {timed[0].label}"
     else:

@@ -435,6 +435,10 @@ struct Plan {
   double target_ms = 400, flush_factor = 2.0;
   // A round of one launch of each timed kernel at least this long is its own warm-up (0: never)
   double slow_round_ms = 0;
+  // A candidate whose first timed launch takes at least a slow round and this many times the
+  // reference's is timed by that round alone (0: never): a search learns nothing from timing a
+  // loser precisely (KernelBench's large-K GEMM had 2.5 s launches beside its 48 ms input).
+  double give_up = 0;
   double check_fraction = 0.25;  // timed launches whose outputs and inputs are checked (+ the last)
   uint64_t timing_seed = 0;      // fresh inputs for the timed launches; 0: the check seeds' inputs
   uint64_t key = 0;              // guard noise, digests
@@ -466,6 +470,8 @@ static Plan read_plan(std::istream& f) {
       in >> p.reps_min >> p.reps_max >> p.target_ms >> p.warmup_max >> p.flush_factor;
     } else if (key == "slow_round") {
       in >> p.slow_round_ms;
+    } else if (key == "give_up") {
+      in >> p.give_up;
     } else if (key == "timed_checks") {
       in >> p.check_fraction >> p.timing_seed;
     } else if (key == "key") {
@@ -1809,6 +1815,8 @@ int main(int argc, char** argv) {
       double first_round_ms = 0;
       for (size_t s = 0; s < series.size(); ++s) first_round_ms += prev[s][0];
       const bool slow = plan.slow_round_ms > 0 && first_round_ms >= plan.slow_round_ms;
+      const bool hopeless = slow && plan.give_up > 0 && series.size() > 1 &&
+                            prev[0][0] >= plan.slow_round_ms && prev[0][0] > plan.give_up * prev[1][0];
       if (!slow) timed_round(5, prev);
       while (!slow && warm_rounds++ < plan.warmup_max / 5) {
         timed_round(5, cur);
@@ -1827,16 +1835,23 @@ int main(int argc, char** argv) {
       if (slow)
         reps = std::min({plan.reps_min, plan.reps_max,
                          std::max(5, (int)std::ceil(10 * plan.target_ms / per_round_ms))});
-      phase("case=%zu timing reps=%d", ci, reps);
       int clock_before = nvml.sm_clock_mhz();
       std::vector<std::vector<float>> times;
-      timed_round(reps, times);
+      if (hopeless) {
+        phase("case=%zu timing: the first round only (%.3g ms against %.3g)", ci, prev[0][0], prev[1][0]);
+        times = prev;
+        reps = 1;
+      } else {
+        phase("case=%zu timing reps=%d", ci, reps);
+        timed_round(reps, times);
+      }
       int clock_after = nvml.sm_clock_mhz();
       for (auto e : ev_start) cudaEventDestroy(e);
       for (auto e : ev_stop) cudaEventDestroy(e);
       std::ostringstream tj;
       tj << "{\"candidate\": " << stats_json(stats_of(times[0]))
          << ", \"reference\": " << (series.size() > 1 ? stats_json(stats_of(times[1])) : "null")
+         << ", \"coarse\": " << (hopeless ? "true" : "false")
          << ", \"warmup_rounds\": " << warm_rounds << ", \"sm_clock_mhz\": [" << clock_before
          << ", " << clock_after << "], \"fresh_inputs\": " << (fresh ? "true" : "false")
          << ", \"checked_launches\": " << checked_launches << ", \"near_repeats\": " << near_repeats

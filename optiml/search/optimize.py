@@ -103,10 +103,11 @@ class OptimizeOptions:
     confirm_top: int = 3
     sanitize: bool = True
     judge: bool = True
-    # the search times the first size only, briefly; confirmation times it longer
+    # the search times the first size only, briefly (a candidate 4x slower than its reference at
+    # a slow round's length by that round alone); confirmation times it longer
     search_eval: EvalOptions = field(
         default_factory=lambda: EvalOptions(
-            time_all_sizes=False, reps_min=10, target_ms=100.0, ahead=runners_ahead()
+            time_all_sizes=False, reps_min=10, target_ms=100.0, ahead=runners_ahead(), give_up=4.0
         )
     )
     confirm_eval: EvalOptions = field(
