@@ -135,6 +135,23 @@ def test_a_candidate_far_slower_than_its_reference_is_timed_by_its_first_round()
     assert not t.coarse and t.candidate.reps == 5
 
 
+def test_a_reference_time_measured_before_is_not_measured_again():
+    """`reference_ms`: the reference is not timed beside the candidate (its stats are that time,
+    0 launches) and the timed launches' outputs are not compared; the seeds' runs still are (a
+    wrong candidate is still wrong)."""
+    source, kernel, spec = load(FIXTURES / "saxpy.cu", "saxpy")
+    candidate = SourceFile.read(FIXTURES / "candidates" / "saxpy_float4.cu")
+    before = opts(time_all_sizes=False, reference_ms=123.0)
+    v = evaluate(source, kernel, spec, candidate, before)
+    assert v.status == "ok", v.message
+    t = v.cases[0].timing
+    assert t.reference_before and t.reference.median_ms == 123.0 and t.reference.reps == 0
+    assert not t.compared and t.candidate.reps >= 5 and "measured before" in v.message
+    wrong = SourceFile(candidate.text.replace("a * xv.x + yv.x", "a * xv.x - yv.x"), "w.cu")
+    assert wrong.text != candidate.text
+    assert evaluate(source, kernel, spec, wrong, before).status == "wrong"
+
+
 def test_a_launch_slower_than_any_floor_is_not_probed():
     """The dependence probes lower the floor's bound only: a launch slower than a slow round and
     than all its bytes at 20 TB/s makes none (samples 0), one that is not slow makes them."""

@@ -107,6 +107,12 @@ class EvalOptions:
     # reference's, that round is its timing (`CaseTiming.coarse`; None: never). The search's
     # evaluations set it: timing a loser to 2 % tells it nothing more than that it lost.
     give_up: float | None = None
+    # The reference kernel's time at the timed size, measured before (None: timed beside the
+    # candidate): it is not launched for its time, and the timed launches' outputs are not compared
+    # (their inputs and guards are; the seeds' runs compare outputs as always). The search sets it
+    # for a slow input's candidates: each evaluation launched it 6 times for its time alone, and
+    # as often again where the oracle judged a timed launch (KernelBench's LayerNorm, 800 ms).
+    reference_ms: float | None = None
     flush_factor: float = 2.0
     max_mismatches: int = 10
     cases: list[CasePlan] | None = None  # None: the sizes (above) as the spec declares them
@@ -164,6 +170,8 @@ def evaluate(
     kernel as written instead, once it has passed against the function at the others (the
     smallest at least; `numpy_sizes`): one verdict of both steps, whose message says so."""
     opts = options or EvalOptions()
+    if opts.reference_ms is not None and opts.time_all_sizes:
+        raise ValueError("reference_ms is the reference's time at the first size: time only it")
     small = None
     if spec.reference.kind == "numpy" and not (opts.kernel_reference or opts.sizes or opts.cases):
         small = numpy_sizes(spec, opts.numpy_elements)
@@ -610,6 +618,7 @@ def write_plan(
         f"timed_checks {opts.timed_checks!r} {secrets.randbits(63) | 1 if opts.fresh_inputs else 0}",
         f"slow_round {opts.slow_round_ms or 0!r}",
         f"give_up {opts.give_up or 0!r}",
+        f"reference_ms {opts.reference_ms or 0!r}",
         f"key {key}",
         f"guard {0 if profile_only else opts.guard_bytes}",
         f"dependence {opts.dependence}",
@@ -1036,6 +1045,8 @@ def _verdict_of(
         msg = f"correct at {len(results)} size(s) × {seeds_n} seeds; {t.candidate.median_ms:.4g} ms vs {t.reference.median_ms:.4g} ms ({t.speedup:.2f}×) at {timed[0].label}"
         if t.coarse:
             msg += " (timed by one launch: far slower than its reference)"
+        if t.reference_before:
+            msg += " (the reference's time measured before)"
     elif timed:
         msg = f"correct at {len(results)} size(s) × {seeds_n} seeds; {timed[0].timing.candidate.median_ms:.4g} ms at {timed[0].label}"
     else:

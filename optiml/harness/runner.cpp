@@ -439,6 +439,11 @@ struct Plan {
   // reference's is timed by that round alone (0: never): a search learns nothing from timing a
   // loser precisely (KernelBench's large-K GEMM had 2.5 s launches beside its 48 ms input).
   double give_up = 0;
+  // The reference's time at the timed case, measured before (0: none): the reference is not timed
+  // beside the candidate (a slow input, launched 6 times an evaluation for its time alone) and the
+  // timed launches' outputs are not compared (no reference ran on their inputs); their inputs and
+  // guard regions still are, and the seeds' checked runs compare the outputs as always.
+  double reference_ms = 0;
   double check_fraction = 0.25;  // timed launches whose outputs and inputs are checked (+ the last)
   uint64_t timing_seed = 0;      // fresh inputs for the timed launches; 0: the check seeds' inputs
   uint64_t key = 0;              // guard noise, digests
@@ -472,6 +477,8 @@ static Plan read_plan(std::istream& f) {
       in >> p.slow_round_ms;
     } else if (key == "give_up") {
       in >> p.give_up;
+    } else if (key == "reference_ms") {
+      in >> p.reference_ms;
     } else if (key == "timed_checks") {
       in >> p.check_fraction >> p.timing_seed;
     } else if (key == "key") {
@@ -1473,7 +1480,8 @@ int main(int argc, char** argv) {
     std::vector<void*> got(nb, nullptr), want(nb, nullptr);
     std::vector<std::vector<void*>> want_seed;  // a NumPy reference's outputs, per seed
     const bool timed = c.time && case_ok;
-    const bool compare_timed = (have_reference && !same) || plan.numpy_reference;
+    const bool reference_timed = have_reference && !same && plan.reference_ms <= 0;
+    const bool compare_timed = reference_timed || plan.numpy_reference;
     if (timed || (plan.dependence > 0 && c.time && case_ok)) {
       for (size_t b = 0; b < nb; ++b) {
         if (is_in(b)) continue;
@@ -1581,7 +1589,7 @@ int main(int argc, char** argv) {
     if (timed) {
       std::vector<const Kernel*> series;
       series.push_back(&candidate);
-      if (have_reference && !same) series.push_back(&reference);
+      if (reference_timed) series.push_back(&reference);
       const bool fresh = plan.timing_seed != 0 && have_reference;
       // Without checks of the timed launches (a measurement of what they cost), the inputs are
       // made once and the outputs not poisoned: the timing loop as it was before the checks.
@@ -1848,9 +1856,15 @@ int main(int argc, char** argv) {
       int clock_after = nvml.sm_clock_mhz();
       for (auto e : ev_start) cudaEventDestroy(e);
       for (auto e : ev_stop) cudaEventDestroy(e);
+      const bool before = series.size() == 1 && have_reference && !same && plan.reference_ms > 0;
       std::ostringstream tj;
       tj << "{\"candidate\": " << stats_json(stats_of(times[0]))
-         << ", \"reference\": " << (series.size() > 1 ? stats_json(stats_of(times[1])) : "null")
+         << ", \"reference\": "
+         << (series.size() > 1 ? stats_json(stats_of(times[1]))
+             : before         ? stats_json(Stats{plan.reference_ms, plan.reference_ms,
+                                                 plan.reference_ms, plan.reference_ms, 0})
+                              : "null")
+         << ", \"reference_before\": " << (before ? "true" : "false")
          << ", \"coarse\": " << (hopeless ? "true" : "false")
          << ", \"warmup_rounds\": " << warm_rounds << ", \"sm_clock_mhz\": [" << clock_before
          << ", " << clock_after << "], \"fresh_inputs\": " << (fresh ? "true" : "false")

@@ -107,6 +107,8 @@ class CaseTiming(BaseModel):
     sm_clock_mhz: list[int]
     # timed by its first round alone: far slower than its reference (`EvalOptions.give_up`)
     coarse: bool = False
+    # the reference's time is one measured before (`EvalOptions.reference_ms`), not beside it
+    reference_before: bool = False
     candidate_ms: list[float] = Field(default_factory=list)
     fresh_inputs: bool = False  # each timed launch had inputs of its own, from a per-run seed
     checked_launches: int = 0  # timed launches whose outputs and inputs were checked

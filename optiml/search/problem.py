@@ -182,6 +182,15 @@ class KernelProblem:
             )
         return None
 
+    def _against_input_before(self) -> ProblemOptions:
+        """The options of an evaluation against a slow input: its time is the one the input's
+        measurement took (at the first size, the only one the search times), not measured again
+        beside the candidate. Where the search times every size, the input is timed beside."""
+        ms = self.baseline.candidate_ms
+        if not ms or self.options.eval.time_all_sizes:
+            return self.options
+        return replace(self.options, eval=replace(self.options.eval, reference_ms=ms))
+
     def job(self, state: Variant, reference: Variant | None = None) -> Job:
         """`state` checked against the input, or against `reference` (a verified variant of it,
         under its own launch; the contract stays the input's)."""
@@ -251,7 +260,7 @@ class KernelProblem:
         m = await measure(
             self.executor,
             self.job(state, surrogate[0] if surrogate else None),
-            self.options,
+            self._against_input_before() if self.slow_input and surrogate is None else self.options,
             worth=lambda m: self._worth(m, steered_by),
             on_verdict=taken,
         )

@@ -269,6 +269,9 @@ class Against(StandInExecutor):
         self.profiles = 0
         self.profiling: set[int] = set()  # profiles in flight, by number (the input's is 1)
         self.during: list[set[int]] = []  # of each evaluation, those in flight when it started
+        # each evaluation's `EvalOptions.reference_ms`, and whether it was a confirmation's
+        self.reference_ms: list[float | None] = []
+        self.pinned_reference_ms: list[float | None] = []
 
     async def profile(self, job, *, full=False):
         self.profiles += 1
@@ -282,6 +285,9 @@ class Against(StandInExecutor):
 
     async def evaluate(self, job, options, *, pinned=False):
         self.during.append(set(self.profiling))
+        self.reference_ms.append(options.reference_ms)
+        if pinned:
+            self.pinned_reference_ms.append(options.reference_ms)
         self.running += 1
         self.most = max(self.most, self.running)
         against_input = job.source.text == self.input_text
@@ -322,6 +328,13 @@ def test_a_slow_input_gives_way_to_its_first_verified_faster_candidate(monkeypat
     assert searched[0] and not searched[-1] and searched.count(False) >= 3
     # confirmation and judge check against the input
     assert all(against for _, against in ex.against[confirming:])
+    # evaluations against the slow input take its time from its measurement (50 ms) instead of
+    # timing it beside each candidate; those against the surrogate, the input's own measurement,
+    # the confirmation and the judge time their reference
+    before = [ms for ms in ex.reference_ms if ms is not None]
+    assert before and all(ms == pytest.approx(50.0) for ms in before)
+    assert ex.reference_ms[0] is None and len(before) < len(ex.reference_ms) - 1
+    assert ex.pinned_reference_ms and set(ex.pinned_reference_ms) == {None}
     # every speedup is over the input, whichever reference it was timed beside
     for n in t.nodes[1:]:
         m = n.measurement
