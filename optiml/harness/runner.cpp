@@ -34,6 +34,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -284,6 +285,26 @@ __global__ void optiml_fill_input(unsigned char* base, Code code, bool is_float,
 // than a tolerance hides (what a cache keyed on sampled elements or on the inputs' ends misses).
 __global__ void optiml_poke_input(unsigned char* base, Code code, size_t size, size_t i, double value) {
   store(code, base + i * size, value, (int64_t)value);
+}
+
+// A buffer's elements in the oracle's type (double for floats), each moved by a few units in the
+// last place of float for the k-th pseudorandom pair (`perturb` = ±k, 0: not moved): the same
+// values, bit for bit, as the host's conversion made them (no fused multiply-add).
+__global__ void optiml_promote(const unsigned char* src, Code from, size_t from_size,
+                               unsigned char* dst, Code to, size_t to_size, size_t n, int perturb,
+                               double ulps, uint64_t key, uint64_t b) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    double v = load_float(from, src + i * from_size);
+    if (perturb) {
+      const uint64_t pair = (uint64_t)(perturb < 0 ? -perturb : perturb);
+      uint64_t h = splitmix64(key ^ (pair * 0xD1B54A32D192ED03ull) ^ (b * 0x9E3779B97F4A7C15ull) ^ i);
+      double r = rn_add(0.5, rn_mul((double)(h >> 12), 0x1p-53));
+      double sign = ((h & 1) ? 1.0 : -1.0) * (perturb > 0 ? 1.0 : -1.0);
+      v = rn_mul(v, rn_add(1.0, rn_mul(sign * ulps, r)));
+    }
+    store(to, dst + i * to_size, v, 0);
+  }
 }
 
 __global__ void optiml_fill_pattern(unsigned char* base, size_t n, uint64_t pattern, size_t size) {
@@ -610,17 +631,6 @@ static ScalarStorage scalar_value(const Param& prm, const DType& d, const std::s
     store(d.code, s.bytes.data(), 0, (int64_t)strtoull(text.c_str(), nullptr, 10));
   }
   return s;
-}
-
-static void fill_inputs(const Buffer& b, size_t buffer_index, size_t n, const Dist& dist,
-                        uint64_t seed, std::vector<unsigned char>& host) {
-  host.resize(n * b.dtype.size);
-  const DType d = b.dtype;
-  unsigned char* base = host.data();
-  parallel_chunks(n, worker_count(n), [&](size_t begin, size_t end, size_t) {
-    for (size_t i = begin; i < end; ++i)
-      fill_value(d.code, d.is_float, d.size, base, i, n, dist, seed, buffer_index);
-  });
 }
 
 struct Mismatch {
@@ -1173,15 +1183,6 @@ int main(int argc, char** argv) {
       }
       return clean;
     };
-    auto upload = [&](const std::vector<std::vector<unsigned char>>& host) {
-      for (size_t b = 0; b < nb; ++b) {
-        if (plan.buffers[b].role == "out") poison_device(b);
-        else if (bytes[b])
-          check(cudaMemcpy(dev_bufs[b], host[b].data(), bytes[b], cudaMemcpyHostToDevice),
-                "harness", "uploading an input");
-      }
-      check(cudaGetLastError(), "harness", "poisoning an output");
-    };
     auto download = [&](std::vector<std::vector<unsigned char>>& host) {
       host.assign(nb, {});
       for (size_t b = 0; b < nb; ++b) {
@@ -1199,41 +1200,38 @@ int main(int argc, char** argv) {
     // units in the last place of float, by the k-th pseudorandom amounts, the opposite way for
     // -k: how far the exact result moves under that is how far rounding alone can move a float
     // computation.
-    auto run_oracle = [&](const std::vector<std::vector<unsigned char>>& inputs,
+    // `make` puts the run's inputs on the device (where the kernels ran on them, an `inout` buffer
+    // holds their outputs since); the oracle's come from there, promoted on the device: copied to
+    // the host, converted there and uploaded, a 2048 x 1048576 matrix-vector product's 8 GB made
+    // each of its arbitrations take seconds (a confirmation of KernelBench's gemv, 29 s).
+    auto run_oracle = [&](const std::function<void()>& make,
                           std::vector<std::vector<unsigned char>>& exact, int perturb) {
       std::vector<void*> obufs(nb, nullptr);
       std::vector<ScalarStorage> oscalars(plan.params.size());
       std::vector<void*> oargs(plan.params.size());
       exact.assign(nb, {});
+      make();
+      check(cudaStreamSynchronize(stream), "harness", "making the oracle's inputs");
       for (size_t b = 0; b < nb; ++b) {
         const Buffer& buf = plan.buffers[b];
         size_t n = c.lengths[b], ob = n * buf.oracle.size;
         check(cudaMalloc(&obufs[b], std::max<size_t>(ob, 1)), "oracle", "cudaMalloc");
-        std::vector<unsigned char> host(ob);
         if (buf.role == "out") {
-          check(cudaMemset(obufs[b], 0, ob), "oracle", "cudaMemset");
+          check(cudaMemsetAsync(obufs[b], 0, ob, stream), "oracle", "cudaMemset");
           continue;
         }
+        if (!n) continue;
         if (buf.oracle.code == buf.dtype.code && !(perturb && buf.dtype.is_float)) {
-          memcpy(host.data(), inputs[b].data(), ob);
+          check(cudaMemcpyAsync(obufs[b], dev_bufs[b], ob, cudaMemcpyDeviceToDevice, stream),
+                "oracle", "copying an input");
         } else {
           const double ulps = buf.oracle.code == F64 && buf.dtype.code == F64 ? 0x1p-50 : 0x1p-21;
-          parallel_chunks(n, worker_count(n), [&](size_t begin, size_t end, size_t) {
-            for (size_t i = begin; i < end; ++i) {
-              double v = load_float(buf.dtype.code, inputs[b].data() + i * buf.dtype.size);
-              if (perturb) {
-                const uint64_t pair = (uint64_t)std::abs(perturb);
-                uint64_t h = splitmix64(plan.key ^ (pair * 0xD1B54A32D192ED03ull) ^
-                                        (b * 0x9E3779B97F4A7C15ull) ^ i);
-                // between half and all of `ulps`, up or down; the opposite way for -k
-                double r = 0.5 + (double)(h >> 12) * 0x1p-53;
-                v *= 1.0 + ((h & 1) ? 1 : -1) * (perturb > 0 ? 1 : -1) * ulps * r;
-              }
-              store(buf.oracle.code, host.data() + i * buf.oracle.size, v, 0);
-            }
-          });
+          optiml_promote<<<grid_for(n, prop), 256, 0, stream>>>(
+              (const unsigned char*)dev_bufs[b], buf.dtype.code, buf.dtype.size,
+              (unsigned char*)obufs[b], buf.oracle.code, buf.oracle.size, n, perturb, ulps,
+              plan.key, b);
+          check(cudaGetLastError(), "oracle", "promoting an input");
         }
-        check(cudaMemcpy(obufs[b], host.data(), ob, cudaMemcpyHostToDevice), "oracle", "upload");
       }
       for (size_t i = 0; i < plan.params.size(); ++i) {
         const Param& prm = plan.params[i];
@@ -1265,14 +1263,14 @@ int main(int argc, char** argv) {
     // widened by how far the exact result itself moves when the inputs move by rounding (a sign,
     // a comparison or a floor of a value within rounding of its edge: no float computation can
     // be held to more). `runs` keeps the oracle's outputs for the other buffers of these inputs.
-    auto oracle_accepts = [&](size_t b, const std::vector<std::vector<unsigned char>>& inputs,
+    auto oracle_accepts = [&](size_t b, const std::function<void()>& make_inputs,
                               const std::vector<unsigned char>& ref_b,
                               const std::vector<unsigned char>& cand_b, double atol,
                               OracleRuns& runs, std::string* json, const std::string& where) {
       const Buffer& buf = plan.buffers[b];
       if (runs.exact.empty()) {
         phase("case=%zu %s kernel=oracle", ci, where.c_str());
-        run_oracle(inputs, runs.exact, 0);
+        run_oracle(make_inputs, runs.exact, 0);
       }
       double ce = error_in_tolerances(buf, cand_b, runs.exact[b], c.lengths[b], atol);
       double re = error_in_tolerances(buf, ref_b, runs.exact[b], c.lengths[b], atol);
@@ -1287,7 +1285,7 @@ int main(int argc, char** argv) {
           std::vector<std::vector<unsigned char>> moved;
           for (int k = -MOVED_PAIRS; k <= MOVED_PAIRS; ++k) {
             if (k == 0) continue;
-            run_oracle(inputs, moved, k);
+            run_oracle(make_inputs, moved, k);
             for (size_t o = 0; o < nb; ++o) {
               if (is_in(o)) continue;
               const Buffer& ob = plan.buffers[o];
@@ -1332,8 +1330,8 @@ int main(int argc, char** argv) {
     // A seed's inputs are made on the device before each run (outputs poisoned), as inputs.py
     // makes them on the host (the same function of seed, buffer and index, the same rounding):
     // making gigabytes on the host and uploading them twice was most of a large case's checked
-    // runs. The oracle alone reads them on the host, made there when it is asked.
-    std::vector<std::vector<unsigned char>> inputs(nb), ref_out, cand_out;
+    // runs. The oracle's are promoted from them on the device too.
+    std::vector<std::vector<unsigned char>> ref_out, cand_out;
     std::vector<uint64_t> input_digests(nb, 0);
     bool case_ok = true;
     auto remake = [&](uint64_t seed) {
@@ -1373,14 +1371,6 @@ int main(int argc, char** argv) {
     for (size_t si = 0; si < plan.seeds.size(); ++si) {
       uint64_t seed = plan.seeds[si];
       std::string when = "at seed " + std::to_string(seed);
-      bool on_host = false;
-      auto host_inputs = [&]() -> const std::vector<std::vector<unsigned char>>& {
-        for (size_t b = 0; b < nb && !on_host; ++b)
-          if (plan.buffers[b].role != "out")
-            fill_inputs(plan.buffers[b], b, c.lengths[b], c.dists[b], seed, inputs[b]);
-        on_host = true;
-        return inputs;
-      };
       remake(seed);
       check(cudaMemset(d_small, 0, small_n * sizeof(unsigned long long)), "harness", "cudaMemset");
       digest_inputs(d_small, 1);
@@ -1452,7 +1442,7 @@ int main(int argc, char** argv) {
         }
         std::string oracle_json = "null";
         if (cmp.mismatches && cmp.unwritten == 0 && have_oracle && buf.dtype.is_float &&
-            oracle_accepts(b, host_inputs(), ref_out[b], cand_out[b], atol, exact, &oracle_json,
+            oracle_accepts(b, [&] { remake(seed); }, ref_out[b], cand_out[b], atol, exact, &oracle_json,
                            "seed=" + std::to_string(seed)))
           cmp.mismatches = 0;
         if (cmp.mismatches) case_ok = false;
@@ -1610,24 +1600,23 @@ int main(int argc, char** argv) {
       auto oracle_accepts_launch = [&](uint64_t seed, bool is_near, size_t poke_b, size_t poke_i,
                                        size_t g, int nth, const unsigned long long* slot) -> bool {
         if (!have_oracle || plan.numpy_reference) return false;
-        std::vector<std::vector<unsigned char>> ins(nb), r_out, c_out;
-        for (size_t b = 0; b < nb; ++b) {
-          if (plan.buffers[b].role == "out") continue;
-          fill_device(b, seed);
-          if (is_near && b == poke_b) poke_device(b, poke_i, g);
-        }
-        check(cudaStreamSynchronize(stream), "harness", "remaking a timed launch's inputs");
-        for (size_t b = 0; b < nb; ++b) {
-          if (plan.buffers[b].role == "out") continue;
-          ins[b].resize(bytes[b]);
-          if (bytes[b])
-            check(cudaMemcpy(ins[b].data(), dev_bufs[b], bytes[b], cudaMemcpyDeviceToHost),
-                  "harness", "reading a timed launch's inputs");
-        }
-        upload(ins);
+        std::vector<std::vector<unsigned char>> r_out, c_out;
+        // the launch's inputs made again on the device, its outputs poisoned
+        auto make = [&]() {
+          for (size_t b = 0; b < nb; ++b) {
+            if (plan.buffers[b].role == "out") {
+              poison_device(b);
+              continue;
+            }
+            fill_device(b, seed);
+            if (is_near && b == poke_b) poke_device(b, poke_i, g);
+          }
+          check(cudaGetLastError(), "harness", "remaking a timed launch's inputs");
+        };
+        make();
         run(reference, "reference");
         download(r_out);
-        upload(ins);
+        make();
         run(candidate, "candidate");
         download(c_out);
         OracleRuns runs;
@@ -1644,7 +1633,7 @@ int main(int argc, char** argv) {
             return false;
           if (!cmp.mismatches) continue;
           if (cmp.unwritten || !buf.dtype.is_float ||
-              !oracle_accepts(b, ins, r_out[b], c_out[b], atol, runs, nullptr, where))
+              !oracle_accepts(b, make, r_out[b], c_out[b], atol, runs, nullptr, where))
             return false;
         }
         return true;
