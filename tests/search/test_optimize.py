@@ -41,6 +41,7 @@ from optiml.search.optimize import (
     search_seconds,
 )
 from optiml.search.policy import OfflinePolicy
+from optiml.search.problem import light_touch
 from optiml.search.report import render
 from optiml.search.variant import kernel_text
 from optiml.spec import load
@@ -902,3 +903,40 @@ def test_the_searchs_runners_start_ahead_unless_the_environment_says_not(monkeyp
     assert options.search_eval.ahead and not options.confirm_eval.ahead
     monkeypatch.setenv("OPTIML_RUNNER_AHEAD", "0")
     assert not OptimizeOptions().search_eval.ahead
+
+
+def _grid_stride_slow(text: str) -> float:
+    """The stand-in GPU where a grid-stride loop runs 4x slower and packing 1.25x faster."""
+    ms = BASE_MS / (1.25 if "optiml_pack" in text else 1.0)
+    return ms * (4.0 if "blockDim.x * gridDim.x" in text else 1.0)
+
+
+def _light_children_of_laggards(t) -> list[str]:
+    """Light touches made of a variant more than 2x behind the best measured when it was
+    expanded (here: every variant with a grid-stride loop, at 0.25x or 0.31x)."""
+    by_id = {n.id: n for n in t.nodes}
+    out = []
+    for n in t.nodes:
+        parent = by_id.get(n.parent) if n.parent is not None else None
+        pm = parent.measurement if parent else None
+        if pm and pm.speedup and pm.speedup < 0.5 and n.edit and light_touch(n.edit.transform):
+            out.append(n.edit.transform)
+    return out
+
+
+def test_a_variant_far_behind_the_best_gets_no_light_touches(monkeypatch):
+    monkeypatch.setitem(globals(), "cost", _grid_stride_slow)
+
+    def run():
+        options = OptimizeOptions(budget=24)
+        return asyncio.run(
+            optimize(FIXTURES / "saxpy.cu", "saxpy", StandInExecutor(), options)
+        ).trajectory
+
+    t = run()
+    laggards = [n for n in t.nodes if n.measurement and (n.measurement.speedup or 1) < 0.5]
+    assert laggards, "no grid-stride variant was measured"
+    assert _light_children_of_laggards(t) == []
+    # without the rule the same search gives them block sizes, unrolling, launch bounds
+    monkeypatch.setattr("optiml.search.problem.light_touch", lambda transform: False)
+    assert _light_children_of_laggards(run())
