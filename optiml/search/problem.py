@@ -147,6 +147,11 @@ class KernelProblem:
         for c in await self.policy.propose(request, k, rng):
             if behind and light_touch(c.edit.transform):
                 continue
+            # a text the search has already measured or is measuring (edits that commute, a block
+            # size set back: 512 then 256 is 256) would be the same evaluation again under
+            # another name, counted against the budget and grown as a subtree of its own
+            if c.variant.key in self._measured or c.variant.key == self.root_key:
+                continue
             self._made[(node.state.key, c.edit.key)] = c.variant
             self._parent.setdefault(c.variant.key, node.state.key)
             out.append((c.edit, c.prior))

@@ -940,3 +940,33 @@ def test_a_variant_far_behind_the_best_gets_no_light_touches(monkeypatch):
     # without the rule the same search gives them block sizes, unrolling, launch bounds
     monkeypatch.setattr("optiml.search.problem.light_touch", lambda transform: False)
     assert _light_children_of_laggards(run())
+
+
+class Texts(StandInExecutor):
+    """Records the text (and flags) of every evaluation the search made."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.searched: list[tuple[str, tuple[str, ...]]] = []
+
+    async def evaluate(self, job, options, *, pinned=False):
+        search = OptimizeOptions().search_eval  # not the confirmation's nor the judge's
+        if job.candidate is not None and (options.reps_min, options.target_ms) == (
+            search.reps_min,
+            search.target_ms,
+        ):
+            self.searched.append((job.candidate.text, tuple(job.flags or ())))
+        return await super().evaluate(job, options, pinned=pinned)
+
+
+def test_no_text_is_evaluated_twice_under_two_names():
+    """Edits that commute, or a block size set and set back, reach a text already in the tree:
+    it is not added again (it would count against the budget as a second evaluation)."""
+    ex = Texts()
+    t = asyncio.run(
+        optimize(FIXTURES / "saxpy.cu", "saxpy", ex, OptimizeOptions(budget=30))
+    ).trajectory
+    # every node measured is an evaluation of its own (the input's among them): without the rule,
+    # 30 nodes of this search were 24 evaluations
+    assert len(ex.searched) == len(set(ex.searched)) and len(ex.searched) > 10
+    assert len([n for n in t.nodes if n.measurement]) == len(ex.searched)
