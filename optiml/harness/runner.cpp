@@ -1812,8 +1812,11 @@ int main(int argc, char** argv) {
       double first_round_ms = 0;
       for (size_t s = 0; s < series.size(); ++s) first_round_ms += prev[s][0];
       const bool slow = plan.slow_round_ms > 0 && first_round_ms >= plan.slow_round_ms;
-      const bool hopeless = slow && plan.give_up > 0 && series.size() > 1 &&
-                            prev[0][0] >= plan.slow_round_ms && prev[0][0] > plan.give_up * prev[1][0];
+      // the reference's first launch, or its time measured before
+      const double reference_first = series.size() > 1 ? prev[1][0] : plan.reference_ms;
+      const bool hopeless = slow && plan.give_up > 0 && reference_first > 0 &&
+                            prev[0][0] >= plan.slow_round_ms &&
+                            prev[0][0] > plan.give_up * reference_first;
       if (!slow) timed_round(5, prev);
       while (!slow && warm_rounds++ < plan.warmup_max / 5) {
         timed_round(5, cur);
@@ -1835,7 +1838,8 @@ int main(int argc, char** argv) {
       int clock_before = nvml.sm_clock_mhz();
       std::vector<std::vector<float>> times;
       if (hopeless) {
-        phase("case=%zu timing: the first round only (%.3g ms against %.3g)", ci, prev[0][0], prev[1][0]);
+        phase("case=%zu timing: the first round only (%.3g ms against %.3g)", ci, prev[0][0],
+              reference_first);
         times = prev;
         reps = 1;
       } else {
