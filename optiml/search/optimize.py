@@ -281,6 +281,8 @@ class _Run:
     points: list[ProgressPoint] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)  # wall seconds of each, in order
     background: list[asyncio.Task[None]] = field(default_factory=list)  # precompiles
+    # how long after its deadline the search returned (its evaluations in flight cancelled)
+    search_overrun_s: float | None = None
 
     def phase(self, name: str) -> None:
         """`name` ended now: its seconds are those since the one before ended."""
@@ -442,6 +444,8 @@ async def run_search(
             "run again with --resume to go on from them"
         )
         raise
+    if problem.deadline is not None:
+        run.search_overrun_s = round(max(0.0, time.perf_counter() - problem.deadline), 3)
     run.evaluations = search.evaluations
     return search, result
 
@@ -503,7 +507,9 @@ async def _confirm_one(
     """`n` re-measured longer beside the input; None where it is not correct and timed."""
     run.emit("confirm", best_speedup=run.best_speedup, last=f"re-measuring candidate {which}")
     # every confirmation on the same GPU: their speedups are compared with each other
+    start = time.perf_counter()
     v = await executor.evaluate(problem.job(n.state), confirm_eval, pinned=True)
+    seconds = time.perf_counter() - start
     m = Measurement.of(v)
     if m.status != "ok" or not m.speedup:
         return None
@@ -515,6 +521,8 @@ async def _confirm_one(
         reference_ms=m.reference_ms,
         noise=m.noise,
         repeats=repeats,
+        seconds=round(seconds, 3),
+        run_s=round(v.run_s, 3) if v.run_s else None,
     )
     return n, c, m
 
@@ -690,6 +698,8 @@ def record(
         best=result.best.id if result.best is not None else None,
         confirmed=[c for _, c, _ in confirmed],
         stop="cancelled" if run.stopped and stop != "cancelled" else stop,
+        stopped_in_flight=[n.id for n in search.pending if not n.evaluated],
+        search_overrun_s=run.search_overrun_s,
         evaluations=search.evaluations,
         wall_s=time.perf_counter() - run.started,
         phase_s={k: round(v, 2) for k, v in run.phases.items()},

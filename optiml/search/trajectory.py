@@ -187,6 +187,11 @@ class Confirmation(BaseModel):
     reference_ms: float
     noise: float
     repeats: int
+    # from asking for the GPU to the verdict, and of that the runner's part (its checks, the
+    # oracle where it judged a difference, the timing): a slot still held by a stopped
+    # evaluation shows as the gap between the two
+    seconds: float | None = None
+    run_s: float | None = None
 
 
 class Check(BaseModel):
@@ -241,6 +246,10 @@ class Trajectory(BaseModel):
     # confirmed candidates the judge turned down before the verdict above: node, why, seconds
     judge_rejected: list[JudgeRejection] = Field(default_factory=list)
     stop: str = ""
+    # the nodes whose evaluations were in flight when the search stopped (cancelled, their
+    # processes killed), and how long after the search's deadline it returned
+    stopped_in_flight: list[int] = Field(default_factory=list)
+    search_overrun_s: float | None = None
     evaluations: int = 0
     wall_s: float = 0.0
     # where the wall time went: baseline (the input measured, fully profiled), search, confirm,

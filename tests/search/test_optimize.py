@@ -750,6 +750,13 @@ def test_a_time_budget_is_the_whole_runs_and_leaves_the_checks_their_share():
     searching = [e for e in events if e.phase == "search"]
     assert searching and searching[-1].seconds <= search_end + (budget_s - search_end)
     assert t.winner is not None and t.judge.accepted  # confirmed and judged regardless
+    # the evaluations in flight at the stop are named (8 at a time, each 2.5 s: some were), and
+    # the search returned soon after its deadline; each confirmation says how long it took
+    ids = {n.id for n in t.nodes}
+    assert t.stopped_in_flight and set(t.stopped_in_flight) <= ids
+    assert all(t.nodes[i].measurement is None for i in t.stopped_in_flight)
+    assert t.search_overrun_s is not None and 0 <= t.search_overrun_s < budget_s
+    assert t.confirmed and all(c.seconds >= 2.5 for c in t.confirmed)
     phases = [e.phase for e in events]
     assert phases.index("confirm") > max(i for i, p in enumerate(phases) if p == "search")
     assert all(e.max_seconds == budget_s for e in events)
