@@ -223,6 +223,15 @@ def test_proposals_compile_without_spills(ctx):
         assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0 and r.stack_bytes == 0
 
 
+def compiled_clean(out: Context):
+    """`out` built for sm_90 without spills or a stack: its resources."""
+    build = build_kernel(out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90")
+    assert build.ok, build.log
+    r = build.resources
+    assert r.spill_store_bytes == 0 and r.stack_bytes == 0
+    return r
+
+
 def _all_kernels():
     for e in GOOD:
         yield FIXTURES / e["file"], e["kernel"]
@@ -278,13 +287,7 @@ def test_tensor_cores_only_where_the_tolerance_admits_them():
 def test_tensor_core_proposals_compile_without_spills(layout, dtype):
     ctx = context(batched16(layout, dtype, out16=dtype == "bfloat16"), "hgemm")
     for proposal in propose(ctx)[:2]:
-        out = variant(ctx, proposal)
-        build = build_kernel(
-            out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90"
-        )
-        assert build.ok, build.log
-        r = build.resources
-        assert r.spill_store_bytes == 0 and r.stack_bytes == 0
+        r = compiled_clean(variant(ctx, proposal))
         assert r.registers * proposal.params["threads"] <= 65536
 
 
@@ -429,10 +432,4 @@ def test_a_batched_split_k_computes_what_the_original_does(tmp_path):
 def test_split_k_compiles_without_spills_for_sm_90():
     ctx, split = split_proposals(LARGE_K, "mm")
     for proposal in split[:2]:
-        out = variant(ctx, proposal)
-        build = build_kernel(
-            out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90"
-        )
-        assert build.ok, build.log
-        r = build.resources
-        assert r.spill_store_bytes == 0 and r.stack_bytes == 0
+        compiled_clean(variant(ctx, proposal))

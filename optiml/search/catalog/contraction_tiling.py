@@ -240,6 +240,20 @@ def split_k(
     return split_count(config, main, k, z, ctx.sm_count, kc)
 
 
+def _run_tile(
+    c: Contraction, smem: str, call: str, lds: tuple, mnk: tuple[str, str, str]
+) -> list[str]:
+    """The tile template's call (`run`, `run_split<S>`) with the epilogue as its lambda, and the
+    kernel body's end."""
+    args = ", ".join([smem, base(c, "a"), render(lds[0]), base(c, "b"), render(lds[1]), *mnk])
+    lines = [
+        f"    optiml_tile::{call}({args}, [=](int {NAMES['m']}, int {NAMES['n']}, "
+        "float optiml_acc) {"
+    ]
+    lines += epilogue(c, "optiml_acc", " " * 8)
+    return [*lines, "    });", "}"]
+
+
 def _fp32_variant(
     ctx: Context,
     c: Contraction,
@@ -271,14 +285,8 @@ def _fp32_variant(
     if batch is not None:
         z = f"blockIdx.z / {split}" if split else "blockIdx.z"
         lines.append(f"    const long long {NAMES['batch']} = {z};")
-    args = ", ".join(["optiml_smem", base(c, "a"), render(lda), base(c, "b"), render(ldb), m, n, k])
     call = f"run_split<{split}>" if split else "run"
-    lines.append(
-        f"    optiml_tile::{call}({args}, [=](int {NAMES['m']}, int {NAMES['n']}, "
-        "float optiml_acc) {"
-    )
-    lines += epilogue(c, "optiml_acc", " " * 8)
-    lines += ["    });", "}"]
+    lines += _run_tile(c, "optiml_smem", call, (lda, ldb), mnk)
     grid = [f"cdiv({n}, {config.bn})", f"cdiv({m}, {config.bm})"]
     if batch is not None:
         grid.append(f"({batch}) * {split}" if split else batch)
@@ -362,15 +370,7 @@ def _mma(
         ]
         if batch is not None:
             lines.append(f"    const long long {NAMES['batch']} = blockIdx.z;")
-        args = ", ".join(
-            ["optiml_dsmem", base(c, "a"), render(lda), base(c, "b"), render(ldb), m, n, k]
-        )
-        lines.append(
-            f"    optiml_tile::run({args}, [=](int {NAMES['m']}, int {NAMES['n']}, "
-            "float optiml_acc) {"
-        )
-        lines += epilogue(c, "optiml_acc", " " * 8)
-        lines += ["    });", "}"]
+        lines += _run_tile(c, "optiml_dsmem", "run", (lda, ldb), (m, n, k))
         grid = [f"cdiv({n}, {config.bn})", f"cdiv({m}, {config.bm})"]
         if batch is not None:
             grid.append(batch)
