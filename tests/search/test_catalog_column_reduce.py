@@ -32,8 +32,12 @@ HOST = [
     ("tests/data/schedules/col_stats.cu", "feature_stats", [(601, 77), (40, 64)]),
     ("tests/data/schedules/col_std.cu", "col_std", [(601, 70), (40, 64)]),
     ("tests/data/schedules/col_min_int.cu", "columnMinLabel", [(601, 67), (40, 64)]),
+    # over the middle axis of [B, K, C], batches on z (sizes B, K, C)
+    ("tests/data/schedules/middle_axis.cu", "mean_dim1", [(3, 601, 77), (2, 40, 64)]),
+    ("tests/data/schedules/middle_axis.cu", "max_dim1", [(2, 900, 37), (3, 40, 64)]),
 ]
-COLUMN_KERNELS = [(f, k) for f, k, _ in HOST] + [
+BATCHED = [("tests/data/schedules/middle_axis.cu", k) for k in ("mean_dim1", "max_dim1")]
+COLUMN_KERNELS = [(f, k) for f, k, _ in HOST if (f, k) not in BATCHED] + [
     ("fixtures/corpus/bias_grad.cu", "bias_backward_naive")
 ]
 NOT_COLUMNS = [
@@ -75,6 +79,26 @@ def test_a_column_reduction_gets_coalesced_columns_and_split_rows(file, kernel):
     assert load is not None and "1LL * optiml_c0" in load.group(2)
 
 
+@pytest.mark.parametrize("file,kernel", BATCHED, ids=[k for _, k in BATCHED])
+def test_a_reduction_over_the_middle_axis_gets_its_batches_on_z(file, kernel):
+    """One thread per (batch, column) on a flat index taken apart by / and %: the columns go
+    along x as in a matrix, a batch per blockIdx.z, the index rebuilt as batch * C + column."""
+    proposals = COLUMNS.propose(context(file, kernel))
+    assert proposals
+    text = proposals[0].variant.text
+    v = SourceFile(text, str(ROOT / file))
+    spec = parse_spec(v, v.kernel(kernel))
+    assert spec.launch.grid[0] == f"cdiv(C, {proposals[0].params['tx'] * 4})"
+    assert spec.launch.grid[2] == "B" and "const int optiml_batch = blockIdx.z;" in text
+    # 16-byte loads along the column, the batch's offset beside them
+    load = re.search(r"reinterpret_cast<const \w+\*>\((\w+) \+ \((.*)\)\);", text)
+    assert load is not None and "1LL * optiml_c0" in load.group(2)
+    assert "optiml_batch" in load.group(2)
+    # the few long columns of max_dim1 (2 x 64) are split over a cluster; mean_dim1's 128
+    # batches of 4095 columns fill the GPU without one
+    assert (proposals[0].params["cluster"] > 1) == (kernel == "max_dim1")
+
+
 @pytest.mark.parametrize("file,kernel", NOT_COLUMNS, ids=[k for _, k in NOT_COLUMNS])
 def test_other_kernels_get_none(file, kernel):
     assert COLUMNS.propose(context(file, kernel)) == []
@@ -112,7 +136,9 @@ def test_the_host_check_sees_a_block_left_out(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-@pytest.mark.parametrize("file,kernel", COLUMN_KERNELS, ids=[k for _, k in COLUMN_KERNELS])
+@pytest.mark.parametrize(
+    "file,kernel", COLUMN_KERNELS + BATCHED, ids=[k for _, k in COLUMN_KERNELS + BATCHED]
+)
 def test_proposals_compile_for_sm90_without_spills(file, kernel):
     for p in COLUMNS.propose(context(file, kernel))[:1]:
         v = SourceFile(p.variant.text, str(ROOT / file))

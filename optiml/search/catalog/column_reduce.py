@@ -18,7 +18,7 @@ a cluster of one is proposed too, for GPUs before sm_90.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from optiml.expr import Expr as SizeExpr
 from optiml.expr import ExprError
@@ -35,14 +35,18 @@ from optiml.lift.model import (
     TRUE,
     Binary,
     Builtin,
+    Cast,
     Const,
     Load,
     Loop,
     LoopOut,
+    Param,
+    Rewriter,
     Store,
     Var,
     loop_exprs,
     loops_of,
+    stmt_exprs,
     walk_expr,
 )
 from optiml.search.catalog.base import Context, Rewrite, Transformation
@@ -96,14 +100,22 @@ class ColumnReduce(Transformation):
                 return []
             if describe(lifted, ctx.spec).family not in FAMILIES:
                 return []
+            batches, lifted = _batched(lifted)
             plan = _analyse(lifted)
             bound = CEmitter({}).expr(plan.bound)
-            _check_launch(ctx, bound)
+            _check_launch(ctx, bound if batches is None else f"({batches}) * ({bound})")
             columns = _value(ctx, bound)
+            count = 1 if batches is None else _value(ctx, batches)
             width = 16 // plan.vector_bytes if plan.vector_bytes else 1
             configs = [
-                (tx, ty, cluster, weight, _Writer(lifted, plan, tx, ty, width, cluster).write())
-                for tx, ty, cluster, weight in _configurations(columns, width, ctx.sm_count)
+                (
+                    tx,
+                    ty,
+                    cluster,
+                    weight,
+                    _Writer(lifted, plan, tx, ty, width, cluster, batches is not None).write(),
+                )
+                for tx, ty, cluster, weight in _configurations(columns, width, ctx.sm_count, count)
             ]
         except (_NoPlan, NotEmittable, ExprError, KeyError, ValueError):
             return []
@@ -121,17 +133,18 @@ class ColumnReduce(Transformation):
                 + body
             )
             per_block = tx * width
-            variant = ctx.rewrite(
-                definition,
-                launch=([f"cdiv({bound}, {per_block})", str(cluster)], [str(tx), str(ty)], "0"),
-            )
+            grid = [f"cdiv({bound}, {per_block})", str(cluster)]
+            if batches is not None:
+                grid.append(batches)
+            variant = ctx.rewrite(definition, launch=(grid, [str(tx), str(ty)], "0"))
             where = (
                 f"a cluster of {cluster} blocks in distributed shared memory"
                 if cluster > 1
                 else "one block per column tile"
             )
             summary = (
-                f"column reduction from the lifted model: {per_block} columns per block "
+                ("batched on blockIdx.z: " if batches is not None else "")
+                + f"column reduction from the lifted model: {per_block} columns per block "
                 f"({width} per thread{', 16-byte loads' if width > 1 else ''}), rows over "
                 f"{ty} threads and {where}"
             )
@@ -156,14 +169,17 @@ def _value(ctx: Context, text: str) -> int:
     return value
 
 
-def _configurations(columns: int, width: int, sm_count: int) -> list[tuple[int, int, int, float]]:
+def _configurations(
+    columns: int, width: int, sm_count: int, batches: int = 1
+) -> list[tuple[int, int, int, float]]:
     """(threads along x, along the rows, cluster size, prior): x wide enough for a warp's row
-    segment to be whole 32-byte sectors (a 128-byte line where the columns allow), the cluster the
-    narrowest that fills every SM with threads (at most 8); then a block of twice the rows, and a
-    cluster of one (any GPU)."""
-    tx = 32 if columns >= 32 * width * sm_count else 8
+    segment to be whole 32-byte sectors (a 128-byte line where the columns, of all `batches`
+    together, allow and a batch has that many), the cluster the narrowest that fills every SM with
+    threads (at most 8); then a block of twice the rows, and a cluster of one (any GPU)."""
+    wide = columns * batches >= 32 * width * sm_count and columns >= 32 * width
+    tx = 32 if wide else 8
     ty = 256 // tx
-    tiles = -(-columns // (tx * width))
+    tiles = -(-columns // (tx * width)) * batches
     cluster = 1
     while cluster < MAX_CLUSTER and tiles * cluster * tx * ty < sm_count * FULL_THREADS_PER_SM:
         cluster *= 2
@@ -171,6 +187,63 @@ def _configurations(columns: int, width: int, sm_count: int) -> list[tuple[int, 
     if cluster > 1:
         configs.append((tx, ty, 1, 0.4))
     return configs
+
+
+class _Delinearize(Rewriter):
+    """A flat thread index `i < B * C` used as `i / C` (the batch) and `i % C` (the column): the
+    batch becomes `BATCH` (blockIdx.z, a value like a parameter's to every thread of a block), the
+    column the thread's index along x (`i < C`), and `i` itself `batch * C + column`."""
+
+    def __init__(self, flat, columns, total):
+        self.memo = {}
+        self.flat, self.columns, self.total = flat, columns, total
+        self.batch = Param(BATCH, flat.type)
+
+    def _sub(self, e):
+        if isinstance(e, Binary) and e.a == self.flat:
+            if e.op == "<" and e.b == self.total:
+                return Binary("<", self.flat, self.columns, e.type)
+            if e.b == self.columns and e.op in ("/", "%"):
+                return Cast(self.batch, e.type) if e.op == "/" else self.flat
+        if e == self.flat:
+            at = Binary("*", self.batch, self.columns, self.flat.type)
+            return Binary("+", at, self.flat, self.flat.type)
+        return self.rebuilt(e)
+
+
+BATCH = "optiml_batch"
+
+
+def _batched(lifted: Lifted) -> tuple[str | None, Lifted]:
+    """A reduction down the middle axis of [B, K, C], one thread per (batch, column) on a flat
+    index (KernelBench's reductions over a dimension, a bias gradient per group): the batch count
+    B as C and the model with the batch on blockIdx.z and the column on x; (None, the model) for
+    any other kernel."""
+    stores = list(lifted.body)
+    guard = stores[0].guard if stores and isinstance(stores[0], Store) else None
+    if not isinstance(guard, Binary) or guard.op != "<" or not _thread_free(guard.b):
+        return None, lifted
+    f = affine(guard.a)
+    if f is None or global_indices(f) != {("g.x",): 1}:
+        return None, lifted
+    flat = guard.a
+    split = [
+        x
+        for s in stores
+        for e in stmt_exprs(s)
+        for x in walk_expr(e)
+        if isinstance(x, Binary) and x.op in ("/", "%") and x.a == flat
+    ]
+    divisors = {x.b for x in split}
+    if len(divisors) != 1 or not isinstance(guard.b, Binary) or guard.b.op != "*":
+        return None, lifted
+    (columns,) = divisors
+    if not _thread_free(columns) or columns not in (guard.b.a, guard.b.b):
+        return None, lifted
+    batches = guard.b.b if guard.b.a == columns else guard.b.a
+    r = _Delinearize(flat, columns, guard.b)
+    body = tuple(r.stmt(s) for s in lifted.body)
+    return CEmitter({}).expr(batches), replace(lifted, body=body)
 
 
 def _thread_free(e) -> bool:
@@ -320,8 +393,17 @@ class _Emitter(CEmitter):
 
 
 class _Writer:
-    def __init__(self, lifted: Lifted, plan: _Plan, tx: int, ty: int, width: int, cluster: int):
-        self.m, self.plan = lifted, plan
+    def __init__(
+        self,
+        lifted: Lifted,
+        plan: _Plan,
+        tx: int,
+        ty: int,
+        width: int,
+        cluster: int,
+        batched: bool = False,
+    ):
+        self.m, self.plan, self.batched = lifted, plan, batched
         self.tx, self.ty, self.v, self.cl = tx, ty, width, cluster
         self.names: dict[int, str] = {}
         self.lines: list[str] = []
@@ -344,6 +426,8 @@ class _Writer:
             + ("__clusterRelativeBlockRank();" if cl > 1 else "0;"),
             f"    const long long optiml_columns = {bound};",
         ]
+        if self.batched:
+            self.lines.append(f"    const int {BATCH} = blockIdx.z;  // the batch of columns")
         for i, p in enumerate(self.plan.loops):
             self._loop(i, p)
         self.lines.append("    if (optiml_rank == 0) {")
