@@ -68,6 +68,13 @@ def rate(trajectory: dict) -> dict:
     }
     # when each result came in (seconds into the run): where the span's time goes between them
     out["results_at_s"] = [round(p["seconds"], 2) for p in points]
+    # each evaluation's start, verdict and end, in the order they started: how many were in
+    # flight, and where one waited (for a compile, for the GPU, for its profile)
+    out["evaluations_s"] = sorted(
+        [m.get("started_s"), m.get("verdict_s"), m.get("ended_s")]
+        for m in measured
+        if m.get("started_s") is not None
+    )
     if len(points) >= 2:
         first, last = points[0], points[-1]
         span = last["seconds"] - first["seconds"]

@@ -223,6 +223,7 @@ async def optimize(
             problem_opts,
             baseline,
             sm_count=baseline.sm_count or 132,
+            origin=run.started,
         )
         run.bottleneck = baseline.profile.bottleneck if baseline.profile else None
         root = Variant(source.text)

@@ -85,8 +85,12 @@ class KernelProblem:
         options: ProblemOptions,
         baseline: Measurement,
         sm_count: int = 132,
+        origin: float | None = None,
     ):
         self.source, self.kernel, self.spec = source, kernel, spec
+        # what each evaluation's `started_s`, `verdict_s` and `ended_s` count from
+        # (`time.perf_counter()`; the optimize run's start)
+        self.origin = time.perf_counter() if origin is None else origin
         self.executor = executor
         self.policy = policy
         self.options = options
@@ -268,8 +272,11 @@ class KernelProblem:
         called once its verdict is taken in (before it is profiled)."""
         steered_by = self.steering(state.key)[1]  # not profiled yet: its parent's
         surrogate = self.surrogate
+        started = time.perf_counter() - self.origin
 
         def taken(m: Measurement) -> None:
+            m.started_s = round(started, 3)
+            m.verdict_s = round(time.perf_counter() - self.origin, 3)
             self._take(state, m, surrogate)
             if verdict_in is not None:
                 verdict_in()
@@ -281,6 +288,7 @@ class KernelProblem:
             worth=lambda m: self._worth(m, steered_by),
             on_verdict=taken,
         )
+        m.ended_s = round(time.perf_counter() - self.origin, 3)
         if m.profile is not None and m.speedup:
             self._steering[state.key] = (m.profile, m.speedup)
         self.profile_s = max(self.profile_s, m.profile_s or 0.0)

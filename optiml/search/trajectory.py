@@ -125,6 +125,11 @@ class Measurement(BaseModel):
     compile_s: float = 0.0
     run_s: float = 0.0
     profile_s: float = 0.0
+    # seconds into the optimize run at which the search's evaluation began (asked the executor),
+    # its verdict came in, and it ended (profiled or not): with 8 in flight, where each waited
+    started_s: float | None = None
+    verdict_s: float | None = None
+    ended_s: float | None = None
     device: str | None = None
     sm_count: int | None = None
     memory_bytes: int | None = None

@@ -45,7 +45,7 @@ from optiml.search.problem import light_touch
 from optiml.search.report import render
 from optiml.search.variant import kernel_text
 from optiml.spec import load
-from tests.support import FIXTURES
+from tests.support import FIXTURES, load_script
 
 BASE_MS = 1.0
 
@@ -977,3 +977,19 @@ def test_no_text_is_evaluated_twice_under_two_names():
     # 30 nodes of this search were 24 evaluations
     assert len(ex.searched) == len(set(ex.searched)) and len(ex.searched) > 10
     assert len([n for n in t.nodes if n.measurement]) == len(ex.searched)
+
+
+def test_each_evaluation_says_when_it_began_got_its_verdict_and_ended():
+    t = asyncio.run(
+        optimize(FIXTURES / "saxpy.cu", "saxpy", StandInExecutor(), OptimizeOptions(budget=12))
+    ).trajectory
+    searched = [n.measurement for n in t.nodes[1:] if n.measurement]
+    assert len(searched) >= 8
+    for m in searched:
+        assert 0 < m.started_s <= m.verdict_s <= m.ended_s <= t.wall_s
+    # the input's measurement came first: every evaluation began after it
+    assert min(m.started_s for m in searched) >= t.phase_s["baseline"] - 0.01
+    # throughput.py lists them, in the order they began
+    rows = load_script("benchmarks/throughput.py", "throughput_bench").rate(t.model_dump())
+    assert len(rows["evaluations_s"]) == len(searched)
+    assert [r[0] for r in rows["evaluations_s"]] == sorted(m.started_s for m in searched)
