@@ -97,6 +97,11 @@ def test_a_reduction_over_the_middle_axis_gets_its_batches_on_z(file, kernel):
     # the few long columns of max_dim1 (2 x 64) are split over a cluster; mean_dim1's 128
     # batches of 4095 columns fill the GPU without one
     assert (proposals[0].params["cluster"] > 1) == (kernel == "max_dim1")
+    # more batches than a grid's z holds: none
+    path = ROOT / file
+    many = path.read_text().replace("(2, 1 << 20, 64)", "(70000, 64, 64)")
+    many = many.replace("(128, 4096, 4095)", "(70000, 64, 64)")
+    assert COLUMNS.propose(Context.of(Variant(many), str(path), kernel)) == []
 
 
 @pytest.mark.parametrize("file,kernel", NOT_COLUMNS, ids=[k for _, k in NOT_COLUMNS])

@@ -57,6 +57,7 @@ _SIZES = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2, "i32": 4, "u32": 4, "i64": 8,
 _VECTOR = {16: "uint4", 8: "uint2", 4: "unsigned int"}
 FAMILIES = ("reduction", "contraction (matrix-vector)")
 MAX_CLUSTER = 8
+MAX_GRID_Z = 65535
 FULL_THREADS_PER_SM = 2048
 
 
@@ -106,6 +107,8 @@ class ColumnReduce(Transformation):
             _check_launch(ctx, bound if batches is None else f"({batches}) * ({bound})")
             columns = _value(ctx, bound)
             count = 1 if batches is None else _value(ctx, batches)
+            if count > MAX_GRID_Z:
+                raise _NoPlan("more batches than a grid has blocks along z")
             width = 16 // plan.vector_bytes if plan.vector_bytes else 1
             configs = [
                 (
