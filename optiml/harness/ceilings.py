@@ -92,12 +92,7 @@ def device_ceilings(device: DeviceInfo, env: dict[str, str] | None = None) -> Ce
     return ceilings
 
 
-def floor_of(least_bytes: int, ceilings: Ceilings, reads_probed: bool = True) -> Floor:
+def floor_of(least_bytes: int, ceilings: Ceilings) -> Floor:
     """The least time `least_bytes` of DRAM traffic can take on the device."""
     gbs = ceilings.best_gbs
-    return Floor(
-        bytes=least_bytes,
-        ms=least_bytes / (gbs * 1e9) * 1e3,
-        ceiling_gbs=gbs,
-        reads_probed=reads_probed,
-    )
+    return Floor(bytes=least_bytes, ms=least_bytes / (gbs * 1e9) * 1e3, ceiling_gbs=gbs)

@@ -457,8 +457,7 @@ def _below_floor(
         if result.timing is None:
             continue
         least = least_bytes(spec, case, result.dependence, verdict.device.l2_bytes)
-        probed = all(d.samples > 0 for d in result.dependence)
-        result.floor = floor_of(least, ceilings, reads_probed=probed)
+        result.floor = floor_of(least, ceilings)
         fastest = result.timing.candidate.min_ms
         if least and fastest < result.floor.ms:
             gbs = least / (fastest * 1e-3) / 1e9

@@ -288,8 +288,8 @@ __global__ void optiml_poke_input(unsigned char* base, Code code, size_t size, s
 }
 
 // A buffer's elements in the oracle's type (double for floats), each moved by a few units in the
-// last place of float for the k-th pseudorandom pair (`perturb` = ±k, 0: not moved): the same
-// values, bit for bit, as the host's conversion made them (no fused multiply-add).
+// last place of float for the k-th pseudorandom pair (`perturb` = ±k, 0: not moved), rounded as
+// written (no fused multiply-add).
 __global__ void optiml_promote(const unsigned char* src, Code from, size_t from_size,
                                unsigned char* dst, Code to, size_t to_size, size_t n, int perturb,
                                double ulps, uint64_t key, uint64_t b) {
@@ -1200,10 +1200,10 @@ int main(int argc, char** argv) {
     // units in the last place of float, by the k-th pseudorandom amounts, the opposite way for
     // -k: how far the exact result moves under that is how far rounding alone can move a float
     // computation.
-    // `make` puts the run's inputs on the device (where the kernels ran on them, an `inout` buffer
-    // holds their outputs since); the oracle's come from there, promoted on the device: copied to
-    // the host, converted there and uploaded, a 2048 x 1048576 matrix-vector product's 8 GB made
-    // each of its arbitrations take seconds (a confirmation of KernelBench's gemv, 29 s).
+    // `make` puts the run's inputs on the device again (where the kernels ran on them, an `inout`
+    // buffer holds their outputs since); the oracle's are promoted from there on the device
+    // (copied to the host, converted and uploaded, a 2048 x 1048576 matrix-vector product's 8 GB
+    // made each arbitration take seconds: a confirmation of KernelBench's gemv, 29 s).
     auto run_oracle = [&](const std::function<void()>& make,
                           std::vector<std::vector<unsigned char>>& exact, int perturb) {
       std::vector<void*> obufs(nb, nullptr);
@@ -1603,15 +1603,8 @@ int main(int argc, char** argv) {
         std::vector<std::vector<unsigned char>> r_out, c_out;
         // the launch's inputs made again on the device, its outputs poisoned
         auto make = [&]() {
-          for (size_t b = 0; b < nb; ++b) {
-            if (plan.buffers[b].role == "out") {
-              poison_device(b);
-              continue;
-            }
-            fill_device(b, seed);
-            if (is_near && b == poke_b) poke_device(b, poke_i, g);
-          }
-          check(cudaGetLastError(), "harness", "remaking a timed launch's inputs");
+          remake(seed);
+          if (is_near) poke_device(poke_b, poke_i, g);
         };
         make();
         run(reference, "reference");
@@ -1841,7 +1834,6 @@ int main(int argc, char** argv) {
         phase("case=%zu timing: the first round only (%.3g ms against %.3g)", ci, prev[0][0],
               reference_first);
         times = prev;
-        reps = 1;
       } else {
         phase("case=%zu timing reps=%d", ci, reps);
         timed_round(reps, times);
@@ -1849,7 +1841,7 @@ int main(int argc, char** argv) {
       int clock_after = nvml.sm_clock_mhz();
       for (auto e : ev_start) cudaEventDestroy(e);
       for (auto e : ev_stop) cudaEventDestroy(e);
-      const bool before = series.size() == 1 && have_reference && !same && plan.reference_ms > 0;
+      const bool before = have_reference && !same && !reference_timed;
       std::ostringstream tj;
       tj << "{\"candidate\": " << stats_json(stats_of(times[0]))
          << ", \"reference\": "

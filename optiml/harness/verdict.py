@@ -171,10 +171,6 @@ class Floor(BaseModel):
     bytes: int
     ms: float
     ceiling_gbs: float
-    # False where the runner made no dependence probes (a launch slower than any floor: the
-    # probes could only have lowered a bound it is far above): `bytes` then counts no reads, a
-    # bound too low to compare this case's work with another's.
-    reads_probed: bool = True
 
 
 class CaseResult(BaseModel):
@@ -191,6 +187,13 @@ class CaseResult(BaseModel):
     @property
     def ok(self) -> bool:
         return all(s.ok for s in self.seeds)
+
+    @property
+    def reads_probed(self) -> bool:
+        """Whether its inputs' reads were probed: not where the runner made no dependence probes
+        (a launch slower than any floor, which the probes could only have lowered a bound under):
+        its floor then counts no reads, too low to compare its work with another case's."""
+        return all(d.samples > 0 for d in self.dependence)
 
 
 class DeviceInfo(BaseModel):

@@ -670,7 +670,7 @@ def _scaling(v: Verdict) -> Check:
     Only sizes whose reads were probed count: an unprobed one's floor counts no reads (KernelBench's
     large-K GEMM: its largest unseen size, unprobed, came out 0 bytes and "smallest")."""
     floored = [c for c in v.cases if c.timing and c.floor]
-    timed = [c for c in floored if c.floor.reads_probed]
+    timed = [c for c in floored if c.reads_probed]
     if len(timed) < 2:
         why = "no floor on this device" if len(floored) < 2 else "too few sizes with probed reads"
         return Check(name="work scaling", ok=True, detail=f"not measured ({why})")

@@ -116,6 +116,15 @@ class KernelProblem:
         self._reference: tuple[str, tuple[SourceFile, Kernel, Spec]] | None = None  # parsed
         self._first = asyncio.Lock()  # one evaluation at a time until there is a surrogate
         self._verdicts = 0  # verdicts taken in (the gate opens after `gated` of them regardless)
+        # The options of an evaluation against a slow input: its time is the one the input's
+        # measurement took (at the first size, the only one the search times), not measured again
+        # beside the candidate. Where the search times every size, the input is timed beside.
+        ms = baseline.candidate_ms
+        self._before = (
+            replace(options, eval=replace(options.eval, reference_ms=ms))
+            if ms and not options.eval.time_all_sizes
+            else options
+        )
         # When the search stops (`time.perf_counter()`; None: no time limit): a profile that would
         # end after it is not begun, as a node is recorded only once its profile is in and the
         # stop cancels what is in flight (a slow input's first verified candidate could be lost so).
@@ -203,15 +212,6 @@ class KernelProblem:
             )
         return None
 
-    def _against_input_before(self) -> ProblemOptions:
-        """The options of an evaluation against a slow input: its time is the one the input's
-        measurement took (at the first size, the only one the search times), not measured again
-        beside the candidate. Where the search times every size, the input is timed beside."""
-        ms = self.baseline.candidate_ms
-        if not ms or self.options.eval.time_all_sizes:
-            return self.options
-        return replace(self.options, eval=replace(self.options.eval, reference_ms=ms))
-
     def job(self, state: Variant, reference: Variant | None = None) -> Job:
         """`state` checked against the input, or against `reference` (a verified variant of it,
         under its own launch; the contract stays the input's)."""
@@ -284,7 +284,7 @@ class KernelProblem:
         m = await measure(
             self.executor,
             self.job(state, surrogate[0] if surrogate else None),
-            self._against_input_before() if self.slow_input and surrogate is None else self.options,
+            self._before if self.slow_input and surrogate is None else self.options,
             worth=lambda m: self._worth(m, steered_by),
             on_verdict=taken,
         )

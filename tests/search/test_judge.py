@@ -21,6 +21,7 @@ from optiml.harness.sanitize import SanitizerReport
 from optiml.harness.verdict import (
     CaseResult,
     CaseTiming,
+    Dependence,
     Floor,
     LaunchConfig,
     TimingStats,
@@ -182,7 +183,9 @@ def timed_case(label: str, ms: float, least: int, probed: bool = True) -> CaseRe
         launch={"candidate": LaunchConfig(grid=[1, 1, 1], block=[1, 1, 1], smem=0)},
         seeds=[],
         timing=CaseTiming(candidate=t, reference=t, warmup_rounds=1, sm_clock_mhz=[1, 1]),
-        floor=Floor(bytes=least, ms=least / 4.8e12 * 1e3, ceiling_gbs=4800.0, reads_probed=probed),
+        floor=Floor(bytes=least, ms=least / 4.8e12 * 1e3, ceiling_gbs=4800.0),
+        # a probe of x's reads, made (1 sample) or not (0)
+        dependence=[Dependence(buffer="x", samples=int(probed), sensitive=int(probed))],
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from optiml.cuda.kernel_ast import KernelAST
 from optiml.cuda.source import Kernel, SourceFile
+from optiml.expr import Expr as SizeExpr
 from optiml.search.variant import Variant, launch_value, replace_kernel, set_spec_key
 from optiml.spec import Spec, parse_spec
 
@@ -57,6 +58,12 @@ class Context:
     def case(self):
         """The spec's first (main) problem size, evaluated."""
         return self.spec.case(self.spec.sizes[0])
+
+    def value(self, text: str) -> int | float:
+        """A spec expression (a size, a count) at the main problem size."""
+        case = self.case
+        env = {**self.spec.template_values, **case.sizes, **case.scalars}
+        return SizeExpr.parse(text).evaluate(env)
 
     @property
     def comment(self) -> str:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from optiml.expr import Expr as SizeExpr
 from optiml.expr import ExprError
 from optiml.lift import Lifted, lift
 from optiml.lift.emit import C_TYPES, CEmitter, NotEmittable
@@ -163,10 +162,7 @@ class ColumnReduce(Transformation):
 
 
 def _value(ctx: Context, text: str) -> int:
-    case = ctx.case
-    value = SizeExpr.parse(text).evaluate(
-        {**ctx.spec.template_values, **case.sizes, **case.scalars}
-    )
+    value = ctx.value(text)
     if not isinstance(value, int):
         raise _NoPlan("a column count that is not an integer")
     return value

@@ -227,11 +227,9 @@ def split_k(
     ctx: Context, c: Contraction, config: Config, main: tuple[int, int], batch: str | None
 ) -> tuple[int, bool] | None:
     """`_gemm.split_count` for `config` at the main problem size (K and the batch count from it)."""
-    case = ctx.spec.case(ctx.spec.sizes[0])
-    env = {**ctx.spec.template_values, **case.sizes, **case.scalars}
     try:
-        k = SizeExpr.parse(render(c.k_extent)).evaluate(env)
-        z = SizeExpr.parse(batch).evaluate(env) if batch is not None else 1
+        k = ctx.value(render(c.k_extent))
+        z = ctx.value(batch) if batch is not None else 1
     except ExprError:
         return None
     if not isinstance(k, int) or not isinstance(z, int) or z < 1:

@@ -114,11 +114,8 @@ class GemmTiling(Transformation):
 
 def _split(ctx: Context, g: Gemm, config: Config, main: tuple[int, int]) -> tuple[int, bool] | None:
     """`split_count` for `config` at the main problem size."""
-    case = ctx.spec.case(ctx.spec.sizes[0])
     try:
-        k = Expr.parse(render(g.k)).evaluate(
-            {**ctx.spec.template_values, **case.sizes, **case.scalars}
-        )
+        k = ctx.value(render(g.k))
     except ExprError:
         return None
     if not isinstance(k, int):
