@@ -149,7 +149,7 @@ def test_a_reference_time_measured_before_is_not_measured_again():
     assert not t.compared and t.candidate.reps >= 5 and "measured before" in v.message
     wrong = SourceFile(candidate.text.replace("a * xv.x + yv.x", "a * xv.x - yv.x"), "w.cu")
     assert wrong.text != candidate.text
-    assert evaluate(source, kernel, spec, wrong, before).status == "wrong"
+    assert evaluate(source, kernel, spec, wrong, before).status == "wrong_result"
 
 
 def test_a_launch_slower_than_any_floor_is_not_probed():
