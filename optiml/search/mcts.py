@@ -18,6 +18,12 @@ Design (after DeepMind's mctx: the search is the algorithm; the environment is t
   are deduplicated by `action_key`. A node whose policy proposes nothing new is exhausted and never
   asked again. A node whose children are all dead may widen past the limit: otherwise it could
   block the search without anything left in flight.
+- Filling the slots (`fill_slots`): where a slot is free but every child within the widening limits
+  is evaluated or in flight, one node widens past its limit rather than leave the slot idle: the
+  deepest node on the line of best-ranked evaluated children from the root whose policy has more to
+  propose (then the one above it, ...; then any node in PUCT order). The limit counts visits in
+  flight, but grows as their square root: without this, a search of 8 slots kept 2 evaluations in
+  flight, and where evaluations take seconds a free slot is an idle compiler.
 - Backup: `max` (default) gives a node the best reward in its subtree, since an optimizer keeps the
   best variant it finds, not the average one; `mean` gives the mean of the subtree's rewards, a dead
   evaluation counting as the worst reward seen.
@@ -153,6 +159,7 @@ class SearchConfig:
     backup: Literal["max", "mean"] = "max"
     parallelism: int = 1
     ordered: bool = True
+    fill_slots: bool = False  # widen past the limit rather than leave a slot idle
 
     def __post_init__(self) -> None:
         if self.parallelism < 1:
@@ -318,6 +325,8 @@ class Search(Generic[State, Action]):
                 if stop := run.interrupted():
                     return stop
                 node = await self._select()
+                if node is None and self.config.fill_slots:
+                    node = await self._fill()
                 if node is None:
                     break
                 self._start(node)
@@ -454,6 +463,35 @@ class Search(Generic[State, Action]):
         if not root.evaluated:
             return root
         return await self._descend(root)
+
+    async def _fill(self) -> Node[State, Action] | None:
+        """A new child for a free slot, past a node's widening limit (see `fill_slots`), or None
+        where no evaluated node's policy has anything new."""
+        root = self.root
+        if not root.evaluated or root.dead or root.closed:
+            return None
+        line = [root]
+        while best := next((c for c in self._ranked(line[-1]) if c.evaluated), None):
+            line.append(best)
+        for node in reversed(line):
+            if (child := await self._widen_once(node)) is not None:
+                return child
+        tried = {node.id for node in line}
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            if node.id not in tried and (child := await self._widen_once(node)) is not None:
+                return child
+            stack.extend(reversed([c for c in self._ranked(node) if c.evaluated]))
+        return None
+
+    async def _widen_once(self, node: Node[State, Action]) -> Node[State, Action] | None:
+        """`node`'s next child from its policy, past its limit; None where it has none."""
+        if node.exhausted or node.dead or node.closed or not node.evaluated:
+            return None
+        before = len(node.children)
+        await self._widen(node)
+        return node.children[before] if len(node.children) > before else None
 
     async def _descend(self, root: Node[State, Action]) -> Node[State, Action] | None:
         """Depth first in PUCT order, so that a subtree with nothing to evaluate now yields to the

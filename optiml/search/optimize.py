@@ -394,7 +394,7 @@ async def run_search(
 ) -> tuple[Search[Variant, Any], SearchResult]:
     """The tree search (or the saved one, resumed), its progress reported as events."""
     in_flight = opts.parallel or IN_FLIGHT_PER_GPU * max(1, executor.slots)
-    config = SearchConfig(seed=opts.seed, parallelism=in_flight)
+    config = SearchConfig(seed=opts.seed, parallelism=in_flight, fill_slots=True)
     if opts.resume is not None and opts.resume.exists():
         search = Search.load(opts.resume, problem, CODEC)
     else:

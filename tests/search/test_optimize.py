@@ -32,6 +32,7 @@ from optiml.harness.verdict import (
 from optiml.profile.model import Bottleneck, Coalescing, Occupancy, Profile, Roofline
 from optiml.search.optimize import (
     FINISH_SHARE,
+    IN_FLIGHT_PER_GPU,
     JUDGE_TOP,
     PRECOMPILE_FIRST,
     Event,
@@ -422,6 +423,14 @@ def test_a_fast_input_stays_the_searchs_reference():
     ex = Against(source)
     asyncio.run(optimize(FIXTURES / "saxpy.cu", "saxpy", ex, OptimizeOptions(budget=8)))
     assert all(against for _, against in ex.against) and ex.most > 1
+
+
+def test_the_search_keeps_every_slot_of_the_gpu_busy():
+    # 8 evaluations in flight a GPU: the root's proposals fill them from the first round (the
+    # widening limit alone let 2 run at once: SGEMM's 20 evaluations on an H100, 2026-12-07)
+    ex = Against((FIXTURES / "saxpy.cu").read_text())
+    asyncio.run(optimize(FIXTURES / "saxpy.cu", "saxpy", ex, OptimizeOptions(budget=12)))
+    assert ex.most == IN_FLIGHT_PER_GPU == 8
 
 
 class Prompted:

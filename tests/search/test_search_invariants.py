@@ -22,6 +22,7 @@ configs = st.builds(
     backup=st.sampled_from(["max", "mean"]),
     parallelism=st.integers(1, 4),
     ordered=st.booleans(),
+    fill_slots=st.booleans(),
 )
 
 
@@ -52,7 +53,8 @@ def test_statistics_budgets_and_widening_hold(config, budget, dead_repeats, prio
         assert node.max_reward == max(rewards, default=None)
         assert node.virtual == sum(n.pending for n in below)
         assert not (node.dead and node.children)
-        if not dead_repeats and not any(child.closed for child in node.children):
+        closed = any(child.closed for child in node.children)
+        if not dead_repeats and not closed and not config.fill_slots:
             width = math.ceil(
                 config.widening_c * (node.visits + node.virtual) ** config.widening_alpha
             )

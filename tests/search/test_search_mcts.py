@@ -141,6 +141,31 @@ async def test_virtual_loss_spreads_concurrent_selections():
     assert result.evaluations == 40 and max(toy.calls.values()) == 1
 
 
+@pytest.mark.parametrize("fill", [False, True])
+async def test_free_slots_are_filled_past_the_widening_limit(fill):
+    """With `fill_slots` every evaluation after the root's begins with all four slots taken (the
+    root's six digits and their children are there to take); progressive widening alone (the root's
+    limit grows as the square root of its visits in flight) leaves slots free. It still finds the
+    optimum and evaluates no state twice."""
+    toy = AsyncToy(delay=lambda state: 0.001 * (1 + sum(state) % 3), priors="informative")
+    taken: list[int] = []  # slots taken (in flight or awaiting backup) as each evaluation began
+    evaluate = toy.evaluate
+
+    async def counting(state):
+        taken.append(len(search.pending))
+        return await evaluate(state)
+
+    toy.evaluate = counting
+    search = Search(toy, (), SearchConfig(seed=0, parallelism=4, fill_slots=fill))
+    result = await search.run(max_evaluations=60)
+    assert len(taken) == 60 and max(toy.calls.values()) == 1
+    if fill:
+        assert taken[0] == 1 and set(taken[1:]) == {4}
+        assert result.best_reward == OPTIMUM
+    else:
+        assert min(taken[1:]) < 4
+
+
 def test_sync_evaluations_run_in_threads_at_once():
     lock = threading.Lock()
     running, peak = set(), [0]
