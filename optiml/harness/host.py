@@ -143,6 +143,10 @@ inline float __logf(float x) { return std::log(x); }
 inline float __sinf(float x) { return std::sin(x); }
 inline float __cosf(float x) { return std::cos(x); }
 inline float __powf(float x, float y) { return std::pow(x, y); }
+inline float __tanf(float x) { return std::tan(x); }
+inline float __exp10f(float x) { return std::pow(10.0f, x); }
+inline float __log2f(float x) { return std::log2(x); }
+inline float __log10f(float x) { return std::log10(x); }
 inline float __fdividef(float a, float b) { return a / b; }
 inline float __frcp_rn(float x) { return 1.0f / x; }
 inline float __fsqrt_rn(float x) { return std::sqrt(x); }
