@@ -67,7 +67,10 @@ def _what(row: dict) -> str:
     for k in ("why", "error", "optimize_error", "delivered_error"):
         if row.get(k):
             return str(row[k]).replace("|", "/").replace("\n", " ")[:160]
-    return str(row.get("optimize_outcome") or "").replace("|", "/")[:160]
+    outcome = str(row.get("optimize_outcome") or "").replace("|", "/")[:160]
+    if row.get("delivered_flags"):
+        outcome += f" (built with {' '.join(row['delivered_flags'])})"
+    return outcome
 
 
 def markdown(kind: str, table: dict) -> str:

@@ -44,6 +44,7 @@ from optiml.harness.ceilings import device_ceilings  # noqa: E402
 from optiml.harness.evaluate import numpy_sizes  # noqa: E402
 from optiml.harness.verdict import Dependence, DeviceInfo  # noqa: E402
 from optiml.harness.work import moved_bytes  # noqa: E402
+from optiml.search.variant import DEFAULT_FLAGS  # noqa: E402
 from optiml.spec import Spec, load  # noqa: E402
 
 DEFAULT_TASKS = ROOT.parent / "shared" / "kernelbench" / "level1"
@@ -184,6 +185,12 @@ def run_optimize(row: dict, cu: Path, options: list[str], timeout: float) -> Non
         row["optimize_error"] = error
         return
     row["winner"] = result.get("winner") is not None
+    # nvcc flags the winner was measured with beyond the defaults (an LLM's edit may add them):
+    # the delivered file is timed with them too, and the row says so
+    winner = next((n for n in result.get("nodes") or [] if n.get("id") == result.get("winner")), {})
+    extra = [f for f in winner.get("flags") or [] if f not in DEFAULT_FLAGS]
+    if row["winner"] and extra:
+        row["delivered_flags"] = extra
     row["optimize_outcome"] = result.get("outcome")
     row["search"] = search_summary(result)
 
@@ -265,8 +272,9 @@ def eval_step(row: dict, args: argparse.Namespace) -> None:
     sizes = numpy_sizes(spec)
     if sizes is not None:
         row["numpy_checked_at"] = sizes
+    flags = [f"--nvcc-flag={f}" for f in row.get("delivered_flags") or []]
     verdict, error = _optiml(
-        ["eval", row["file"], "--kernel", row["kernel"]], timeout=args.eval_timeout
+        ["eval", row["file"], "--kernel", row["kernel"], *flags], timeout=args.eval_timeout
     )
     if verdict is None:
         row["delivered_error"] = error

@@ -321,3 +321,18 @@ def test_a_compile_error_in_a_file_of_several_kernels_is_told_once_at_its_line(t
     assert r.exit_code == 8
     errors = [x for x in r.stderr.splitlines() if "undefined_thing" in x]
     assert len(errors) == 1 and errors[0].startswith(f"{f}:"), r.stderr
+
+
+def test_the_flags_a_winner_needs_beyond_the_inputs_are_named():
+    from types import SimpleNamespace as N
+
+    from optiml.cli import added_flags
+
+    nodes = [
+        N(id=0, parent=None, flags=["-O3"]),
+        N(id=1, parent=0, flags=["-O3", "-use_fast_math"]),
+        N(id=2, parent=0, flags=["-O3"]),
+    ]
+    assert added_flags(N(nodes=nodes, winner=1)) == ["-use_fast_math"]
+    assert added_flags(N(nodes=nodes, winner=2)) == []
+    assert added_flags(N(nodes=nodes, winner=None)) == []

@@ -211,6 +211,31 @@ def test_the_delivered_kernel_beyond_numpys_reach_says_where_numpy_checked_it(
     ]
 
 
+def test_a_winner_built_with_extra_nvcc_flags_is_timed_with_them(monkeypatch, tmp_path):
+    """The delivered file is timed as optimize measured it: the winner's flags beyond the defaults
+    (an LLM's edit may add some) go to `optiml eval`, and the row names them."""
+    cu = ROOT / "fixtures" / "saxpy.cu"
+    calls = []
+
+    def fake(args, timeout):
+        calls.append(args)
+        if args[0] == "optimize":
+            nodes = [{"id": 0, "flags": ["-O3"]}, {"id": 3, "flags": ["-O3", "-use_fast_math"]}]
+            return {"winner": 3, "nodes": nodes, "outcome": "2x faster"}, ""
+        return {"status": "ok", "cases": []}, ""
+
+    monkeypatch.setattr(bench, "_optiml", fake)
+    row = {"file": str(cu), "kernel": "saxpy"}
+    bench.run_optimize(row, cu, [], timeout=10)
+    bench.eval_step(row, bench.parse_args(["--out", str(tmp_path)]))
+    assert row["delivered_flags"] == ["-use_fast_math"]
+    assert calls[-1] == ["eval", str(cu), "--kernel", "saxpy", "--nvcc-flag=-use_fast_math"]
+    plain = {"file": str(cu), "kernel": "saxpy"}
+    monkeypatch.setattr(bench, "_optiml", lambda args, timeout: ({"winner": None, "nodes": []}, ""))
+    bench.run_optimize(plain, cu, [], timeout=10)
+    assert "delivered_flags" not in plain
+
+
 def test_pytorch_times_are_reused_only_from_the_same_gpu_and_torch(tmp_path):
     earlier = {
         "date": "2026-12-06T14:51:44+00:00",
