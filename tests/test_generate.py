@@ -90,6 +90,14 @@ FORMULAS = [
         {"B": 2, "C": 3, "O": 9},
     ),
     (
+        "maxpool2d",
+        "float x[B, C, H, W]\n"
+        "y[b, c, o, o2] = max(k, k2) pad(x[b, c, o + k - 1, o2 + k2 - 1], -inf)"
+        "   for o < OH, o2 < OW, k < KH, k2 < KW\nB = 2; C = 3; H = 9; W = 8; OH = 8; OW = 7; KH = 4; "
+        "KW = 3",
+        {"B": 2, "C": 3, "OH": 8},
+    ),
+    (
         "conv_transposed1d",
         "float x[B, CI, L], w[CI, CO, K]\n"
         "y[b, co, o] = sum(ci, k) x[b, ci, (o + 1 - k) / 2] * w[ci, co, k]   for o < O\n"
@@ -339,6 +347,24 @@ def test_softmax_is_one_kernel_whose_row_max_and_sum_are_computed_once_per_row()
         (line, line) for line in g.kernel.splitlines() if line.lstrip(" *").startswith("tol:")
     )
     assert "atol = 1e-06" in spec_line
+
+
+def test_a_windows_offsets_are_loops_of_their_own_and_a_rows_elements_one_flat_loop():
+    # a reduction over several indices: a window read at `o + k - 1` gets a loop per offset (a flat
+    # loop would divide by KW and take a remainder at every step); a norm's row, read at its
+    # indices as they are, stays one flat loop whose counter is the address
+    pool = dict((n, f) for n, f, _ in FORMULAS)["maxpool2d"]
+    window = generate(pool, "maxpool2d").kernel.split("-INFINITY;", 1)[1]
+    assert "for (int k_" in window and "for (int k2_" in window
+    assert "%" not in window and " / " not in window and "rest" not in window
+    norm = generate(
+        "float x[B, F, H]; eps = 1e-5\n"
+        "mu[b] = mean(f, h) x[b, f, h]\n"
+        "y[b, f, h] = (x[b, f, h] - mu[b]) * eps",
+        "norm",
+    ).kernel.split("__global__", 1)[1]
+    assert re.search(r"for \(long long (r\d+) = 0; \1 < \(long long\)F \* H; \+\+\1\)", norm)
+    assert "for (int f" not in norm
 
 
 def test_defaults_are_said_and_given_sizes_are_used():

@@ -263,12 +263,13 @@ class _Kernel:
         loops = []
         names = [self.fresh(f"{ix.name}_") for ix in node.indices]
         dims = [self.c.ranges[ix.name] for ix in node.indices]
-        if len(names) == 1:
-            loops.append(f"for (int {names[0]} = 0; {names[0]} < {dims[0]}; ++{names[0]}) {{")
-        else:  # one loop over all the reduced indices, each taken apart from the flat one
+        if len(names) > 1 and _flat_serves(self.c, node):
+            # one loop over all the reduced indices: every read of them is at the flat one
             flat = self.fresh("r")
             loops.append(f"for (long long {flat} = 0; {flat} < {_total(dims)}; ++{flat}) {{")
             inner_block.lines += _decode(self, flat, names, dims)
+        else:  # a loop each (a window's offsets, a convolution's taps: no division per step)
+            loops += [f"for (int {n} = 0; {n} < {d}; ++{n}) {{" for n, d in zip(names, dims)]
         for ix, var in zip(node.indices, names, strict=True):
             inner_env[ix.name] = (var, level + 1)
         v = self.emit(node.body, inner_env, stack[: level + 1] + [inner_block], k)
@@ -488,6 +489,37 @@ def _free(node: Node, names: set[str]) -> set[str]:
     for child in _children(node):
         out |= _free(child, names)
     return out
+
+
+def _flat_serves(c: Checked, node: Reduce) -> bool:
+    """Whether one flat loop serves a reduction over several indices: every read that uses them
+    reads an input at them as its last indices, in order, over those extents, so that its address
+    is the flat counter's (`_Kernel.offset`) and the indices taken apart from it go unused (a norm's
+    row). Otherwise (a window `x[o + k - 1]`, an index used as a value, a temporary) a flat loop
+    would divide and take a remainder for each index at every step."""
+    names = [i.name for i in node.indices]
+    dims = [c.ranges[n] for n in names]
+    wanted = set(names)
+
+    def served(n: Node) -> bool:
+        if isinstance(n, Name):
+            return n.name not in wanted or n.kind != "index"
+        if isinstance(n, Access):
+            if not _free(n, wanted):
+                return True
+            t = c.tensors[n.tensor]
+            cut = len(n.indices) - len(names)
+            if t.statement is not None or cut < 0 or list(t.dims[cut:]) != dims:
+                return False
+            tail = n.indices[cut:]
+            plain = all(
+                ix.gather is None and not ix.affine and ix.name == name
+                for ix, name in zip(tail, names, strict=True)
+            )
+            return plain and not _free(Access(n.tensor, n.indices[:cut], n.pos), wanted)
+        return all(served(ch) for ch in _children(n))
+
+    return served(node.body)
 
 
 def _children(node: Node) -> list[Node]:
