@@ -323,16 +323,50 @@ def test_a_compile_error_in_a_file_of_several_kernels_is_told_once_at_its_line(t
     assert len(errors) == 1 and errors[0].startswith(f"{f}:"), r.stderr
 
 
+TRAJECTORY = dict(
+    file="k.cu",
+    kernel="k",
+    arch="sm_90",
+    nvcc="13.0",
+    date="2026-12-07",
+    policy="offline",
+    seed=0,
+    budget=8,
+)
+
+
 def test_the_flags_a_winner_needs_beyond_the_inputs_are_named():
-    from types import SimpleNamespace as N
+    from optiml.search.trajectory import Trajectory, TrajectoryNode
 
-    from optiml.cli import added_flags
+    def node(i, parent, flags):
+        return TrajectoryNode(
+            id=i, parent=parent, depth=int(i > 0), edit=None, kernel="", flags=flags
+        )
 
-    nodes = [
-        N(id=0, parent=None, flags=["-O3"]),
-        N(id=1, parent=0, flags=["-O3", "-use_fast_math"]),
-        N(id=2, parent=0, flags=["-O3"]),
-    ]
-    assert added_flags(N(nodes=nodes, winner=1)) == ["-use_fast_math"]
-    assert added_flags(N(nodes=nodes, winner=2)) == []
-    assert added_flags(N(nodes=nodes, winner=None)) == []
+    nodes = [node(0, None, ["-O3"]), node(1, 0, ["-O3", "-use_fast_math"]), node(2, 0, ["-O3"])]
+    t = Trajectory(**TRAJECTORY, nodes=nodes)
+    assert t.model_copy(update={"winner": 1}).added_flags() == ["-use_fast_math"]
+    assert t.model_copy(update={"winner": 2}).added_flags() == []
+    assert t.added_flags() == []
+
+
+def test_the_editors_proposal_names_the_flags_its_winner_needs():
+    from optiml.search.trajectory import Trajectory, TrajectoryNode
+    from server.proposals import _with_flags
+
+    def node(i, flags):
+        return TrajectoryNode(
+            id=i, parent=i - 1 if i else None, depth=i, edit=None, kernel="", flags=flags
+        )
+
+    t = Trajectory(
+        **TRAJECTORY,
+        outcome="2.00x faster",
+        nodes=[node(0, ["-O3"]), node(1, ["-O3", "-prec-div=false"])],
+        winner=1,
+    )
+    assert _with_flags(t) == (
+        "2.00x faster; measured with the nvcc flags -prec-div=false: your build needs them too "
+        "(the file alone does not carry them)"
+    )
+    assert _with_flags(t.model_copy(update={"winner": 0})) == "2.00x faster"

@@ -891,27 +891,16 @@ def optimize(
     if t.winner is not None:
         path = [n.edit.summary for n in _path_to(t, t.winner) if n.edit]
         out.print("  edits: " + " → ".join(path), markup=False)
-        if added := added_flags(t):
-            out.print(
-                f"  measured with the nvcc flags {' '.join(added)}: your build needs them too "
-                "(the file alone does not carry them)",
-                markup=False,
-            )
+        if added := t.added_flags():
+            from optiml.search.trajectory import flags_note
+
+            out.print(f"  {flags_note(added)}", markup=False)
     for name, path in outcome.files.items():
         out.print(f"  {name}: {path}", markup=False)
     if written:
         out.print(f"  wrote the optimized kernel into {written}", markup=False)
     elif t.winner is not None:
         out.print("  FILE is unchanged; --write puts the optimized kernel in it", markup=False)
-
-
-def added_flags(t) -> list[str]:
-    """The nvcc flags the winner was measured with that the input was not built with."""
-    root = next((n for n in t.nodes if n.parent is None), None)
-    winner = next((n for n in t.nodes if n.id == t.winner), None)
-    if winner is None:
-        return []
-    return [f for f in winner.flags if root is None or f not in root.flags]
 
 
 def _path_to(t, node_id):

@@ -269,7 +269,9 @@ class _Kernel:
             loops.append(f"for (long long {flat} = 0; {flat} < {_total(dims)}; ++{flat}) {{")
             inner_block.lines += _decode(self, flat, names, dims)
         else:  # a loop each (a window's offsets, a convolution's taps: no division per step)
-            loops += [f"for (int {n} = 0; {n} < {d}; ++{n}) {{" for n, d in zip(names, dims)]
+            loops += [
+                f"for (int {n} = 0; {n} < {d}; ++{n}) {{" for n, d in zip(names, dims, strict=True)
+            ]
         for ix, var in zip(node.indices, names, strict=True):
             inner_env[ix.name] = (var, level + 1)
         v = self.emit(node.body, inner_env, stack[: level + 1] + [inner_block], k)

@@ -266,3 +266,20 @@ class Trajectory(BaseModel):
     outcome: str = ""  # one line: what came of it
     # what the input computes, as the lifting reads it: "row normalization: line 42: ..."
     computes: str | None = None
+
+    def added_flags(self) -> list[str]:
+        """The nvcc flags the winner was measured with that the input was not built with (an
+        LLM's allow-listed edit may add some): the delivered file does not carry them."""
+        root = next((n for n in self.nodes if n.parent is None), None)
+        winner = next((n for n in self.nodes if n.id == self.winner), None)
+        if winner is None:
+            return []
+        return [f for f in winner.flags if root is None or f not in root.flags]
+
+
+def flags_note(flags: list[str]) -> str:
+    """What the user is told of flags a winner needs."""
+    return (
+        f"measured with the nvcc flags {' '.join(flags)}: your build needs them too "
+        "(the file alone does not carry them)"
+    )
