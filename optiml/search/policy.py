@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -23,6 +24,7 @@ logger = logging.getLogger(__name__)
 # How much more likely an edit is tried first when it addresses the diagnosed bottleneck.
 MATCH, NO_PROFILE, MISMATCH = 3.0, 1.0, 0.4
 JITTER = 0.1
+FOUND_KEPT = 64  # nodes whose proposals the offline policy keeps
 
 
 @dataclass
@@ -63,11 +65,27 @@ class OfflinePolicy:
 
     def __init__(self, catalog: dict[str, Transformation] | None = None):
         self.catalog = catalog if catalog is not None else CATALOG
+        # A node is asked again for each child the search widens it by (a free slot's, one at a
+        # time): the catalog's proposals for what it sees of the node are computed once.
+        self._found: OrderedDict[tuple, list[Candidate]] = OrderedDict()
 
     async def propose(self, request: NodeView, k: int, rng: random.Random) -> list[Candidate]:
         # The catalog's proposals (lifting, rewriting) take a CPU for a while: on a thread, so
         # that the search's loop goes on recording the results of the evaluations in flight.
-        found = await asyncio.to_thread(self.candidates, request)
+        key = (
+            request.variant.key,
+            request.path,
+            request.kernel,
+            request.applied,
+            request.profile.model_dump_json() if request.profile else None,
+            request.sm_count,
+        )
+        found = self._found.get(key)
+        if found is None:
+            found = await asyncio.to_thread(self.candidates, request)
+            self._found[key] = found
+            while len(self._found) > FOUND_KEPT:
+                self._found.popitem(last=False)
         # A small seeded jitter breaks ties between equally ranked edits differently per seed.
         ranked = [
             Candidate(c.edit, c.prior * (1 + JITTER * rng.random()), c.variant) for c in found

@@ -86,3 +86,23 @@ def test_the_spinning_fixture_gets_only_edits_that_keep_its_accesses():
         _with(text, "const volatile int* flag", "const int* flag"), file, "wait_and_scale"
     )
     assert kept and kept <= keeping and "vectorize" in plain
+
+
+def test_a_nodes_proposals_are_computed_once_however_often_it_is_widened(monkeypatch):
+    # the search widens a node one child at a time to fill its slots: the catalog runs once per
+    # node as the policy sees it (another profile, another count of SMs: again)
+    import asyncio
+    import random
+
+    policy = OfflinePolicy()
+    calls = []
+    inner = policy.candidates
+    monkeypatch.setattr(policy, "candidates", lambda r: calls.append(r) or inner(r))
+    text = (FIXTURES / "saxpy.cu").read_text()
+    request = NodeView(variant=Variant(text), path=str(FIXTURES / "saxpy.cu"), kernel="saxpy")
+    first = asyncio.run(policy.propose(request, 4, random.Random(0)))
+    again = asyncio.run(policy.propose(request, 4, random.Random(0)))
+    assert len(calls) == 1 and first and [c.edit for c in again] == [c.edit for c in first]
+    other = NodeView(request.variant, request.path, request.kernel, sm_count=8)
+    asyncio.run(policy.propose(other, 4, random.Random(0)))
+    assert len(calls) == 2
