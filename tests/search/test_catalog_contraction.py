@@ -388,6 +388,10 @@ def test_a_c_of_few_tiles_and_a_long_k_gets_k_split_over_a_cluster():
     out = variant(ctx, best)
     assert "cluster_dims(1, 1, 8)" in out.source.text and "run_split<8>" in body(out)
     assert out.spec.launch.grid[2] == "8"
+    # and the same tile with twice the warps (4 x 4 outputs a thread): one block of 4 warps alone
+    # on its SM hides little latency
+    eight_warps = [p.params for p in split if p.params["threads"] == 256]
+    assert eight_warps and eight_warps[0]["split_k"] == 8 and eight_warps[0]["bm"] == 64
     # where C alone fills the GPU (a square 4096 GEMM), nothing is split
     square = LARGE_K.replace("(256, 256, 524288)", "(4096, 4096, 4096)")
     assert split_proposals(square, "mm")[1] == []

@@ -45,8 +45,12 @@ LARGE = [
     (Config(128, 128, 16, 4, 2, 2, 2), 0.7),
     (Config(256, 128, 8, 4, 2, 3, 1), 0.6),
 ]
-# Small problems, where 128 x 128 tiles leave SMs idle: 4 times as many blocks.
-SMALL = [(Config(64, 64, 8, 2, 1, 3, 4), 0.5)]
+# Small problems, where 128 x 128 tiles leave SMs idle: 4 times as many blocks; and the same tile
+# with 4 x 4 outputs a thread, twice the warps: where even 64 x 64 tiles are fewer than the SMs
+# and K is split over a cluster of at most 8 (the large-K GEMM: 16 tiles, 128 blocks), a block of
+# 4 warps alone on its SM ran at about a fifth of the FFMA peak (KernelBench's task 6 on an H100,
+# kb-4-6-34-36-40-h100.json); 8 warps hide more of its latency (not yet measured).
+SMALL = [(Config(64, 64, 8, 2, 1, 3, 4), 0.5), (Config(64, 64, 16, 1, 1, 3, 2, reg_vecs=0), 0.45)]
 MAX_GRID_Y = 65535
 # A stream-K twin of a config where its last wave leaves at least this share of the time idle
 # (a whole wave's time for a partial wave: measured, benchmarks/results/sgemm-waves-h200.txt), and
