@@ -501,3 +501,34 @@ def test_proposes_nothing_on_an_elementwise_kernel():
     assert ROW.propose(context(ELEMENTWISE, "k")) == []
     saxpy = FIXTURES / "saxpy.cu"
     assert ROW.propose(context(saxpy.read_text(), "saxpy", "saxpy.cu")) == []
+
+
+MACRO_ROWS = """\
+#define ROWS 300
+/* @optiml
+ *   args:   x: in float[ROWS * cols], y: out float[ROWS]
+ *   sizes:  cols = 1024, 77
+ *   launch: grid = cdiv(ROWS, 256), block = 256
+ */
+__global__ void row_sum(const float* x, float* y, int cols)
+{
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < ROWS) {
+        float s = 0.0f;
+        for (int c = 0; c < cols; ++c) s += x[r * cols + c];
+        y[r] = s;
+    }
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+def test_a_row_count_given_by_a_macro_is_read_with_the_files_constants(tmp_path):
+    # the guard's bound is `ROWS`, a macro: evaluated with the file's constants (the launch's
+    # coverage was checked without them, and nothing was proposed)
+    from tests.host_cuda import run_against
+
+    ctx = context(MACRO_ROWS, "row_sum")
+    proposals = ROW.propose(ctx)
+    assert proposals
+    assert run_against(ctx, [variant(ctx, proposals[0])], [{"cols": 77}], tmp_path) == [0]

@@ -458,7 +458,7 @@ def _spec_values(ctx: Context, text: str) -> tuple[str, list | None]:
         values = []
         for sizes in ctx.spec.sizes:
             case = ctx.spec.case(sizes)
-            env = {**ctx.spec.constants, **ctx.spec.template_values, **case.sizes, **case.scalars}
+            env = ctx.env(case)
             value = expr.evaluate(env)
             if isinstance(value, tuple):
                 return text, None

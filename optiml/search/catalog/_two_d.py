@@ -208,10 +208,10 @@ def spec_value(ctx: Context, text: str, case) -> int | None:
     None if it is not an expression the spec language can write."""
     names = words(text)
     scalars = {p.name for p in ctx.kernel.params if not p.is_pointer}
-    known = scalars | set(ctx.spec.template_values)
+    known = scalars | set(ctx.spec.template_values) | set(ctx.spec.constants)
     if not names <= known:
         return None
-    env = {**ctx.spec.template_values, **case.sizes, **case.scalars}
+    env = ctx.env(case)
     try:
         value = Expr.parse(text).evaluate(env)
     except (ExprError, KeyError, ZeroDivisionError):

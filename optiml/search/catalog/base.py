@@ -59,11 +59,15 @@ class Context:
         """The spec's first (main) problem size, evaluated."""
         return self.spec.case(self.spec.sizes[0])
 
+    def env(self, case=None) -> dict[str, Any]:
+        """What a spec expression may name at `case` (the main problem size by default): the file's
+        constants and macros, the template's values, the sizes and the scalars."""
+        case = case if case is not None else self.case
+        return {**self.spec.constants, **self.spec.template_values, **case.sizes, **case.scalars}
+
     def value(self, text: str) -> int | float:
         """A spec expression (a size, a count) at the main problem size."""
-        case = self.case
-        env = {**self.spec.template_values, **case.sizes, **case.scalars}
-        return SizeExpr.parse(text).evaluate(env)
+        return SizeExpr.parse(text).evaluate(self.env())
 
     @property
     def comment(self) -> str:

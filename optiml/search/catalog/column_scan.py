@@ -143,9 +143,7 @@ class _Plan:
         # the launch covers the columns as the original's does
         for sizes in ctx.spec.sizes:
             case = ctx.spec.case(sizes)
-            n = SizeExpr.parse(self.bound_text).evaluate(
-                {**ctx.spec.constants, **ctx.spec.template_values, **case.sizes, **case.scalars}
-            )
+            n = SizeExpr.parse(self.bound_text).evaluate(ctx.env(case))
             if not isinstance(n, int) or case.grid[0] * case.block[0] < n:
                 raise _NoPlan("the launch does not cover the columns")
 

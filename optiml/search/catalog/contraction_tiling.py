@@ -75,7 +75,7 @@ def launch_extents(ctx: Context, c: Contraction) -> tuple[list[tuple[int, int]],
     out = []
     for sizes in ctx.spec.sizes:
         case = ctx.spec.case(sizes)
-        env = {**ctx.spec.template_values, **case.sizes, **case.scalars}
+        env = ctx.env(case)
         values = {}
         if c.flat is not None:
             values = _flat_extents(c, case, env)
@@ -326,12 +326,7 @@ def _admits_mma(ctx: Context, c: Contraction, extents: list[tuple[int, int]]) ->
     16-bit products accumulated in fp32 on the tensor cores in another order."""
     out = next(b for b in ctx.spec.buffers if b.name == c.out.tensor)
     rtol, atol = ctx.spec.tolerance(DTYPES[out.dtype])
-    k = max(
-        SizeExpr.parse(render(c.k_extent)).evaluate(
-            {**ctx.spec.template_values, **case.sizes, **case.scalars}
-        )
-        for case in ctx.spec.cases()
-    )
+    k = max(SizeExpr.parse(render(c.k_extent)).evaluate(ctx.env(case)) for case in ctx.spec.cases())
     return max(rtol, atol) >= MMA_MARGIN * MMA_UNIT * max(k, 1) ** 0.5
 
 

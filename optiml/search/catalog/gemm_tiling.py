@@ -180,7 +180,7 @@ def _extents(ctx: Context, g: Gemm) -> list[tuple[int, int]] | None:
     for sizes in ctx.spec.sizes:
         try:
             case = ctx.spec.case(sizes)
-            env = {**ctx.spec.template_values, **case.sizes, **case.scalars}
+            env = ctx.env(case)
             m = Expr.parse(render(g.m)).evaluate(env)
             n = Expr.parse(render(g.n)).evaluate(env)
         except ExprError:

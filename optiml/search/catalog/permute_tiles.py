@@ -125,7 +125,7 @@ def _evaluates(ctx: Context, grid: str) -> None:
     expr = SizeExpr.parse(grid)
     for sizes in ctx.spec.sizes:
         case = ctx.spec.case(sizes)
-        value = expr.evaluate({**ctx.spec.template_values, **case.sizes, **case.scalars})
+        value = expr.evaluate(ctx.env(case))
         if not isinstance(value, int) or not 0 < value < 2**31:
             raise _NoPlan("a grid the spec cannot launch")
 

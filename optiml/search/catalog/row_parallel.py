@@ -111,7 +111,7 @@ def _launch_ok(ctx: Context, rows: str) -> bool:
         expr = Expr.parse(rows)
         for sizes in ctx.spec.sizes:
             case = ctx.spec.case(sizes)
-            value = expr.evaluate(_env(ctx, case))
+            value = expr.evaluate(ctx.env(case))
             if not isinstance(value, int) or value <= 0:
                 return False
             if case.grid[1:] != (1, 1) or case.block[1:] != (1, 1):
@@ -128,10 +128,6 @@ def _launch_bound(ctx: Context) -> int | None:
     head = ctx.source.text[ctx.kernel.span.start : ctx.kernel.body_span.start]
     found = re.search(r"__launch_bounds__\s*\(\s*(\d+)", head)
     return int(found.group(1)) if found else None
-
-
-def _env(ctx: Context, case) -> dict:
-    return {**ctx.spec.template_values, **case.sizes, **case.scalars}
 
 
 def _configs(ctx: Context, rk: RowKernel) -> list[tuple[Config, float]]:
@@ -195,7 +191,7 @@ def _case_length(ctx: Context, rk: RowKernel) -> int | None:
     if len(bounds) != 1:
         return None
     try:
-        value = Expr.parse(bounds.pop()).evaluate(_env(ctx, ctx.case))
+        value = Expr.parse(bounds.pop()).evaluate(ctx.env())
     except ExprError:
         return None
     return value if isinstance(value, int) and value > 0 else None

@@ -180,9 +180,7 @@ def _check(ctx: Context, bound: str) -> None:
         case = ctx.spec.case(sizes)
         if case.grid[1:] != (1, 1) or case.block[1:] != (1, 1):
             raise _NoPlan("not a 1-D launch")
-        value = expr.evaluate(
-            {**ctx.spec.constants, **ctx.spec.template_values, **case.sizes, **case.scalars}
-        )
+        value = expr.evaluate(ctx.env(case))
         if not isinstance(value, int) or value <= 0:
             raise _NoPlan("an element count the spec cannot evaluate")
 
@@ -518,9 +516,7 @@ class _Plan2D:
             raise _NoPlan("a 1-D launch")
         for sizes_ in ctx.spec.sizes:
             case = ctx.spec.case(sizes_)
-            n = SizeExpr.parse(_size_text(self.bound)).evaluate(
-                {**ctx.spec.constants, **ctx.spec.template_values, **case.sizes, **case.scalars}
-            )
+            n = SizeExpr.parse(_size_text(self.bound)).evaluate(ctx.env(case))
             if not isinstance(n, int) or case.grid[0] * case.block[0] < n:
                 raise _NoPlan("the launch does not cover the columns")
 

@@ -218,8 +218,7 @@ def _kept_row(
     try:  # the launch reads it at every size
         for sizes in ctx.spec.sizes:
             case = ctx.spec.case(sizes)
-            values = {**ctx.spec.constants, **ctx.spec.template_values, **case.sizes}
-            if not isinstance(SizeExpr.parse(smem).evaluate({**values, **case.scalars}), int):
+            if not isinstance(SizeExpr.parse(smem).evaluate(ctx.env(case)), int):
                 return None
     except (ExprError, KeyError, ValueError):
         return None
@@ -352,9 +351,7 @@ def _row_elements(ctx: Context, count: int) -> int:
 
 def _row_count(ctx: Context, rows: str) -> int:
     case = ctx.case
-    value = SizeExpr.parse(rows).evaluate(
-        {**ctx.spec.constants, **ctx.spec.template_values, **case.sizes, **case.scalars}
-    )
+    value = SizeExpr.parse(rows).evaluate(ctx.env(case))
     if not isinstance(value, int):
         raise _NoPlan("a row count that is not an integer")
     return value
@@ -367,7 +364,7 @@ def _check_launch(ctx: Context, rows: str) -> None:
         case = ctx.spec.case(sizes)
         if case.grid[1:] != (1, 1) or case.block[1:] != (1, 1):
             raise _NoPlan("not a 1-D launch")
-        value = expr.evaluate({**ctx.spec.template_values, **case.sizes, **case.scalars})
+        value = expr.evaluate(ctx.env(case))
         if not isinstance(value, int) or value <= 0 or case.grid[0] * case.block[0] < value:
             raise _NoPlan("the launch does not cover the rows")
 
