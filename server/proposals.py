@@ -20,8 +20,14 @@ from typing import Any, Literal
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
-from optiml.api import GeneratedKernel, OptimizeResult, ProfileSummary, Trajectory, outline
-from optiml.search.trajectory import flags_note
+from optiml.api import (
+    GeneratedKernel,
+    OptimizeResult,
+    ProfileSummary,
+    Trajectory,
+    flags_note,
+    outline,
+)
 from server.capabilities import ClientCapabilities
 from server.documents import Block, Model, Snapshot, kernel_block
 from server.protocol import shown

@@ -892,7 +892,7 @@ def optimize(
         path = [n.edit.summary for n in _path_to(t, t.winner) if n.edit]
         out.print("  edits: " + " → ".join(path), markup=False)
         if added := t.added_flags():
-            from optiml.search.trajectory import flags_note
+            from optiml.api import flags_note
 
             out.print(f"  {flags_note(added)}", markup=False)
     for name, path in outcome.files.items():
