@@ -468,8 +468,8 @@ class Search(Generic[State, Action]):
         """A new child for a free slot, past a node's widening limit (see `fill_slots`), or None
         where no evaluated node's policy has anything new."""
         root = self.root
-        if not root.evaluated or root.dead or root.closed:
-            return None
+        if root.pending or not root.evaluated or root.dead or root.closed:
+            return None  # as `_select`: nothing below a root not yet backed up
         line = [root]
         while best := next((c for c in self._ranked(line[-1]) if c.evaluated), None):
             line.append(best)

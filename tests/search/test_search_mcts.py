@@ -419,3 +419,13 @@ def test_a_node_whose_children_close_mid_descent_is_widened_again():
     result = asyncio.run(search.run(max_evaluations=50))
     assert result.evaluations == 11 and result.stop is StopReason.EXHAUSTED
     assert result.best_reward == 9.0
+
+
+async def test_a_search_stopped_after_its_root_fills_its_slots_when_it_goes_on():
+    # a budget of one evaluation leaves the root recorded but not backed up (see the module's
+    # notes on stopping); the next run backs it up first, then fills every slot
+    toy = AsyncToy(delay=lambda state: 0.001)
+    search = Search(toy, (), SearchConfig(seed=0, parallelism=4, fill_slots=True))
+    await search.run(max_evaluations=1)
+    result = await search.run(max_evaluations=12)
+    assert result.evaluations == 12 and len(toy.peak) == 4
