@@ -21,6 +21,8 @@ from optiml.lift import Lifted, lift
 from optiml.lift.emit import CEmitter, NotEmittable
 from optiml.lift.families import affine, global_indices, induction_steps
 from optiml.lift.model import (
+    INT,
+    LONG,
     TRUE,
     Binary,
     Builtin,
@@ -162,6 +164,17 @@ def _windows_written_out(m: Lifted) -> Lifted:
     return replace(m, body=body)
 
 
+def widened(e: Expr) -> Expr:
+    """`e` with its integer sums and products in 64 bits, each int leaf cast first: the count of
+    a tensor's elements past 2^31 (`batch_size * dim` of two int sizes; the model keeps no cast
+    the kernel wrote on it, and a 32-bit product overflows before a 64-bit variable takes it)."""
+    if isinstance(e, Binary) and e.op in ("+", "-", "*") and e.type in (INT, LONG):
+        return Binary(e.op, widened(e.a), widened(e.b), LONG)
+    if isinstance(e, Param | Var) and e.type == INT:
+        return Cast(e, LONG)
+    return e
+
+
 def _size_text(e: Expr) -> str:
     while isinstance(e, Cast):
         e = e.a
@@ -290,7 +303,7 @@ class _Plan:
         )
         packs = {t: f"optiml_p_{t}" for t in self.wide}
         ct = {t.name: STORAGE[t.code] for t in self.m.tensors.values()}
-        bound = scalar.expr(self.bound)
+        bound = scalar.expr(widened(self.bound))
         aligned = " && ".join(
             f"reinterpret_cast<unsigned long long>({t}) % {size * v} == 0"
             for t, size in sorted(self.wide.items())
@@ -529,7 +542,7 @@ class _Plan2D:
         first = _Emitter2D({}, COL, {**_ROW_ATOMS, "g.x": COL}, {})
         ct = {t.name: STORAGE[t.code] for t in self.m.tensors.values()}
         dtype = {t.name: t.dtype for t in self.m.tensors.values()}
-        bound = first.expr(self.bound)
+        bound = first.expr(widened(self.bound))
         lines = [
             "{",
             f"    const long long {COL} = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * {v};",
