@@ -81,7 +81,7 @@ from optiml.search.request import (
     OptimizeResult,
     default_out_dir,
 )
-from optiml.search.trajectory import ProfileSummary, Trajectory, flags_note
+from optiml.search.trajectory import ProfileSummary, Trajectory
 from optiml.spec import Spec, evaluated_at_run_time, load, parse_spec
 
 __all__ = [
@@ -151,7 +151,6 @@ __all__ = [
     "SpecIssue",
     "StaticReport",
     "Trajectory",
-    "flags_note",
     "Verdict",
     "STATUS_EXIT",
     # settings' vocabularies and checks

@@ -20,14 +20,7 @@ from typing import Any, Literal
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 
-from optiml.api import (
-    GeneratedKernel,
-    OptimizeResult,
-    ProfileSummary,
-    Trajectory,
-    flags_note,
-    outline,
-)
+from optiml.api import GeneratedKernel, OptimizeResult, ProfileSummary, Trajectory, outline
 from server.capabilities import ClientCapabilities
 from server.documents import Block, Model, Snapshot, kernel_block
 from server.protocol import shown
@@ -129,17 +122,11 @@ def make_proposal(
         before=outcome.baseline_profile,
         after=t.winner_profile,
         summaries=tuple(_summaries(t)),
-        outcome=_with_flags(t),
+        outcome=t.outcome,
         folder=folder,
         report=outcome.files.get("report"),
         trajectory=outcome.files.get("trajectory"),
     )
-
-
-def _with_flags(t: Trajectory) -> str:
-    """The outcome line, and the nvcc flags the winner needs beyond the input's where it has any."""
-    added = t.added_flags()
-    return f"{t.outcome}; {flags_note(added)}" if added else t.outcome
 
 
 def make_generated_proposal(

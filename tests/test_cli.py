@@ -350,23 +350,29 @@ def test_the_flags_a_winner_needs_beyond_the_inputs_are_named():
     assert t.added_flags() == []
 
 
-def test_the_editors_proposal_names_the_flags_its_winner_needs():
-    from optiml.search.trajectory import Trajectory, TrajectoryNode
-    from server.proposals import _with_flags
+def test_the_outcome_every_front_end_shows_names_the_flags_its_winner_needs():
+    # the CLI prints it, the editor's proposal and its report show it
+    from optiml.search.optimize import _outcome
+    from optiml.search.trajectory import Confirmation, Trajectory, TrajectoryNode
 
     def node(i, flags):
         return TrajectoryNode(
             id=i, parent=i - 1 if i else None, depth=i, edit=None, kernel="", flags=flags
         )
 
+    confirmed = [
+        Confirmation(node=n, speedup=2.0, candidate_ms=1.0, reference_ms=2.0, noise=0.0, repeats=5)
+        for n in (1, 2)
+    ]
     t = Trajectory(
         **TRAJECTORY,
-        outcome="2.00x faster",
-        nodes=[node(0, ["-O3"]), node(1, ["-O3", "-prec-div=false"])],
+        nodes=[node(0, ["-O3"]), node(1, ["-O3", "-prec-div=false"]), node(2, ["-O3"])],
+        confirmed=confirmed,
         winner=1,
     )
-    assert _with_flags(t) == (
-        "2.00x faster; measured with the nvcc flags -prec-div=false: your build needs them too "
+    plain = "2.00x faster (2 ms -> 1 ms), confirmed and judged"
+    assert _outcome(t, [], None) == (
+        f"{plain}; measured with the nvcc flags -prec-div=false: your build needs them too "
         "(the file alone does not carry them)"
     )
-    assert _with_flags(t.model_copy(update={"winner": 0})) == "2.00x faster"
+    assert _outcome(t.model_copy(update={"winner": 2}), [], None) == plain

@@ -891,10 +891,6 @@ def optimize(
     if t.winner is not None:
         path = [n.edit.summary for n in _path_to(t, t.winner) if n.edit]
         out.print("  edits: " + " → ".join(path), markup=False)
-        if added := t.added_flags():
-            from optiml.api import flags_note
-
-            out.print(f"  {flags_note(added)}", markup=False)
     for name, path in outcome.files.items():
         out.print(f"  {name}: {path}", markup=False)
     if written:

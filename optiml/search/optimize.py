@@ -787,7 +787,14 @@ def _node(n: Node[Variant, Any], kernel: str) -> TrajectoryNode:
 def _outcome(t: Trajectory, confirmed, verdict) -> str:
     if t.winner is not None:
         c = next(c for c in t.confirmed if c.node == t.winner)
-        return f"{c.speedup:.2f}x faster ({c.reference_ms:.4g} ms -> {c.candidate_ms:.4g} ms), confirmed and judged"
+        line = f"{c.speedup:.2f}x faster ({c.reference_ms:.4g} ms -> {c.candidate_ms:.4g} ms), confirmed and judged"
+        # every front end shows this line: the flags a build of the file alone would miss
+        if added := t.added_flags():
+            line += (
+                f"; measured with the nvcc flags {' '.join(added)}: your build needs them too "
+                "(the file alone does not carry them)"
+            )
+        return line
     if verdict is not None and not verdict.accepted:
         return "the best candidate was rejected by the judge: " + "; ".join(verdict.reasons)
     if confirmed:

@@ -275,11 +275,3 @@ class Trajectory(BaseModel):
         if winner is None:
             return []
         return [f for f in winner.flags if root is None or f not in root.flags]
-
-
-def flags_note(flags: list[str]) -> str:
-    """What the user is told of flags a winner needs."""
-    return (
-        f"measured with the nvcc flags {' '.join(flags)}: your build needs them too "
-        "(the file alone does not carry them)"
-    )

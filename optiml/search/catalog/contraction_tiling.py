@@ -326,7 +326,8 @@ def _admits_mma(ctx: Context, c: Contraction, extents: list[tuple[int, int]]) ->
     16-bit products accumulated in fp32 on the tensor cores in another order."""
     out = next(b for b in ctx.spec.buffers if b.name == c.out.tensor)
     rtol, atol = ctx.spec.tolerance(DTYPES[out.dtype])
-    k = max(SizeExpr.parse(render(c.k_extent)).evaluate(ctx.env(case)) for case in ctx.spec.cases())
+    k_extent = SizeExpr.parse(render(c.k_extent))
+    k = max(k_extent.evaluate(ctx.env(case)) for case in ctx.spec.cases())
     return max(rtol, atol) >= MMA_MARGIN * MMA_UNIT * max(k, 1) ** 0.5
 
 
