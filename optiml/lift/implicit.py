@@ -123,71 +123,12 @@ class Implicit:
 
 def implicit(lifted: Lifted) -> Implicit:
     """The model as an implicit GEMM, or `NotImplicit` with the reason."""
-    stores = [s for s in walk_stmts(lifted.body) if isinstance(s, Store)]
-    if len(stores) != 1 or stores[0] not in lifted.body:
-        raise NotImplicit("not one store per thread outside loops")
-    store = stores[0]
-    if store.atomic or store.op != "=":
-        raise NotImplicit("an atomic store")
-    if any(isinstance(s, Loop) for s in lifted.body):
-        raise NotImplicit("a loop that stores")
-
-    # the output's coordinates: the digits of the flat thread index
-    threads = _Digits(_ThreadBase())
-    for e in (store.index, store.value, store.guard):
-        threads.scan(e)
-    try:
-        threads.settle()
-    except _NotSplit as e:
-        raise NotImplicit(str(e)) from None
-    if threads.total is None:
-        raise NotImplicit("no bound `index < N` on the flat thread index")
-    out_coords = threads.coords("c")
-    store = Store(
-        store.tensor,
-        threads.sub(store.index),
-        threads.sub(store.value),
-        _simplify(threads.sub(store.guard)),
-        store.op,
-        store.atomic,
-        store.line,
-    )
-    if store.guard != TRUE:
-        raise NotImplicit("the store's guard is more than the thread index's bound")
-    if any(isinstance(x, Builtin) for x in walk_expr(store.index)):
-        raise NotImplicit("the thread index outside its digits")
-
-    # the sum: the value reads one loop's accumulator
-    outs = [x for x in walk_expr(store.value, into_loops=False) if isinstance(x, LoopOut)]
-    if not outs or len({(x.loop.uid, x.var.uid) for x in outs}) != 1:
-        raise NotImplicit("the stored value does not read one loop's result")
-    outer, acc_var = outs[0].loop, outs[0].var
-    chain, acc, term = _chain(outer, acc_var)
+    threads, out_coords, store = output_coords(lifted)
+    outer, acc_var = reduction_read(store)
+    chain, acc, term, _ = reduction_chain(outer, acc_var)
     if acc.var.type != FLOAT:
         raise NotImplicit("the sum is not accumulated in float")
-    for loop in chain:
-        if _simplify(loop.guard) != TRUE:
-            raise NotImplicit("a loop of the sum runs under a condition")
-
-    # K's coordinates: each counter of the nest, or its digits (outermost slowest)
-    k_coords: list[Coord] = []
-    for loop in reversed(chain):
-        counter, start, bound = _counter(loop)
-        digits = _Digits(_VarBase(counter))
-        digits.scan(term)
-        if digits.places == {ONE}:
-            extent = _sub_affine(bound, start)
-            k_coords.append(Coord(counter, extent, start))
-            continue
-        if start:
-            raise NotImplicit("a counter taken apart that does not start at 0")
-        try:
-            digits.total = size_mono_affine(bound)
-            digits.settle()
-        except _NotSplit as e:
-            raise NotImplicit(str(e)) from None
-        term = digits.sub(term)
-        k_coords += digits.coords(f"{counter.name}.")
+    k_coords, (term,) = reduction_coords(chain, (term,))
 
     seed_expr = acc.init
     term = threads.sub(term)
@@ -285,6 +226,80 @@ def implicit(lifted: Lifted) -> Implicit:
     )
 
 
+def output_coords(lifted: Lifted) -> tuple[_Digits, list[Coord], Store]:
+    """A thread per output element: the digits of the flat thread index (the output's
+    coordinates, fastest first) and the one store, over them."""
+    stores = [s for s in walk_stmts(lifted.body) if isinstance(s, Store)]
+    if len(stores) != 1 or stores[0] not in lifted.body:
+        raise NotImplicit("not one store per thread outside loops")
+    store = stores[0]
+    if store.atomic or store.op != "=":
+        raise NotImplicit("an atomic store")
+    if any(isinstance(s, Loop) for s in lifted.body):
+        raise NotImplicit("a loop that stores")
+
+    threads = _Digits(_ThreadBase())
+    for e in (store.index, store.value, store.guard):
+        threads.scan(e)
+    try:
+        threads.settle()
+    except _NotSplit as e:
+        raise NotImplicit(str(e)) from None
+    if threads.total is None:
+        raise NotImplicit("no bound `index < N` on the flat thread index")
+    out_coords = threads.coords("c")
+    store = Store(
+        store.tensor,
+        threads.sub(store.index),
+        threads.sub(store.value),
+        _simplify(threads.sub(store.guard)),
+        store.op,
+        store.atomic,
+        store.line,
+    )
+    if store.guard != TRUE:
+        raise NotImplicit("the store's guard is more than the thread index's bound")
+    if any(isinstance(x, Builtin) for x in walk_expr(store.index)):
+        raise NotImplicit("the thread index outside its digits")
+    return threads, out_coords, store
+
+
+def reduction_read(store: Store) -> tuple[Loop, Var]:
+    """The loop whose carried value the stored value reads (one loop, one value)."""
+    outs = [x for x in walk_expr(store.value, into_loops=False) if isinstance(x, LoopOut)]
+    if not outs or len({(x.loop.uid, x.var.uid) for x in outs}) != 1:
+        raise NotImplicit("the stored value does not read one loop's result")
+    return outs[0].loop, outs[0].var
+
+
+def reduction_coords(chain: list[Loop], exprs: tuple[Expr, ...]) -> tuple[list[Coord], tuple]:
+    """The coordinates of the reduction's nest (fastest first: each counter, or its digits where
+    the loop takes it apart), and `exprs` rewritten over them."""
+    for loop in chain:
+        if _simplify(loop.guard) != TRUE:
+            raise NotImplicit("a loop of the reduction runs under a condition")
+    k_coords: list[Coord] = []
+    for loop in reversed(chain):
+        counter, start, bound = _counter(loop)
+        digits = _Digits(_VarBase(counter))
+        for e in exprs:
+            digits.scan(e)
+        if digits.places == {ONE}:
+            extent = _sub_affine(bound, start)
+            k_coords.append(Coord(counter, extent, start))
+            continue
+        if start:
+            raise NotImplicit("a counter taken apart that does not start at 0")
+        try:
+            digits.total = size_mono_affine(bound)
+            digits.settle()
+        except _NotSplit as e:
+            raise NotImplicit(str(e)) from None
+        exprs = tuple(digits.sub(e) for e in exprs)
+        k_coords += digits.coords(f"{counter.name}.")
+    return k_coords, exprs
+
+
 def _unit_stride(index: Expr, coords: list[Coord]) -> int:
     """The output coordinate whose step moves the store by one element (where the index is
     affine in the coordinates and one has coefficient 1), else the fastest digit."""
@@ -304,9 +319,11 @@ def size_mono_affine(f: Affine) -> Mono:
 # ---- the reduction's loops ------------------------------------------------------------------
 
 
-def _chain(outer: Loop, acc_var: Var) -> tuple[list[Loop], Carried, Expr]:
-    """The nest of loops that carries the sum (outermost first), the outermost accumulator, and
-    the term the innermost one adds."""
+def reduction_chain(
+    outer: Loop, acc_var: Var, ops: tuple[str, ...] = ("sum",)
+) -> tuple[list[Loop], Carried, Expr, Carried]:
+    """The nest of loops that carries a reduction of one of `ops` (outermost first), the
+    outermost accumulator, the term the innermost one adds, and the innermost accumulator."""
     chain = [outer]
     loop, var = outer, acc_var
     acc = next((c for c in outer.carried if c.var.uid == acc_var.uid), None)
@@ -327,8 +344,8 @@ def _chain(outer: Loop, acc_var: Var) -> tuple[list[Loop], Carried, Expr]:
             chain.append(loop)
             continue
         op, term = reduction_of(var, carried.update)
-        if op != "sum" or term is None:
-            raise NotImplicit("the loop's value is not a sum")
+        if op not in ops or term is None:
+            raise NotImplicit(f"the loop's value is not a {' or '.join(ops)}")
         # the sums of the nest (each loop's non-counter): no term or initial value reads one
         accs = {
             c.var.uid for lp in chain for c in lp.carried if c.var.uid not in induction_steps(lp)
@@ -337,7 +354,7 @@ def _chain(outer: Loop, acc_var: Var) -> tuple[list[Loop], Carried, Expr]:
             raise NotImplicit("a term reads the sum")
         if any(isinstance(x, Var) and x.uid in accs for x in walk_expr(acc.init)):
             raise NotImplicit("the sum's initial value reads the sum")
-        return chain, acc, term
+        return chain, acc, term, carried
 
 
 def _counter(loop: Loop) -> tuple[Var, Affine, Affine]:

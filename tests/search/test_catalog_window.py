@@ -1,0 +1,280 @@
+"""window_tile: sliding-window reductions read off the lifted model (optiml.lift.window) and tiled
+through shared memory. KernelBench's pooling and depthwise convolutions as `optiml generate
+--from-torch` writes them and hand-written windows spelled otherwise compute, at sizes with
+partial tiles, exactly what the original computes (CUDA threads as host threads); proposals
+compile for sm_90; kernels of other forms get nothing."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from optiml.generate import generate
+from optiml.generate.from_torch import translate
+from optiml.harness.build import build_kernel
+from optiml.lift import lift
+from optiml.lift.window import NotWindow, window
+from optiml.search.catalog import Context, by_name
+from optiml.search.catalog import window_tile as wt
+from optiml.search.variant import Variant
+from tests.host_cuda import run_against
+from tests.support import FIXTURES
+
+KB = Path(__file__).resolve().parents[2].parent / "shared" / "kernelbench" / "level1"
+needs_kb = pytest.mark.skipif(not KB.is_dir(), reason=f"KernelBench's level 1 is not at {KB}")
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+
+# KernelBench's windows at small sizes: outputs that fill no tile exactly.
+SMALL = {
+    42: {"batch_size": 2, "channels": 3, "height": 13, "width": 37},  # 4 x 4 max, padding 1
+    44: {"batch_size": 2, "in_channels": 11, "input_length": 300},  # 1-D average, padding 4
+    46: {"batch_size": 2, "channels": 2, "depth": 5, "height": 19, "width": 23},  # 3-D, stride 2
+    82: {"batch_size": 2, "in_channels": 3, "width": 41, "height": 11},  # depthwise 3 x 3
+    84: {"batch_size": 2, "in_channels": 3, "out_channels": 3, "width_in": 35, "height_in": 10},
+}
+
+_made: dict = {}
+_dir: list[str] = []
+
+
+def task(n: int) -> Context:
+    if n not in _made:
+        if not _dir:
+            _dir.append(tempfile.mkdtemp(prefix="optiml-window-"))
+        (path,) = KB.glob(f"{n}_*.py")
+        t = translate(path.read_text(), path.name, overrides=SMALL[n])
+        g = generate(t.formula, t.name, ref_file=f"{t.name}_ref.py")
+        root = Path(_dir[0]) / str(n)
+        root.mkdir(parents=True, exist_ok=True)
+        (root / f"{t.name}_ref.py").write_text(g.reference)
+        cu = root / f"{t.name}.cu"
+        cu.write_text(g.kernel)
+        _made[n] = Context.of(Variant(g.kernel), str(cu), t.name)
+    return _made[n]
+
+
+def inline(text: str, kernel: str) -> Context:
+    return Context.of(Variant(text), str(FIXTURES / "kernel.cu"), kernel)
+
+
+def propose(ctx: Context):
+    return by_name("window_tile").propose(ctx)
+
+
+def variant(ctx: Context, proposal) -> Context:
+    return Context.of(proposal.variant, ctx.source.path, ctx.kernel.name)
+
+
+def reading(ctx: Context):
+    return window(lift(ctx.source, ctx.kernel, ctx.spec))
+
+
+# A max pool spelled by hand: 2 x 2 windows at stride 2 with a comparison, not fmaxf, and the
+# output's coordinates taken apart one division at a time.
+MAXPOOL = """
+/* @optiml
+ *   args:   in: in float[N * C * H * W], out: out float[N * C * OH * OW], OH = H / 2, OW = W / 2
+ *   launch: grid = cdiv(N * C * (H / 2) * (W / 2), 128), block = 128
+ *   sizes:  N, C, H, W = (8, 16, 64, 96), (2, 3, 10, 22)
+ */
+__global__ void maxpool2x2(const float* in, float* out, int N, int C, int H, int W, int OH, int OW)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= N * C * OH * OW) return;
+    int x = i % OW;
+    int t = i / OW;
+    int y = t % OH;
+    int nc = t / OH;
+    float m = -INFINITY;
+    for (int dy = 0; dy < 2; ++dy)
+        for (int dx = 0; dx < 2; ++dx) {
+            float v = in[(nc * H + 2 * y + dy) * W + 2 * x + dx];
+            m = v > m ? v : m;
+        }
+    out[i] = m;
+}
+"""
+
+# A 1-D filter of 7 taps with its weights, clamped at the ends: no Y axis.
+FILTER = """
+/* @optiml
+ *   args:   x: in float[n], w: in float[7], y: out float[n]
+ *   launch: grid = cdiv(n, 256), block = 256
+ *   sizes:  n = 1000000, 1001
+ *   tol:    rtol = 1e-5, atol = 1e-5
+ */
+__global__ void fir7(const float* __restrict__ x, const float* __restrict__ w, float* y, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float s = 0.0f;
+        for (int k = -3; k <= 3; k++) {
+            int j = i + k;
+            if (j >= 0 && j < n) s += w[k + 3] * x[j];
+        }
+        y[i] = s;
+    }
+}
+"""
+
+# A direct 3 x 3 convolution whose input channel is the slowest loop: the tile is loaded once per
+# channel, the channel's 9 taps from it.
+DIRECT = """
+/* @optiml
+ *   args:   in: in float[B * C * H * W], w: in float[F * C * 9], out: out float[B * F * H * W]
+ *   launch: grid = cdiv(B * F * H * W, 256), block = 256
+ *   sizes:  B, C, F, H, W = (4, 8, 8, 64, 64), (1, 3, 2, 9, 37)
+ *   tol:    rtol = 1e-4, atol = 1e-4
+ */
+__global__ void conv3x3_same(const float* in, const float* w, float* out,
+                             int B, int C, int F, int H, int W)
+{
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i >= (long long)B * F * H * W) return;
+    int x = i % W, y = (i / W) % H, f = (i / ((long long)W * H)) % F;
+    int b = i / ((long long)W * H * F);
+    float s = 0.f;
+    for (int c = 0; c < C; c++)
+        for (int ky = 0; ky < 3; ky++)
+            for (int kx = 0; kx < 3; kx++) {
+                int yy = y + ky - 1, xx = x + kx - 1;
+                if (yy >= 0 && yy < H && xx >= 0 && xx < W)
+                    s += in[((long long)(b * C + c) * H + yy) * W + xx] * w[(f * C + c) * 9 + ky * 3 + kx];
+            }
+    out[i] = s;
+}
+"""
+
+
+# ---- what the reading finds -------------------------------------------------------------------
+
+
+@needs_kb
+def test_a_3d_pool_tiles_height_and_width_and_loops_over_depth():
+    win = reading(task(46))
+    assert [m for c in (win.x, win.y) for m in c.extent] == [("OW",), ("OH",)]
+    assert [t.sx for t in win.tiled] == [2] and [t.sy for t in win.tiled] == [2]
+    assert len(win.inner) == 2 and len(win.outer) == 1  # KH x KW on the tile, KD around it
+
+
+@needs_kb
+def test_a_1d_pool_takes_the_channels_as_rows_without_a_halo():
+    win = reading(task(44))
+    assert win.y is not None and [m for m in win.y.extent] == [("in_channels",)]
+    (t,) = win.tiled
+    assert t.dy == {} and list(t.dx.values()) == [1]
+
+
+def test_the_weights_of_a_filter_are_read_as_they_are():
+    win = reading(inline(FILTER, "fir7"))
+    assert win.tensors == ["x"] and win.y is None
+
+
+def test_a_map_is_not_a_window():
+    text = """
+/* @optiml
+ *   args:   x: in float[n], y: out float[n]
+ *   launch: grid = cdiv(n, 256), block = 256
+ *   sizes:  n = 1000
+ */
+__global__ void twice(const float* x, float* y, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i];
+}
+"""
+    with pytest.raises(NotWindow):
+        reading(inline(text, "twice"))
+    assert propose(inline(text, "twice")) == []
+
+
+def test_a_channel_loop_inside_the_window_keeps_the_original_order():
+    """Taps outside, the channel innermost: a tile per channel would reorder the sum."""
+    text = DIRECT.replace(
+        "for (int c = 0; c < C; c++)\n        for (int ky = 0; ky < 3; ky++)\n            for (int kx = 0; kx < 3; kx++) {",
+        "for (int ky = 0; ky < 3; ky++)\n        for (int kx = 0; kx < 3; kx++)\n            for (int c = 0; c < C; c++) {",
+    )
+    assert text != DIRECT
+    with pytest.raises(NotWindow, match="slower"):
+        reading(inline(text, "conv3x3_same"))
+
+
+def test_a_window_whose_extent_is_a_size_gets_nothing():
+    text = FILTER.replace("w: in float[7]", "w: in float[2 * r + 1]").replace(
+        "sizes:  n = 1000000, 1001", "sizes:  n, r = (1000000, 3), (1001, 2)"
+    )
+    text = text.replace("int n)", "int n, int r)").replace(
+        "for (int k = -3; k <= 3; k++)", "for (int k = -r; k <= r; k++)"
+    )
+    text = text.replace("w[k + 3]", "w[k + r]")
+    ctx = inline(text, "fir7")
+    assert propose(ctx) == []
+    assert "differs between sizes" in wt.why_not(ctx)
+
+
+# ---- what it computes -------------------------------------------------------------------------
+
+
+@needs_kb
+@needs_gxx
+@pytest.mark.parametrize("n", sorted(SMALL))
+def test_kernelbench_windows_compute_what_the_original_does(n, tmp_path):
+    ctx = task(n)
+    proposals = propose(ctx)
+    assert proposals, wt.why_not(ctx)
+    candidates = [variant(ctx, p) for p in proposals]
+    # bit for bit: the same update in the same order from the same elements
+    assert run_against(ctx, candidates, ctx.spec.sizes, tmp_path, exact=True) == [0] * len(
+        candidates
+    )
+
+
+@needs_gxx
+@pytest.mark.parametrize(
+    "text,kernel,sizes",
+    [
+        (
+            MAXPOOL,
+            "maxpool2x2",
+            [{"N": 2, "C": 3, "H": 10, "W": 22}, {"N": 1, "C": 1, "H": 37, "W": 70}],
+        ),
+        (FILTER, "fir7", [{"n": 1001}, {"n": 7}]),
+        (DIRECT, "conv3x3_same", [{"B": 1, "C": 3, "F": 2, "H": 9, "W": 37}]),
+    ],
+    ids=["maxpool-compare", "fir-1d", "direct-conv"],
+)
+def test_hand_written_windows_compute_what_the_original_does(text, kernel, sizes, tmp_path):
+    ctx = inline(text, kernel)
+    proposals = propose(ctx)
+    assert proposals, wt.why_not(ctx)
+    candidates = [variant(ctx, p) for p in proposals]
+    assert run_against(ctx, candidates, sizes, tmp_path, exact=True) == [0] * len(candidates)
+
+
+@needs_gxx
+def test_the_check_catches_a_tile_read_one_cell_off(tmp_path):
+    ctx = inline(MAXPOOL, "maxpool2x2")
+    (first, *_) = propose(ctx)
+    broken = first.variant.text.replace("threadIdx.x * 2 +", "threadIdx.x * 2 + 1 +", 1)
+    assert broken != first.variant.text
+    cand = Context.of(Variant(broken), ctx.source.path, ctx.kernel.name)
+    assert run_against(ctx, [cand], [{"N": 2, "C": 3, "H": 10, "W": 22}], tmp_path)[0] > 0
+
+
+@needs_kb
+@needs_nvcc
+@pytest.mark.parametrize("n", [42, 46, 82])
+def test_proposals_compile_for_sm_90(n):
+    ctx = task(n)
+    for p in propose(ctx):
+        out = variant(ctx, p)
+        build = build_kernel(
+            out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90"
+        )
+        assert build.ok, build.log
+        r = build.resources
+        assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0 and r.stack_bytes == 0
