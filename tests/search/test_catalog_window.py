@@ -256,6 +256,51 @@ def test_hand_written_windows_compute_what_the_original_does(text, kernel, sizes
 
 
 @needs_gxx
+@pytest.mark.parametrize(
+    "file,kernel,sizes",
+    [
+        ("corpus/stencil1d.cu", "stencil_1d", [{"n": 1001}]),
+        ("holdout/box_blur.cu", "box_blur_1d", [{"n": 10007}]),
+        (
+            "holdout/conv2d_3x3.cu",
+            "conv2d_3x3_nchw",
+            [{"N": 2, "C_in": 3, "C_out": 5, "H": 13, "W": 17}],
+        ),
+    ],
+)
+def test_the_repositorys_windows_compute_what_the_original_does(file, kernel, sizes, tmp_path):
+    path = FIXTURES / file
+    ctx = Context.of(Variant(path.read_text()), str(path), kernel)
+    proposals = propose(ctx)
+    assert proposals, wt.why_not(ctx)
+    candidates = [variant(ctx, p) for p in proposals]
+    assert run_against(ctx, candidates, sizes, tmp_path, exact=True) == [0] * len(candidates)
+
+
+@needs_gxx
+def test_a_pool_at_a_large_stride_takes_flat_tiles(tmp_path):
+    """KernelBench's 11 x 11 average pool at stride 11: 32 x 8 outputs would read 352 x 88 floats."""
+    (path,) = (FIXTURES / "kb_extra").glob("45_*.py")
+    t = translate(
+        path.read_text(),
+        path.name,
+        overrides={"batch_size": 2, "channels": 3, "height": 40, "width": 370},
+    )
+    g = generate(t.formula, t.name, ref_file=f"{t.name}_ref.py")
+    (tmp_path / f"{t.name}_ref.py").write_text(g.reference)
+    cu = tmp_path / f"{t.name}.cu"
+    cu.write_text(g.kernel)
+    ctx = Context.of(Variant(g.kernel), str(cu), t.name)
+    proposals = propose(ctx)
+    # the tile depends on the window and stride only: 32 x 2 outputs read 352 x 33 floats
+    assert [p.params["block"] for p in proposals] == [(32, 2), (32, 1)]
+    candidates = [variant(ctx, p) for p in proposals]
+    assert run_against(ctx, candidates, ctx.spec.sizes, tmp_path, exact=True) == [0] * len(
+        candidates
+    )
+
+
+@needs_gxx
 def test_the_check_catches_a_tile_read_one_cell_off(tmp_path):
     ctx = inline(MAXPOOL, "maxpool2x2")
     (first, *_) = propose(ctx)

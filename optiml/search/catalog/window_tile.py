@@ -35,10 +35,13 @@ from optiml.search.catalog.base import STATIC_SMEM, Context, Rewrite, Transforma
 from optiml.search.catalog.implicit_gemm import _Emitter, _value
 from optiml.search.catalog.implicit_gemm import _NoPlan as _NoSize
 
-# (TX, TY, weight): 32 x 8 keeps a warp on one row of outputs; 64 x 4 moves 256 B a row; 32 x 16
-# halves the halo's share of a tile on Y. A window with no Y axis takes a row of 256 or 128.
-SHAPES_2D = ((32, 8, 1.0), (64, 4, 0.85), (32, 16, 0.8))
+# (TX, TY, weight), the first PROPOSED that fit: 32 x 8 keeps a warp on one row of outputs; 64 x 4
+# moves 256 B a row; 32 x 16 halves the halo's share of a tile on Y; the flatter ones are for
+# windows at large strides (an 11 x 11 pool at stride 11 reads 352 x 88 floats for 32 x 8
+# outputs). A window with no Y axis takes a row of 256 or 128.
+SHAPES_2D = ((32, 8, 1.0), (64, 4, 0.85), (32, 16, 0.8), (32, 2, 0.6), (32, 1, 0.5))
 SHAPES_1D = ((256, 1, 1.0), (128, 1, 0.85))
+PROPOSED = 3
 HEADROOM = 8  # the judge runs sizes past the spec's: block counts keep this factor of int room
 INT_MAX = 2**31 - 1
 
@@ -99,6 +102,8 @@ def _propose(ctx: Context) -> list[Rewrite]:
             smem += h * w * _elem_bytes(t.load.type)
         if smem > STATIC_SMEM or HEADROOM * _blocks(win, envs, tx, ty) > INT_MAX:
             continue
+        if len(out) == PROPOSED:
+            break
         text = _kernel(ctx, lifted, win, envs, consts, spans, lengths, tx, ty)
         grid = [_grid(win, tx, ty)]
         variant = ctx.rewrite(text, launch=(grid, [str(tx), str(ty)], "0"))
