@@ -16,9 +16,9 @@ A block of outputs on X and Y then reads one rectangle of that input, which a sc
 once into shared memory. Loads that do not move with X or Y (a depthwise convolution's weights)
 are read as they are.
 
-The reduction is whatever the loops carry (a sum, a max, any update of one accumulator): the
-schedule keeps the original's update expression and its order of the window's coordinates, so it
-computes bit for bit what the original computes. `NotWindow` says why a model is not of this form.
+The reduction is whatever the loops carry (a sum, a max, a count of the taps inside the padding
+beside a sum, an index beside a max): the schedule keeps the original's update expressions and
+its order of the window's coordinates, so it computes bit for bit what the original computes. `NotWindow` says why a model is not of this form.
 """
 
 from __future__ import annotations
@@ -26,28 +26,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import gcd
 
-from optiml.lift.families import Affine, affine
-from optiml.lift.implicit import (
-    Coord,
-    NotImplicit,
-    output_coords,
-    reduction_chain,
-    reduction_coords,
-)
+from optiml.lift.families import Affine, affine, induction_steps
+from optiml.lift.implicit import Coord, NotImplicit, output_coords, reduction_coords
 from optiml.lift.model import (
     Builtin,
     Carried,
+    Cast,
     Expr,
     Lifted,
     Load,
+    Loop,
     LoopOut,
     Store,
     Var,
     loops_of,
     walk_expr,
 )
-
-OPS = ("sum", "max", "min", "prod")
 
 
 class NotWindow(Exception):
@@ -76,8 +70,10 @@ class Window:
     1-D window); `plane`: the output's other coordinates, fixed within a block. `inner`: the
     window's coordinates that move the tiled loads (each a constant range, fastest first);
     `outer`: its others (slower than every inner one: a 3-D pool's depth, a direct convolution's
-    input channel), around the tile. `update`: the innermost loop's new accumulator over `acc`
-    (by its uid: `acc_uids`) and the coordinates; `seed`: its value before the loops."""
+    input channel), around the tile. `accs`: what the outermost loop carries besides its counter
+    (a sum, a max, and a count or an index beside it), `updates` their new values in the
+    innermost loop (all at once, over the old ones: `acc_uids` maps every level's variable of
+    each to its place) and `seeds` their values before the loops."""
 
     x: Coord
     y: Coord | None
@@ -85,10 +81,10 @@ class Window:
     inner: tuple[Coord, ...]
     outer: tuple[Coord, ...]
     tiled: tuple[Tiled, ...]
-    update: Expr
-    acc: Carried
-    acc_uids: frozenset[int]
-    seed: Expr
+    updates: tuple[Expr, ...]
+    accs: tuple[Carried, ...]
+    acc_uids: dict[int, int]
+    seeds: tuple[Expr, ...]
     store: Store
     block: int | None
 
@@ -108,21 +104,17 @@ def window(lifted: Lifted) -> Window:
 def _window(lifted: Lifted) -> Window:
     threads, out_coords, store = output_coords(lifted)
     outs = [x for x in walk_expr(store.value, into_loops=False) if isinstance(x, LoopOut)]
-    if not outs or len({(x.loop.uid, x.var.uid) for x in outs}) != 1:
-        raise NotWindow("the stored value does not read one loop's result")
-    outer_loop, acc_var = outs[0].loop, outs[0].var
-    chain, acc, _, inner = reduction_chain(outer_loop, acc_var, OPS)
+    if not outs or len({x.loop.uid for x in outs}) != 1:
+        raise NotWindow("the stored value does not read one loop's results")
+    chain, accs, updates, acc_uids = _nest(outs[0].loop)
     if len({lp.uid for lp in loops_of(lifted)}) != len(chain):
         raise NotWindow("a loop that is not the reduction's")
-    k_coords, (update,) = reduction_coords(chain, (inner.update,))
-    update = threads.sub(update)
-    seed = threads.sub(acc.init)
-    if any(isinstance(x, Builtin) for e in (update, seed, store.value) for x in walk_expr(e)):
+    k_coords, updates = reduction_coords(chain, updates)
+    updates = tuple(threads.sub(u) for u in updates)
+    seeds = tuple(threads.sub(c.init) for c in accs)
+    if any(isinstance(x, Builtin) for e in (*updates, *seeds, store.value) for x in walk_expr(e)):
         raise NotWindow("the thread index outside its digits")
-    acc_uids = frozenset(
-        c.var.uid for lp in chain for c in lp.carried if c.var.uid == inner.var.uid
-    ) | {acc.var.uid}
-    for ld in (x for e in (update, seed) for x in walk_expr(e) if isinstance(x, Load)):
+    for ld in (x for e in (*updates, *seeds) for x in walk_expr(e) if isinstance(x, Load)):
         if ld.tensor == store.tensor:
             raise NotWindow("the reduction reads the output")
 
@@ -135,7 +127,8 @@ def _window(lifted: Lifted) -> Window:
         raise NotWindow("no output coordinate of unit stride")
     x = unit[0]
 
-    loads = [ld for ld in dict.fromkeys(walk_expr(update)) if isinstance(ld, Load)]
+    loads = [ld for u in updates for ld in dict.fromkeys(walk_expr(u)) if isinstance(ld, Load)]
+    loads = list(dict.fromkeys(loads))
     moving = [ld for ld in loads if _reads(ld, x.var)]
     if not moving:
         raise NotWindow("no load moves with the output's unit-stride coordinate")
@@ -182,13 +175,76 @@ def _window(lifted: Lifted) -> Window:
         inner_c,
         outer_c,
         tuple(tiled),
-        update,
-        acc,
+        updates,
+        accs,
         acc_uids,
-        seed,
+        seeds,
         store,
         threads.base.block,
     )
+
+
+def _nest(outer: Loop) -> tuple[list[Loop], tuple[Carried, ...], tuple[Expr, ...], dict]:
+    """The nest of loops that carries the reduction (outermost first): each loop a counter that
+    counts by one and the same accumulators, an inner loop's starting from the outer's; the
+    outermost accumulators, the innermost loop's updates of them, and every level's variable of
+    each by its place."""
+    chain = [outer]
+    loop = outer
+    counter = _counter_uid(loop)
+    accs = tuple(c for c in loop.carried if c.var.uid != counter)
+    if not accs:
+        raise NotWindow("the loop carries nothing but its counter")
+    acc_uids = {c.var.uid: i for i, c in enumerate(accs)}
+    level = accs
+    while True:
+        if loop.body:
+            raise NotWindow("a loop of the reduction stores")
+        inner = [_strip_cast(c.update) for c in level]
+        nested = [u for u in inner if isinstance(u, LoopOut)]
+        if not nested:
+            break
+        if len(nested) != len(inner) or len({u.loop.uid for u in nested}) != 1:
+            raise NotWindow("the accumulators are not carried through one inner loop")
+        nxt = nested[0].loop
+        counter = _counter_uid(nxt)
+        carried = {c.var.uid: c for c in nxt.carried if c.var.uid != counter}
+        new_level = []
+        for i, c in enumerate(level):
+            u = _strip_cast(c.update)
+            got = carried.get(u.var.uid)
+            if got is None or got.init != c.var:
+                raise NotWindow("an inner loop's accumulator does not start from the outer's")
+            new_level.append(got)
+            acc_uids[got.var.uid] = i
+        if len(carried) != len(level):
+            raise NotWindow("an inner loop carries more than the outer's accumulators")
+        chain.append(nxt)
+        loop, level = nxt, tuple(new_level)
+    own = set(acc_uids)
+    counters = {_counter_uid(lp) for lp in chain}
+    updates = tuple(c.update for c in level)
+    for c in accs:
+        if any(isinstance(x, Var) and x.uid in own | counters for x in walk_expr(c.init)):
+            raise NotWindow("an accumulator's first value reads the loop")
+    for u in updates:
+        if any(isinstance(x, LoopOut) for x in walk_expr(u)):
+            raise NotWindow("an update reads a loop's result")
+    return chain, accs, updates, acc_uids
+
+
+def _counter_uid(loop: Loop) -> int:
+    steps = induction_steps(loop)
+    counters = [c for c in loop.carried if c.var.uid in steps]
+    if len(counters) != 1:
+        raise NotWindow("a loop of the reduction without one counter")
+    return counters[0].var.uid
+
+
+def _strip_cast(e: Expr) -> Expr:
+    while isinstance(e, Cast):
+        e = e.a
+    return e
 
 
 def _atom(v: Var) -> str:

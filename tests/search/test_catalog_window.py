@@ -100,6 +100,35 @@ __global__ void maxpool2x2(const float* in, float* out, int N, int C, int H, int
 }
 """
 
+# A 3 x 3 average pool that leaves the padding out of the count (count_include_pad=False): a sum
+# and a count carried through the window, the division after it.
+AVGPOOL = """
+/* @optiml
+ *   args:   x: in float[N * C * H * W], y: out float[N * C * H * W]
+ *   launch: grid = cdiv(N * C * H * W, 256), block = 256
+ *   sizes:  N, C, H, W = (8, 32, 64, 64), (2, 3, 11, 37)
+ *   tol:    rtol = 1e-5, atol = 1e-6
+ */
+__global__ void avgpool3x3_exclude_pad(const float* x, float* y, int N, int C, int H, int W)
+{
+    const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= N * C * H * W) return;
+    const int w = idx % W, h = (idx / W) % H, nc = idx / (W * H);
+    float sum = 0.0f;
+    int count = 0;
+    for (int i = -1; i <= 1; ++i) {
+        for (int j = -1; j <= 1; ++j) {
+            const int hh = h + i, ww = w + j;
+            if (hh >= 0 && hh < H && ww >= 0 && ww < W) {
+                sum += x[(nc * H + hh) * W + ww];
+                count++;
+            }
+        }
+    }
+    y[idx] = sum / count;
+}
+"""
+
 # A 1-D filter of 7 taps with its weights, clamped at the ends: no Y axis.
 FILTER = """
 /* @optiml
@@ -175,6 +204,11 @@ def test_the_weights_of_a_filter_are_read_as_they_are():
     assert win.tensors == ["x"] and win.y is None
 
 
+def test_a_count_beside_the_sum_is_carried_too():
+    win = reading(inline(AVGPOOL, "avgpool3x3_exclude_pad"))
+    assert sorted(c.var.type for c in win.accs) == ["float", "int"]
+
+
 def test_a_map_is_not_a_window():
     text = """
 /* @optiml
@@ -244,9 +278,10 @@ def test_kernelbench_windows_compute_what_the_original_does(n, tmp_path):
             [{"N": 2, "C": 3, "H": 10, "W": 22}, {"N": 1, "C": 1, "H": 37, "W": 70}],
         ),
         (FILTER, "fir7", [{"n": 1001}, {"n": 7}]),
+        (AVGPOOL, "avgpool3x3_exclude_pad", [{"N": 2, "C": 3, "H": 11, "W": 37}]),
         (DIRECT, "conv3x3_same", [{"B": 1, "C": 3, "F": 2, "H": 9, "W": 37}]),
     ],
-    ids=["maxpool-compare", "fir-1d", "direct-conv"],
+    ids=["maxpool-compare", "fir-1d", "avgpool-count", "direct-conv"],
 )
 def test_hand_written_windows_compute_what_the_original_does(text, kernel, sizes, tmp_path):
     ctx = inline(text, kernel)

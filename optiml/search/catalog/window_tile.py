@@ -319,10 +319,12 @@ def _kernel(
         emit(f"__shared__ {C_TYPES[t.load.type]} {tile}[{h}][{w}];", 1)
         tiles.append((t, s, tile, h, w))
 
-    acc_type = C_TYPES[win.acc.var.type]
     em = _TileEmitter(dict(names), envs, {})
-    emit(f"{acc_type} optiml_acc = ({acc_type})0;", 1)
-    emit(f"if (optiml_live) optiml_acc = {em.expr(win.seed)};", 1)
+    accs = [f"optiml_acc{i}" for i in range(len(win.accs))]
+    for acc, c, seed in zip(accs, win.accs, win.seeds, strict=True):
+        t = C_TYPES[c.var.type]
+        emit(f"{t} {acc} = ({t})0;", 1)
+        emit(f"if (optiml_live) {acc} = {em.expr(seed)};", 1)
 
     depth = 1
     for c in reversed(win.outer):
@@ -381,8 +383,14 @@ def _kernel(
         if win.y is None:
             row = "0"
         cells[t.load] = f"{tile}[{row} - ({s.row0})][{col} - ({s.col0})]"
-    em = _TileEmitter({**names, **{u: "optiml_acc" for u in win.acc_uids}}, envs, cells)
-    emit(f"optiml_acc = {em.expr(win.update)};", depth)
+    em = _TileEmitter({**names, **{u: accs[i] for u, i in win.acc_uids.items()}}, envs, cells)
+    if len(accs) == 1:
+        emit(f"{accs[0]} = {em.expr(win.updates[0])};", depth)
+    else:  # every accumulator's new value from the old ones, then all at once
+        for i, (c, u) in enumerate(zip(win.accs, win.updates, strict=True)):
+            emit(f"const {C_TYPES[c.var.type]} optiml_new{i} = {em.expr(u)};", depth)
+        for i, acc in enumerate(accs):
+            emit(f"{acc} = optiml_new{i};", depth)
     for _ in win.inner:
         depth -= 1
         emit("}", depth)
@@ -392,7 +400,9 @@ def _kernel(
         depth -= 1
         emit("}", depth)
     out_type = lifted.tensors[win.store.tensor].dtype
-    em = _TileEmitter({**names, win.acc.var.uid: "optiml_acc"}, envs, {})
+    em = _TileEmitter(
+        {**names, **{c.var.uid: a for c, a in zip(win.accs, accs, strict=True)}}, envs, {}
+    )
     value = em.expr(win.store.value)
     if win.store.value.type != out_type:
         value = em.cast(value, win.store.value.type, out_type)
