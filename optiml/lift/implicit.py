@@ -221,14 +221,44 @@ def implicit(lifted: Lifted) -> Implicit:
         seed,
         store,
         threads.total,
-        threads.base.block,
+        threads.block,
         unguarded,
     )
 
 
-def output_coords(lifted: Lifted) -> tuple[_Digits, list[Coord], Store]:
-    """A thread per output element: the digits of the flat thread index (the output's
-    coordinates, fastest first) and the one store, over them."""
+@dataclass
+class Threads:
+    """The launch dimensions a reading takes apart, x first: each one's digits (`_Digits`), and
+    how the kernel indexes it (`kinds`: "thread", the global index; "block", blockIdx alone)."""
+
+    dims: list[_Digits]
+    kinds: dict[str, str]
+
+    def sub(self, e: Expr) -> Expr:
+        for d in self.dims:
+            e = d.sub(e)
+        return e
+
+    @property
+    def total(self) -> Mono | None:
+        """The bound on x's flat index."""
+        return self.dims[0].total if self.dims[0].base.dim == "x" else None
+
+    @property
+    def block(self) -> int | None:
+        return self.dims[0].base.block if self.dims[0].base.dim == "x" else None
+
+    def totals(self) -> dict[str, Mono]:
+        return {d.base.dim: d.total for d in self.dims if d.total is not None}
+
+
+def output_coords(
+    lifted: Lifted, dims: str = "x", launch: dict[str, Mono] | None = None
+) -> tuple[Threads, list[Coord], Store]:
+    """A thread per output element: the digits of the thread's index along each of `dims` (the
+    output's coordinates, fastest first, x's before y's before z's) and the one store, over
+    them. A dimension whose blocks alone are a coordinate (`blockIdx.z` as the batch, one thread
+    each) takes its extent from `launch` (the grid's extent along it) where no guard bounds it."""
     stores = [s for s in walk_stmts(lifted.body) if isinstance(s, Store)]
     if len(stores) != 1 or stores[0] not in lifted.body:
         raise NotImplicit("not one store per thread outside loops")
@@ -238,21 +268,40 @@ def output_coords(lifted: Lifted) -> tuple[_Digits, list[Coord], Store]:
     if any(isinstance(s, Loop) for s in lifted.body):
         raise NotImplicit("a loop that stores")
 
-    threads = _Digits(_ThreadBase())
-    for e in (store.index, store.value, store.guard):
-        threads.scan(e)
-    try:
-        threads.settle()
-    except _NotSplit as e:
-        raise NotImplicit(str(e)) from None
-    if threads.total is None:
-        raise NotImplicit("no bound `index < N` on the flat thread index")
-    out_coords = threads.coords("c")
+    exprs = (store.index, store.value, store.guard)
+    used = {x.name for e in exprs for x in walk_expr(e) if isinstance(x, Builtin)}
+    readers: list[_Digits] = []
+    kinds: dict[str, str] = {}
+    out_coords: list[Coord] = []
+    for d in dims:
+        mine = {n for n in used if n.endswith("." + d)}
+        if not mine and d != "x":
+            continue
+        block_only = d != "x" and mine == {f"blockIdx.{d}"}
+        digits = _Digits(_ThreadBase(d, block_only, others=len(dims) > 1))
+        for e in exprs:
+            digits.scan(e)
+        if block_only and not digits.bounds:
+            extent = (launch or {}).get(d)
+            if extent is None:
+                raise NotImplicit(f"`blockIdx.{d}` with no bound and no known grid extent")
+            digits.total = extent
+        try:
+            digits.settle()
+        except _NotSplit as e:
+            raise NotImplicit(str(e)) from None
+        if digits.total is None:
+            raise NotImplicit("no bound `index < N` on the flat thread index")
+        readers.append(digits)
+        kinds[d] = "block" if block_only else "thread"
+        out_coords += digits.coords(f"c{d}" if len(dims) > 1 else "c")
+        exprs = tuple(digits.sub(e) for e in exprs)
+    threads = Threads(readers, kinds)
     store = Store(
         store.tensor,
-        threads.sub(store.index),
-        threads.sub(store.value),
-        _simplify(threads.sub(store.guard)),
+        exprs[0],
+        exprs[1],
+        _simplify(exprs[2]),
         store.op,
         store.atomic,
         store.line,
@@ -392,9 +441,14 @@ def _uniform(e: Expr) -> Affine | None:
 
 
 class _ThreadBase:
-    """The thread's flat global index along x."""
+    """The thread's global index along a dimension (`blockIdx.d * blockDim.d + threadIdx.d`), or
+    the block's index alone (`block_only`: a kernel that takes a launch dimension's blocks as a
+    coordinate, one thread each along it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, dim: str = "x", block_only: bool = False, others: bool = False) -> None:
+        self.dim = dim
+        self.block_only = block_only
+        self.others = others  # other dimensions' indices are other coordinates' (not strays)
         self.spelled: set[int] = set()
 
     @property
@@ -405,17 +459,27 @@ class _ThreadBase:
         if e.type not in (INT, LONG) or not any(isinstance(x, Builtin) for x in walk_expr(e)):
             return False
         f = affine(e)
-        if f is None or global_indices(f) != {("g.x",): 1}:
+        d = self.dim
+        if self.block_only:
+            return f == {(f"blockIdx.{d}",): 1}
+        if f is None or global_indices(f) != {(f"g.{d}",): 1}:
             return False
-        if f.get(("blockIdx.x",)) and f.get(("threadIdx.x",)):
-            self.spelled.add(f[("blockIdx.x",)] // f[("threadIdx.x",)])
+        if f.get((f"blockIdx.{d}",)) and f.get((f"threadIdx.{d}",)):
+            self.spelled.add(f[(f"blockIdx.{d}",)] // f[(f"threadIdx.{d}",)])
         return True
 
     def stray(self, e: Expr) -> bool:
-        return isinstance(e, Builtin)
+        return isinstance(e, Builtin) and e.name.endswith("." + self.dim)
 
     def moves(self, e: Expr) -> bool:
-        return any(isinstance(x, Builtin | LoopOut) for x in walk_expr(e, into_loops=False))
+        return any(
+            isinstance(x, LoopOut) or (isinstance(x, Builtin) and self._ours(x))
+            for x in walk_expr(e, into_loops=False)
+        )
+
+    def _ours(self, b: Builtin) -> bool:
+        # the 1-D reading reads every built-in (one of another dimension is an error there)
+        return not self.others or b.name.endswith("." + self.dim)
 
 
 class _VarBase:
@@ -495,7 +559,7 @@ class _Digits(Rewriter):
             if d[1] is not None:
                 self.places.add(d[1])
             return
-        if isinstance(e, Builtin) and not e.name.endswith(".x"):
+        if isinstance(e, Builtin) and not e.name.endswith("." + getattr(self.base, "dim", "x")):
             raise NotImplicit(f"`{e.name}`: only a flat 1-D launch's thread index is read")
         if self.base.stray(e):
             raise NotImplicit("the index is used other than by its digits")

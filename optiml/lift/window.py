@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import gcd
 
+from optiml.lift.coords import Mono
 from optiml.lift.families import Affine, affine, induction_steps
 from optiml.lift.implicit import Coord, NotImplicit, output_coords, reduction_coords
 from optiml.lift.model import (
@@ -63,6 +64,16 @@ class Tiled:
 
 
 @dataclass(frozen=True)
+class Launched:
+    """How the original kernel indexes one launch dimension: "thread" (its global index, under
+    the bound `total`) or "block" (blockIdx alone, `total` blocks), and a block size it spells."""
+
+    kind: str
+    total: Mono
+    block: int | None
+
+
+@dataclass(frozen=True)
 class Window:
     """out[coords] = epilogue(reduce over the window of update(acc, term)).
 
@@ -86,23 +97,25 @@ class Window:
     acc_uids: dict[int, int]
     seeds: tuple[Expr, ...]
     store: Store
-    block: int | None
+    launch: dict[str, Launched]  # by dimension: how the original launch covers the outputs
 
     @property
     def tensors(self) -> list[str]:
         return sorted({t.load.tensor for t in self.tiled})
 
 
-def window(lifted: Lifted) -> Window:
-    """The model as a window reduction, or `NotWindow` with the reason."""
+def window(lifted: Lifted, launch: dict[str, Mono] | None = None) -> Window:
+    """The model as a window reduction, or `NotWindow` with the reason. The kernel may launch in
+    1 to 3 dimensions (`launch`: the grid's extent along y and z, for a kernel that takes a
+    dimension's blocks as a coordinate)."""
     try:
-        return _window(lifted)
+        return _window(lifted, launch)
     except NotImplicit as e:
         raise NotWindow(str(e)) from None
 
 
-def _window(lifted: Lifted) -> Window:
-    threads, out_coords, store = output_coords(lifted)
+def _window(lifted: Lifted, launch: dict[str, Mono] | None) -> Window:
+    threads, out_coords, store = output_coords(lifted, "xyz", launch)
     outs = [x for x in walk_expr(store.value, into_loops=False) if isinstance(x, LoopOut)]
     if not outs or len({x.loop.uid for x in outs}) != 1:
         raise NotWindow("the stored value does not read one loop's results")
@@ -180,7 +193,10 @@ def _window(lifted: Lifted) -> Window:
         acc_uids,
         seeds,
         store,
-        threads.base.block,
+        {
+            d.base.dim: Launched(threads.kinds[d.base.dim], d.total, d.base.block)
+            for d in threads.dims
+        },
     )
 
 

@@ -71,7 +71,7 @@ def variant(ctx: Context, proposal) -> Context:
 
 
 def reading(ctx: Context):
-    return window(lift(ctx.source, ctx.kernel, ctx.spec))
+    return window(lift(ctx.source, ctx.kernel, ctx.spec), wt._grid_extents(ctx))
 
 
 # A max pool spelled by hand: 2 x 2 windows at stride 2 with a comparison, not fmaxf, and the
@@ -126,6 +126,33 @@ __global__ void avgpool3x3_exclude_pad(const float* x, float* y, int N, int C, i
         }
     }
     y[idx] = sum / count;
+}
+"""
+
+# Launched in three dimensions as people often write it: x and y over the output's columns and
+# rows, each (batch, channel) plane a block along z; a 3 x 3 max at stride 2 through a pointer to
+# the plane.
+GRID_3D = """
+#include <cfloat>
+
+/* @optiml
+ *   args:   in: in float[NC * H * W], out: out float[NC * OH * OW],
+ *           OH = (H - 3) / 2 + 1, OW = (W - 3) / 2 + 1
+ *   launch: grid = (cdiv((W - 3) / 2 + 1, 16), cdiv((H - 3) / 2 + 1, 16), NC), block = (16, 16)
+ *   sizes:  NC, H, W = (256, 128, 128), (3, 19, 37)
+ */
+__global__ void maxpool3x3s2(const float* in, float* out, int NC, int H, int W, int OH, int OW)
+{
+    int ox = blockIdx.x * blockDim.x + threadIdx.x;
+    int oy = blockIdx.y * blockDim.y + threadIdx.y;
+    int nc = blockIdx.z;
+    if (ox >= OW || oy >= OH) return;
+    const float* p = in + (size_t)nc * H * W;
+    float m = -FLT_MAX;
+    for (int ky = 0; ky < 3; ++ky)
+        for (int kx = 0; kx < 3; ++kx)
+            m = fmaxf(m, p[(oy * 2 + ky) * W + ox * 2 + kx]);
+    out[((size_t)nc * OH + oy) * OW + ox] = m;
 }
 """
 
@@ -209,6 +236,17 @@ def test_a_count_beside_the_sum_is_carried_too():
     assert sorted(c.var.type for c in win.accs) == ["float", "int"]
 
 
+def test_a_3d_launch_reads_each_dimension_as_coordinates():
+    win = reading(inline(GRID_3D, "maxpool3x3s2"))
+    assert {d: h.kind for d, h in win.launch.items()} == {
+        "x": "thread",
+        "y": "thread",
+        "z": "block",
+    }
+    assert [m for m in win.x.extent] == [("OW",)] and [m for m in win.y.extent] == [("OH",)]
+    assert [t.sx for t in win.tiled] == [2] and [t.sy for t in win.tiled] == [2]
+
+
 def test_a_map_is_not_a_window():
     text = """
 /* @optiml
@@ -279,9 +317,10 @@ def test_kernelbench_windows_compute_what_the_original_does(n, tmp_path):
         ),
         (FILTER, "fir7", [{"n": 1001}, {"n": 7}]),
         (AVGPOOL, "avgpool3x3_exclude_pad", [{"N": 2, "C": 3, "H": 11, "W": 37}]),
+        (GRID_3D, "maxpool3x3s2", [{"NC": 3, "H": 19, "W": 37}, {"NC": 2, "H": 40, "W": 7}]),
         (DIRECT, "conv3x3_same", [{"B": 1, "C": 3, "F": 2, "H": 9, "W": 37}]),
     ],
-    ids=["maxpool-compare", "fir-1d", "avgpool-count", "direct-conv"],
+    ids=["maxpool-compare", "fir-1d", "avgpool-count", "grid-3d", "direct-conv"],
 )
 def test_hand_written_windows_compute_what_the_original_does(text, kernel, sizes, tmp_path):
     ctx = inline(text, kernel)
