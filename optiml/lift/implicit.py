@@ -83,6 +83,16 @@ class Coord:
 
 
 @dataclass(frozen=True)
+class Launched:
+    """How the original kernel indexes one launch dimension: "thread" (its global index, under
+    the bound `total`) or "block" (blockIdx alone, `total` blocks), and a block size it spells."""
+
+    kind: str
+    total: Mono
+    block: int | None
+
+
+@dataclass(frozen=True)
 class Implicit:
     """out[coords] = epilogue(seed + sum over k of a * b) for every combination of the output's
     coordinates, k running over K's coordinates with the fastest one first (the original's order of
@@ -107,6 +117,7 @@ class Implicit:
     total: Mono  # the thread guard's bound: the original launch runs at least this many threads
     block: int | None  # a block size the kernel spells (`256 * blockIdx.x + threadIdx.x`)
     unguarded: dict[str, tuple[Load, ...]]  # "a" | "b" -> loads to prove in bounds
+    launch: dict[str, Launched] = field(default_factory=dict)  # by dimension
 
     @property
     def coords(self) -> tuple[Coord, ...]:
@@ -121,9 +132,11 @@ class Implicit:
         return sorted({x.tensor for x in walk_expr(self.b) if isinstance(x, Load)})
 
 
-def implicit(lifted: Lifted) -> Implicit:
-    """The model as an implicit GEMM, or `NotImplicit` with the reason."""
-    threads, out_coords, store = output_coords(lifted)
+def implicit(lifted: Lifted, launch: dict[str, Mono] | None = None) -> Implicit:
+    """The model as an implicit GEMM, or `NotImplicit` with the reason. The kernel may launch in
+    1 to 3 dimensions (`launch`: the grid's extent along y and z, for a kernel that takes a
+    dimension's blocks as a coordinate)."""
+    threads, out_coords, store = output_coords(lifted, "xyz", launch)
     outer, acc_var = reduction_read(store)
     chain, acc, term, _ = reduction_chain(outer, acc_var)
     if acc.var.type != FLOAT:
@@ -223,6 +236,7 @@ def implicit(lifted: Lifted) -> Implicit:
         threads.total,
         threads.block,
         unguarded,
+        threads.launched(),
     )
 
 
@@ -248,8 +262,13 @@ class Threads:
     def block(self) -> int | None:
         return self.dims[0].base.block if self.dims[0].base.dim == "x" else None
 
-    def totals(self) -> dict[str, Mono]:
-        return {d.base.dim: d.total for d in self.dims if d.total is not None}
+    def launched(self) -> dict[str, Launched]:
+        """How the original launch covers the output, by dimension."""
+        out = {}
+        for d in self.dims:
+            assert d.total is not None
+            out[d.base.dim] = Launched(self.kinds[d.base.dim], d.total, d.base.block)
+        return out
 
 
 def output_coords(

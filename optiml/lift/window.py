@@ -28,7 +28,13 @@ from math import gcd
 
 from optiml.lift.coords import Mono
 from optiml.lift.families import Affine, affine, induction_steps
-from optiml.lift.implicit import Coord, NotImplicit, output_coords, reduction_coords
+from optiml.lift.implicit import (
+    Coord,
+    Launched,
+    NotImplicit,
+    output_coords,
+    reduction_coords,
+)
 from optiml.lift.model import (
     Builtin,
     Carried,
@@ -61,16 +67,6 @@ class Tiled:
     pitch: Affine  # Q: elements between the input's rows ({} where the output has no Y)
     dx: dict[int, int]
     dy: dict[int, int]
-
-
-@dataclass(frozen=True)
-class Launched:
-    """How the original kernel indexes one launch dimension: "thread" (its global index, under
-    the bound `total`) or "block" (blockIdx alone, `total` blocks), and a block size it spells."""
-
-    kind: str
-    total: Mono
-    block: int | None
 
 
 @dataclass(frozen=True)
@@ -193,10 +189,7 @@ def _window(lifted: Lifted, launch: dict[str, Mono] | None) -> Window:
         acc_uids,
         seeds,
         store,
-        {
-            d.base.dim: Launched(threads.kinds[d.base.dim], d.total, d.base.block)
-            for d in threads.dims
-        },
+        threads.launched(),
     )
 
 

@@ -167,6 +167,33 @@ __global__ void conv_relu(const float* in, const float* w, const float* bias, fl
 """
 
 
+# The same kind of convolution launched in three dimensions: x and y over the output's columns
+# and rows, (batch, filter) a block along z taken apart by division.
+GRID_3D = """
+/* @optiml
+ *   args:   in: in float[B * C * H * W], w: in float[F * C * 3 * 3],
+ *           out: out float[B * F * OH * OW], OH = H - 2, OW = W - 2
+ *   launch: grid = (cdiv(W - 2, 16), cdiv(H - 2, 16), B * F), block = (16, 16)
+ *   sizes:  B, C, F, H, W = (4, 32, 64, 66, 66), (2, 3, 19, 11, 14)
+ *   tol:    rtol = 1e-4, atol = 1e-4
+ */
+__global__ void conv3x3_valid(const float* in, const float* w, float* out,
+                              int B, int C, int F, int H, int W, int OH, int OW)
+{
+    int x = blockIdx.x * blockDim.x + threadIdx.x;
+    int y = blockIdx.y * blockDim.y + threadIdx.y;
+    int f = blockIdx.z % F, b = blockIdx.z / F;
+    if (x >= OW || y >= OH) return;
+    float s = 0.0f;
+    for (int c = 0; c < C; ++c)
+        for (int ky = 0; ky < 3; ++ky)
+            for (int kx = 0; kx < 3; ++kx)
+                s += in[((b * C + c) * H + y + ky) * W + x + kx] * w[((f * C + c) * 3 + ky) * 3 + kx];
+    out[((b * F + f) * OH + y) * OW + x] = s;
+}
+"""
+
+
 # ---- what the reading finds -------------------------------------------------------------------
 
 
@@ -246,6 +273,14 @@ def test_kernelbench_convolutions_compute_what_the_original_does(n, tmp_path):
                 {"B": 1, "C": 2, "F": 33, "H": 8, "W": 21},
             ],
             id="written-strided-dilated",
+        ),
+        pytest.param(
+            lambda: inline(GRID_3D, "conv3x3_valid"),
+            [
+                {"B": 2, "C": 3, "F": 19, "H": 11, "W": 14},
+                {"B": 1, "C": 2, "F": 17, "H": 20, "W": 9},
+            ],
+            id="written-3d-launch",
         ),
     ],
 )

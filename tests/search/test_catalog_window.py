@@ -18,6 +18,7 @@ from optiml.harness.build import build_kernel
 from optiml.lift import lift
 from optiml.lift.window import NotWindow, window
 from optiml.search.catalog import Context, by_name
+from optiml.search.catalog import implicit_gemm as ig
 from optiml.search.catalog import window_tile as wt
 from optiml.search.judge import hardcoded_constants
 from optiml.search.variant import Variant
@@ -71,7 +72,7 @@ def variant(ctx: Context, proposal) -> Context:
 
 
 def reading(ctx: Context):
-    return window(lift(ctx.source, ctx.kernel, ctx.spec), wt._grid_extents(ctx))
+    return window(lift(ctx.source, ctx.kernel, ctx.spec), ig.grid_extents(ctx))
 
 
 # A max pool spelled by hand: 2 x 2 windows at stride 2 with a comparison, not fmaxf, and the

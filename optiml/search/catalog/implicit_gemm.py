@@ -20,12 +20,14 @@ depthwise convolution, where the reading finds no M at all; N under 32; K under 
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
 from optiml.lift import Lifted, lift
+from optiml.lift.coords import Mono
 from optiml.lift.emit import C_TYPES, CEmitter, NotEmittable
 from optiml.lift.families import Affine
-from optiml.lift.implicit import Coord, Implicit, NotImplicit, implicit
+from optiml.lift.implicit import Coord, Implicit, Launched, NotImplicit, implicit
 from optiml.lift.model import (
     INTS,
     TRUE,
@@ -123,7 +125,7 @@ def read(ctx: Context) -> tuple[Lifted, Implicit] | None:
     if not isinstance(lifted, Lifted):
         return None
     try:
-        return lifted, implicit(lifted)
+        return lifted, implicit(lifted, grid_extents(ctx))
     except NotImplicit:
         return None
 
@@ -141,7 +143,7 @@ def _propose(ctx: Context) -> list[Rewrite]:
     lifted = lift(ctx.source, ctx.kernel, ctx.spec)
     if not isinstance(lifted, Lifted):
         raise _NoPlan("the kernel does not lift: " + lifted.message())
-    imp = implicit(lifted)
+    imp = implicit(lifted, grid_extents(ctx))
     if contraction_tiling.read(ctx) is not None or match(ctx.ast) is not None:
         raise _NoPlan("a plain contraction: contraction_tiling's or gemm_tiling's")
     sizes = _sizes(ctx, lifted, imp)
@@ -222,6 +224,52 @@ def _value(f: Affine, values: dict[str, float]) -> int:
     return total
 
 
+def grid_extents(ctx: Context) -> dict[str, Mono]:
+    """The launch's grid along y and z where it is a product of the kernel's integer parameters
+    and constants (the extent of a coordinate a kernel takes as blockIdx alone)."""
+    params = {p.name for p in ctx.kernel.params}
+    out: dict[str, Mono] = {}
+    for d, text in zip("yz", ctx.spec.launch.grid[1:], strict=False):
+        coef, names = 1, []
+        try:
+            nodes = [ast.parse(str(text), mode="eval").body]
+        except SyntaxError:
+            continue
+        ok = True
+        while nodes and ok:
+            n = nodes.pop()
+            if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult):
+                nodes += [n.left, n.right]
+            elif isinstance(n, ast.Constant) and isinstance(n.value, int):
+                coef *= n.value
+            elif isinstance(n, ast.Name) and n.id in params:
+                names.append(n.id)
+            else:
+                ok = False
+        if ok:
+            out[d] = (coef, tuple(sorted(names)))
+    return out
+
+
+def uncovered(launch: dict[str, Launched], case, values: dict[str, float]) -> str | None:
+    """Why the original launch at `case` does not run a thread for every output as the reading
+    takes them (None where it does): along each dimension the kernel indexes, its grid and block
+    cover the bound (blockIdx alone: one thread a block); no threads along the others."""
+    for i, d in enumerate("xyz"):
+        how = launch.get(d)
+        if how is None:
+            if (case.grid[i], case.block[i]) != (1, 1):
+                return "threads along a dimension the output does not use"
+            continue
+        if how.block is not None and how.block != case.block[i]:
+            return "a block size the kernel spells differs from the launch's"
+        if how.kind == "block" and case.block[i] != 1:
+            return f"threads along {d} compute the same outputs"
+        if case.grid[i] * case.block[i] < _value({how.total[1]: how.total[0]}, values):
+            return f"the launch does not cover the output along {d}"
+    return None
+
+
 def _sizes(ctx: Context, lifted: Lifted, imp: Implicit) -> list[tuple[int, int, int, int, Env]]:
     """(M, N, K, batch, the ranges' environment) at every size of the spec, where the original
     launch runs a thread for every output (a flat 1-D grid that covers the guard's bound) and
@@ -230,13 +278,9 @@ def _sizes(ctx: Context, lifted: Lifted, imp: Implicit) -> list[tuple[int, int, 
     for case in ctx.spec.cases():
         env = Env.of(lifted, ctx.spec, case)
         values = env.values
-        if imp.block is not None and imp.block != case.block[0]:
-            raise _NoPlan("a block size the kernel spells differs from the launch's")
-        if (case.grid[1], case.block[1], case.grid[2], case.block[2]) != (1, 1, 1, 1):
-            raise _NoPlan("threads along a dimension the output does not use")
-        total = _value({imp.total[1]: imp.total[0]}, values)
-        if case.grid[0] * case.block[0] < total:
-            raise _NoPlan("the launch does not cover the output")
+        why = uncovered(imp.launch, case, values)
+        if why:
+            raise _NoPlan(why)
         facts = {}
         for c in imp.coords:
             start, extent = _value(c.start, values), _value(c.extent, values)

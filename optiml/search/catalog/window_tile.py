@@ -23,7 +23,6 @@ import ast
 from dataclasses import dataclass
 
 from optiml.lift import Lifted, lift
-from optiml.lift.coords import Mono
 from optiml.lift.emit import C_TYPES, NotEmittable
 from optiml.lift.families import Affine
 from optiml.lift.implicit import Coord
@@ -33,7 +32,7 @@ from optiml.lift.window import NotWindow, Tiled, Window, window
 from optiml.search.catalog import contraction_tiling
 from optiml.search.catalog._gemm import render
 from optiml.search.catalog.base import STATIC_SMEM, Context, Rewrite, Transformation
-from optiml.search.catalog.implicit_gemm import _Emitter, _value
+from optiml.search.catalog.implicit_gemm import _Emitter, _value, grid_extents, uncovered
 from optiml.search.catalog.implicit_gemm import _NoPlan as _NoSize
 
 # (TX, TY, weight), the first PROPOSED that fit: 32 x 8 keeps a warp on one row of outputs; 64 x 4
@@ -90,7 +89,7 @@ def _propose(ctx: Context) -> list[Rewrite]:
     lifted = lift(ctx.source, ctx.kernel, ctx.spec)
     if not isinstance(lifted, Lifted):
         raise _NoPlan("the kernel does not lift: " + lifted.message())
-    win = window(lifted, _grid_extents(ctx))
+    win = window(lifted, grid_extents(ctx))
     envs, consts = _sizes(ctx, lifted, win)
     lengths = {t.load.tensor: _length(ctx, t.load.tensor) for t in win.tiled}
     spans = {t.load: _span(t, consts) for t in win.tiled}
@@ -145,19 +144,9 @@ def _sizes(ctx: Context, lifted: Lifted, win: Window) -> tuple[list[Env], dict[i
     for case in ctx.spec.cases():
         env = Env.of(lifted, ctx.spec, case)
         values = env.values
-        for i, d in enumerate("xyz"):
-            how = win.launch.get(d)
-            if how is None:
-                if (case.grid[i], case.block[i]) != (1, 1):
-                    raise _NoPlan("threads along a dimension the output does not use")
-                continue
-            if how.block is not None and how.block != case.block[i]:
-                raise _NoPlan("a block size the kernel spells differs from the launch's")
-            total = _value({how.total[1]: how.total[0]}, values)
-            if how.kind == "block" and case.block[i] != 1:
-                raise _NoPlan(f"threads along {d} compute the same outputs")
-            if case.grid[i] * case.block[i] < total:
-                raise _NoPlan(f"the launch does not cover the output along {d}")
+        why = uncovered(win.launch, case, values)
+        if why:
+            raise _NoPlan(why)
         facts = {}
         for c in coords:
             start, extent = _value(c.start, values), _value(c.extent, values)
@@ -194,33 +183,6 @@ def _cells(t: Tiled, s: _Span, tx: int, ty: int) -> tuple[int, int]:
 
 def _elem_bytes(dtype: str) -> int:
     return {"half": 2, "bf16": 2, "float": 4, "double": 8, "int": 4, "long": 8, "bool": 1}[dtype]
-
-
-def _grid_extents(ctx: Context) -> dict[str, Mono]:
-    """The launch's grid along y and z where it is a product of the kernel's integer parameters
-    and constants (the extent of a coordinate a kernel takes as blockIdx alone)."""
-    params = {p.name for p in ctx.kernel.params}
-    out: dict[str, Mono] = {}
-    for d, text in zip("yz", ctx.spec.launch.grid[1:], strict=False):
-        coef, names = 1, []
-        try:
-            nodes = [ast.parse(str(text), mode="eval").body]
-        except SyntaxError:
-            continue
-        ok = True
-        while nodes and ok:
-            n = nodes.pop()
-            if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult):
-                nodes += [n.left, n.right]
-            elif isinstance(n, ast.Constant) and isinstance(n.value, int):
-                coef *= n.value
-            elif isinstance(n, ast.Name) and n.id in params:
-                names.append(n.id)
-            else:
-                ok = False
-        if ok:
-            out[d] = (coef, tuple(sorted(names)))
-    return out
 
 
 def _length(ctx: Context, tensor: str) -> str:
