@@ -104,3 +104,43 @@ def test_a_welford_row_norms_division_is_rewritten_and_compiles(which):
         k = v.kernel(ctx.kernel.name)
         b = build_kernel(v, k, instantiation=parse_spec(v, k).instantiation, arch="sm_90")
         assert b.ok, b.log[-2000:]
+
+
+MAX_INIT = """\
+/* @optiml
+ *   args:   x: in float[n * k], y: out float[n]
+ *   launch: grid = cdiv(n, 256), block = 256
+ *   sizes:  n, k = (1000, 16)
+ *   tol:    rtol = 1e-4
+ */
+__global__ void row_max_over_scale(const float* x, float* y, int n, int k)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float m = -INFINITY;
+    for (int j = 0; j < k; ++j) m = fmaxf(m, x[i * k + j] / 3.0f);
+    y[i] = m / INFINITY + m / HUGE_VALF + m / 1e400f;
+}
+"""
+
+
+def test_infinite_literals_are_no_power_of_two_and_end():
+    """`m = -INFINITY` is read as a literal too (Python's float() takes "infinity"): halving it
+    never ended, and the search's catalog never came back (KernelBench's max pooling)."""
+    import threading
+
+    from optiml.search.catalog.fast_math import _power_of_two
+
+    assert [_power_of_two(t) for t in ("INFINITY", "-INFINITY", "nan", "0.0f", "1e400f")] == [
+        False
+    ] * 5
+    assert [_power_of_two(t) for t in ("2.0f", "0.25", "1024", "-8.0")] == [True] * 4
+    assert not _power_of_two("3.0f")
+    ctx = Context.of(Variant(MAX_INIT), str(ROOT / "fixtures" / "kernel.cu"), "row_max_over_scale")
+    found: list = []
+    worker = threading.Thread(target=lambda: found.append(FAST.propose(ctx)), daemon=True)
+    worker.start()
+    worker.join(30)
+    assert found, "fast_math did not come back"
+    (text,) = {p.variant.text for p in found[0]}
+    assert "__fdividef(x[i * k + j], 3.0f)" in text and "m / INFINITY" in text

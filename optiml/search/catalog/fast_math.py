@@ -14,6 +14,8 @@ else (double, half, a type the kernel's text does not say) is left as written.""
 
 from __future__ import annotations
 
+import math
+
 from tree_sitter import Node
 
 from optiml.cuda.kernel_ast import KernelAST, operator_of, unparen, walk
@@ -216,16 +218,15 @@ def float_divisions(ast: KernelAST, types: _Types) -> list[Node]:
 
 
 def _power_of_two(text: str) -> bool:
+    """Whether `text` is a literal whose value is a power of two (`INFINITY`, which Python's
+    float() reads too, is not)."""
     try:
         value = float(text.lower().rstrip("fl").rstrip("u"))
     except ValueError:
         return False
-    mantissa = abs(value)
-    while mantissa >= 2.0:
-        mantissa /= 2.0
-    while 0.0 < mantissa < 1.0:
-        mantissa *= 2.0
-    return mantissa == 1.0
+    if not math.isfinite(value) or value == 0.0:
+        return False
+    return math.frexp(abs(value))[0] == 0.5
 
 
 def math_calls(ast: KernelAST) -> list[Node]:
