@@ -113,12 +113,7 @@ class CEmitter:
             case Builtin(name=n):
                 raise NotEmittable(f"`{n}` where the schedule maps threads otherwise")
             case Load(tensor=t, index=i, type=ty):
-                text = f"{t}[{self.expr(i)}]"
-                if ty == HALF:
-                    return f"__half2float({text})"
-                if ty == BF16:
-                    return f"__bfloat162float({text})"
-                return text
+                return self.loaded(f"{t}[{self.expr(i)}]", ty)
             case Unary(op=op, a=a):
                 return f"({op}{self.expr(a)})"
             case Binary(op=op, a=a, b=b):
@@ -160,6 +155,15 @@ class CEmitter:
                     factors.append(atom)
             terms.append(" * ".join(factors))
         return "(" + (" + ".join(terms) or "0LL") + ")"
+
+    def loaded(self, text: str, dtype: str) -> str:
+        """An element of type `dtype` read as `text`, as the value computed with (16-bit types in
+        float)."""
+        if dtype == HALF:
+            return f"__half2float({text})"
+        if dtype == BF16:
+            return f"__bfloat162float({text})"
+        return text
 
     def cast(self, text: str, source: str, target: str) -> str:
         if target == HALF:

@@ -620,10 +620,5 @@ class _Emitter2D(CEmitter):
         if isinstance(e, Builtin) and not e.name.endswith(".x"):
             return e.name  # the row's indices stay as launched
         if isinstance(e, Load) and e in self.held:
-            text = self.held[e]
-            if e.type == "half":
-                return f"__half2float({text})"
-            if e.type == "bf16":
-                return f"__bfloat162float({text})"
-            return text
+            return self.loaded(self.held[e], e.type)
         return super().expr(e)

@@ -231,12 +231,7 @@ class _TileEmitter(_Emitter):
 
     def expr(self, e: Expr) -> str:
         if isinstance(e, Load) and e in self.cells:
-            text = self.cells[e]
-            if e.type == "half":
-                return f"__half2float({text})"
-            if e.type == "bf16":
-                return f"__bfloat162float({text})"
-            return text
+            return self.loaded(self.cells[e], e.type)
         return super().expr(e)
 
 
