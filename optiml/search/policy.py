@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -25,6 +26,10 @@ logger = logging.getLogger(__name__)
 MATCH, NO_PROFILE, MISMATCH = 3.0, 1.0, 0.4
 JITTER = 0.1
 FOUND_KEPT = 64  # nodes whose proposals the offline policy keeps
+# A transformation that has not proposed within this many seconds is left behind (its thread
+# runs on, on a daemon thread, until the process ends): a bug that never returns costs the search
+# one transformation and a core, not the run. Proposals take well under a second as a rule.
+PROPOSE_LIMIT_S = 60.0
 
 
 @dataclass
@@ -56,6 +61,26 @@ class Policy(Protocol):
     async def propose(self, request: NodeView, k: int, rng: random.Random) -> list[Candidate]:
         """Edits of `request.variant`, best first (the search takes the first k new ones)."""
         ...
+
+
+def _bounded(t: Transformation, ctx: Context) -> list | None:
+    """`t`'s proposals for `ctx`, or None where it has not returned within PROPOSE_LIMIT_S."""
+    result: list = []
+
+    def work() -> None:
+        try:
+            result.append(t.propose(ctx) if t.applies(ctx) else [])
+        except BaseException as e:  # handed to the caller's thread
+            result.append(e)
+
+    worker = threading.Thread(target=work, name=f"propose-{t.name}", daemon=True)
+    worker.start()
+    worker.join(PROPOSE_LIMIT_S)
+    if not result:
+        return None
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return result[0]
 
 
 class OfflinePolicy:
@@ -113,9 +138,17 @@ class OfflinePolicy:
             if t.once and name in request.applied:
                 continue
             try:
-                proposals = t.propose(ctx) if t.applies(ctx) else []
+                proposals = _bounded(t, ctx)
             except Exception as e:  # one transformation's bug must not end the search
                 logger.warning("transformation %s failed on %s: %s", name, request.kernel, e)
+                continue
+            if proposals is None:
+                logger.error(
+                    "transformation %s did not return within %.0f s on %s; going on without it",
+                    name,
+                    PROPOSE_LIMIT_S,
+                    request.kernel,
+                )
                 continue
             if request.profile is None:
                 relevance = NO_PROFILE

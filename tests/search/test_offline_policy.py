@@ -106,3 +106,35 @@ def test_a_nodes_proposals_are_computed_once_however_often_it_is_widened(monkeyp
     other = NodeView(request.variant, request.path, request.kernel, sm_count=8)
     asyncio.run(policy.propose(other, 4, random.Random(0)))
     assert len(calls) == 2
+
+
+def test_a_transformation_that_never_returns_is_left_behind(monkeypatch, caplog):
+    """A bug that loops forever in one transformation (fast_math once halved INFINITY without
+    end) costs the search that transformation, not the run: the others' proposals come back."""
+    import threading
+
+    from optiml.search import policy as policy_module
+    from optiml.search.catalog.base import Transformation
+
+    stuck = threading.Event()
+
+    class Stuck(Transformation):
+        name = "stuck"
+        addresses = frozenset({"dram"})
+        description = "never returns"
+
+        def propose(self, ctx):
+            stuck.wait()  # released at the end of the test
+            return []
+
+    monkeypatch.setattr(policy_module, "PROPOSE_LIMIT_S", 0.5)
+    catalog = {"stuck": Stuck(), "vectorize": CATALOG["vectorize"], "unroll": CATALOG["unroll"]}
+    text = (FIXTURES / "saxpy.cu").read_text()
+    request = NodeView(variant=Variant(text), path=str(FIXTURES / "saxpy.cu"), kernel="saxpy")
+    try:
+        with caplog.at_level("ERROR"):
+            found = OfflinePolicy(catalog).candidates(request)
+    finally:
+        stuck.set()
+    assert {c.edit.transform for c in found} <= {"vectorize", "unroll"} and found
+    assert "transformation stuck did not return within" in caplog.text
