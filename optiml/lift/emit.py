@@ -113,7 +113,7 @@ class CEmitter:
             case Builtin(name=n):
                 raise NotEmittable(f"`{n}` where the schedule maps threads otherwise")
             case Load(tensor=t, index=i, type=ty):
-                return self.loaded(f"{t}[{self.expr(i)}]", ty)
+                return self.from_memory(f"{t}[{self.expr(i)}]", ty)
             case Unary(op=op, a=a):
                 return f"({op}{self.expr(a)})"
             case Binary(op=op, a=a, b=b):
@@ -156,7 +156,7 @@ class CEmitter:
             terms.append(" * ".join(factors))
         return "(" + (" + ".join(terms) or "0LL") + ")"
 
-    def loaded(self, text: str, dtype: str) -> str:
+    def from_memory(self, text: str, dtype: str) -> str:
         """An element of type `dtype` read as `text`, as the value computed with (16-bit types in
         float)."""
         if dtype == HALF:

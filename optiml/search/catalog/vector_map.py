@@ -620,5 +620,5 @@ class _Emitter2D(CEmitter):
         if isinstance(e, Builtin) and not e.name.endswith(".x"):
             return e.name  # the row's indices stay as launched
         if isinstance(e, Load) and e in self.held:
-            return self.loaded(self.held[e], e.type)
+            return self.from_memory(self.held[e], e.type)
         return super().expr(e)

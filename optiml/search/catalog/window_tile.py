@@ -231,7 +231,7 @@ class _TileEmitter(_Emitter):
 
     def expr(self, e: Expr) -> str:
         if isinstance(e, Load) and e in self.cells:
-            return self.loaded(self.cells[e], e.type)
+            return self.from_memory(self.cells[e], e.type)
         return super().expr(e)
 
 
