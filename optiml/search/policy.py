@@ -11,6 +11,7 @@ import asyncio
 import logging
 import random
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -26,8 +27,8 @@ logger = logging.getLogger(__name__)
 MATCH, NO_PROFILE, MISMATCH = 3.0, 1.0, 0.4
 JITTER = 0.1
 FOUND_KEPT = 64  # nodes whose proposals the offline policy keeps
-# A transformation that has not proposed within this many seconds is left behind (its thread
-# runs on, on a daemon thread, until the process ends): a bug that never returns costs the search
+# A transformation that has not proposed within this many seconds is left behind (it runs on, on
+# a daemon thread, until the process ends): a bug that never returns costs the search
 # one transformation and a core, not the run. Proposals take well under a second as a rule.
 PROPOSE_LIMIT_S = 60.0
 
@@ -63,24 +64,49 @@ class Policy(Protocol):
         ...
 
 
-def _bounded(t: Transformation, ctx: Context) -> list | None:
-    """`t`'s proposals for `ctx`, or None where it has not returned within PROPOSE_LIMIT_S."""
-    result: list = []
+def _propose_all(
+    catalog: dict[str, Transformation], names: list[str], ctx: Context, limit: float
+) -> dict[str, object]:
+    """Each named transformation's proposals for `ctx` (a list, the exception it raised, or
+    `_LEFT`), asked in order on a daemon thread: where one has been at it for `limit` seconds, it
+    is left behind with that thread and a new thread goes on from the next."""
+    found: dict[str, object] = {}
+    start = 0
+    while start < len(names):
+        mine: dict[str, object] = {}
+        at: list = [None]  # (index, monotonic start) of the transformation being asked
+        stop = threading.Event()
+        done = threading.Event()
 
-    def work() -> None:
-        try:
-            result.append(t.propose(ctx) if t.applies(ctx) else [])
-        except BaseException as e:  # handed to the caller's thread
-            result.append(e)
+        def work(first: int = start, mine=mine, at=at, stop=stop, done=done) -> None:
+            for i in range(first, len(names)):
+                if stop.is_set():
+                    return
+                at[0] = (i, time.monotonic())
+                t = catalog[names[i]]
+                try:
+                    mine[names[i]] = t.propose(ctx) if t.applies(ctx) else []
+                except Exception as e:  # one transformation's bug must not end the search
+                    mine[names[i]] = e
+            done.set()
 
-    worker = threading.Thread(target=work, name=f"propose-{t.name}", daemon=True)
-    worker.start()
-    worker.join(PROPOSE_LIMIT_S)
-    if not result:
-        return None
-    if isinstance(result[0], BaseException):
-        raise result[0]
-    return result[0]
+        threading.Thread(target=work, name="optiml-propose", daemon=True).start()
+        while not done.wait(min(1.0, limit)):
+            current = at[0]
+            if current is not None and time.monotonic() - current[1] > limit:
+                stop.set()
+                i = current[0]
+                found.update({n: mine[n] for n in names[start:i]})
+                found[names[i]] = _LEFT
+                start = i + 1
+                break
+        else:
+            found.update(mine)
+            start = len(names)
+    return found
+
+
+_LEFT = object()
 
 
 class OfflinePolicy:
@@ -133,16 +159,17 @@ class OfflinePolicy:
             logger.info("no catalog proposals for a variant that does not parse: %s", e)
             return []
         family = family_of(request.variant.text, request.path, request.kernel)
+        names = [n for n, t in self.catalog.items() if not (t.once and n in request.applied)]
+        found = _propose_all(self.catalog, names, ctx, PROPOSE_LIMIT_S)
         out: list[Candidate] = []
-        for name, t in self.catalog.items():
-            if t.once and name in request.applied:
+        for name in names:
+            t, proposals = self.catalog[name], found[name]
+            if isinstance(proposals, Exception):
+                logger.warning(
+                    "transformation %s failed on %s: %s", name, request.kernel, proposals
+                )
                 continue
-            try:
-                proposals = _bounded(t, ctx)
-            except Exception as e:  # one transformation's bug must not end the search
-                logger.warning("transformation %s failed on %s: %s", name, request.kernel, e)
-                continue
-            if proposals is None:
+            if proposals is _LEFT:
                 logger.error(
                     "transformation %s did not return within %.0f s on %s; going on without it",
                     name,
@@ -150,6 +177,7 @@ class OfflinePolicy:
                     request.kernel,
                 )
                 continue
+            assert isinstance(proposals, list)
             if request.profile is None:
                 relevance = NO_PROFILE
             elif request.profile.bottleneck in t.addresses:
