@@ -32,7 +32,7 @@ from optiml.lift.window import NotWindow, Tiled, Window, window
 from optiml.search.catalog import contraction_tiling
 from optiml.search.catalog._gemm import render
 from optiml.search.catalog.base import STATIC_SMEM, Context, Rewrite, Transformation
-from optiml.search.catalog.implicit_gemm import _Emitter, _value, grid_extents, uncovered
+from optiml.search.catalog.implicit_gemm import _Emitter, _text, _value, grid_extents, uncovered
 from optiml.search.catalog.implicit_gemm import _NoPlan as _NoSize
 
 # (TX, TY, weight), the first PROPOSED that fit: 32 x 8 keeps a warp on one row of outputs; 64 x 4
@@ -203,11 +203,6 @@ def _length(ctx: Context, tensor: str) -> str:
         raise _NoPlan(f"{tensor}: a length the kernel's parameters do not spell")
 
     return text(ast.parse(buf.length, mode="eval").body)
-
-
-def _text(coords: tuple[Coord, ...]) -> str:
-    parts = [render(c.extent) for c in reversed(coords)]
-    return " * ".join(p if " " not in p else f"({p})" for p in parts) or "1"
 
 
 def _grid(win: Window, tx: int, ty: int) -> str:
