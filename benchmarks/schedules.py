@@ -9,7 +9,10 @@ For fixtures/corpus, the kernel's PyTorch equivalent (fixtures/corpus/torch_equi
 timed on the same inputs the same way (CUDA events, an L2 flush before each call, TF32 off).
 
     python3 benchmarks/schedules.py --out DIR [--sets corpus,holdout,wild] [--per-transform 2]
-        [--only KERNEL ...] [--shard i/n] [--seconds S]
+        [--only KERNEL ...] [--shard i/n] [--seconds S] [--files FILE.cu ...]
+
+--files measures the given files' kernels (each one that has a spec) instead of the sets: kernels
+written elsewhere, such as `optiml generate --from-torch`'s of KernelBench's tasks.
 
 Writes DIR/schedules.json after every kernel (a run cut short keeps what it measured): per kernel
 the original's time and floor, PyTorch's time where there is an equivalent, and per proposal its
@@ -67,6 +70,23 @@ def kernels(sets: list[str]) -> list[dict]:
         for e in tomllib.loads((ROOT / folder / "manifest.toml").read_text())[table]:
             out.append({"set": name, "path": ROOT / folder / e["file"], **e})
     return out
+
+
+def file_kernels(files: list[Path]) -> list[dict]:
+    """Each file's kernels that have a spec, as entries of the set "files"."""
+    from optiml.cuda.source import SourceFile
+
+    out = []
+    for path in files:
+        source = SourceFile(path.read_text(), str(path))
+        for k in source.kernels:
+            if k.spec_comment is not None:
+                out.append({"set": "files", "path": path.resolve(), "kernel": k.name})
+    return out
+
+
+def shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def proposals(path: Path, kernel: str, per_transform: int) -> list:
@@ -168,7 +188,7 @@ async def measure(entry: dict, args, ex: LocalExecutor) -> dict:
     source, kernel, spec = load(path, name)
     row: dict = {
         "set": entry["set"],
-        "file": str(path.relative_to(ROOT)),
+        "file": shown(path),
         "kernel": name,
         "family": family(source, kernel),
     }
@@ -292,7 +312,7 @@ def environment() -> dict:
 
 
 async def main(args) -> dict:
-    entries = kernels(args.sets)
+    entries = file_kernels(args.files) if args.files else kernels(args.sets)
     if args.only:
         entries = [e for e in entries if e["kernel"] in args.only]
     i, n = args.shard
@@ -332,6 +352,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--only", nargs="*")
     p.add_argument("--shard", default="1/1")
     p.add_argument("--seconds", type=float, default=0.0, help="stop starting kernels after this")
+    p.add_argument("--files", nargs="*", type=Path, help="these files' kernels, not the sets'")
     args = p.parse_args(argv)
     args.sets = [s for s in args.sets.split(",") if s]
     bad = [s for s in args.sets if s not in SETS]

@@ -75,3 +75,17 @@ def test_the_memory_bound_floor_reads_what_the_outputs_depend_on():
     assert moved_bytes(spec, case, seen) < whole
     # a probe that saw nothing move (a maximum) counts its input as read whole
     assert moved_bytes(spec, case, [Dependence(buffer=table.name, samples=8, sensitive=0)]) == whole
+
+
+def test_schedules_takes_kernels_from_files_outside_the_sets(tmp_path):
+    """--files: each given file's kernels that have a spec, named by their path where it lies
+    outside the repository (KernelBench's tasks as `optiml generate --from-torch` writes them)."""
+    source = (ROOT / "fixtures" / "wild" / "vector_add.cu").read_text()
+    (tmp_path / "mine.cu").write_text(source + "\n__global__ void helper(float* p) { *p = 0; }\n")
+    entries = schedules.file_kernels([tmp_path / "mine.cu"])
+    wild = [e["kernel"] for e in schedules.kernels(["wild"]) if e["file"] == "vector_add.cu"]
+    assert wild and [e["kernel"] for e in entries] == wild  # the helper has no spec
+    assert {e["set"] for e in entries} == {"files"}
+    assert schedules.shown(entries[0]["path"]) == str((tmp_path / "mine.cu").resolve())
+    args = schedules.parse_args(["--out", "x", "--files", str(tmp_path / "mine.cu")])
+    assert args.files == [tmp_path / "mine.cu"]

@@ -35,13 +35,24 @@ from optiml.search.catalog.base import STATIC_SMEM, Context, Rewrite, Transforma
 from optiml.search.catalog.implicit_gemm import _Emitter, _text, _value, grid_extents, uncovered
 from optiml.search.catalog.implicit_gemm import _NoPlan as _NoSize
 
-# (TX, TY, weight), the first PROPOSED that fit: 32 x 8 keeps a warp on one row of outputs; 64 x 4
-# moves 256 B a row; 32 x 16 halves the halo's share of a tile on Y; the flatter ones are for
-# windows at large strides (an 11 x 11 pool at stride 11 reads 352 x 88 floats for 32 x 8
-# outputs). A window with no Y axis takes a row of 256 or 128.
-SHAPES_2D = ((32, 8, 1.0), (64, 4, 0.85), (32, 16, 0.8), (32, 2, 0.6), (32, 1, 0.5))
-SHAPES_1D = ((256, 1, 1.0), (128, 1, 0.85))
-PROPOSED = 3
+# (TX, TY, R, weight), the first PROPOSED that fit: a block of TX x TY threads, each computing R
+# outputs (R rows apart by TY on Y; on X, TX apart, where the window has no Y axis). One output a
+# thread made a block of 256 outputs that waits out one load of its 1.2 to 1.5 KB tile: on an H100
+# (KernelBench 44 and 46, 2026-12-07) 0.70x the naive kernel, which has more loads in flight; R
+# outputs a thread put R times the bytes in flight a block, spend the block's index arithmetic
+# and halo on R times the outputs and give each thread R independent chains of updates. 32 x 8
+# keeps a warp on one row of outputs; 64 x 4 moves 256 B a row; the flatter ones are for windows
+# at large strides (an 11 x 11 pool at stride 11 reads 352 x 88 floats for 32 x 8 outputs).
+SHAPES_2D = (
+    (32, 8, 4, 1.0),
+    (32, 8, 2, 0.9),
+    (64, 4, 4, 0.85),
+    (32, 8, 1, 0.7),
+    (32, 2, 1, 0.6),
+    (32, 1, 1, 0.5),
+)
+SHAPES_1D = ((256, 1, 4, 1.0), (128, 1, 4, 0.9), (256, 1, 1, 0.7))
+PROPOSED = 4
 HEADROOM = 8  # the judge runs sizes past the spec's: block counts keep this factor of int room
 INT_MAX = 2**31 - 1
 
@@ -58,6 +69,25 @@ class _Span:
     col0: int
     rows: int  # the offsets' extent on each axis (1 where nothing moves it)
     cols: int
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """A block of tx x ty threads, each computing r outputs: r rows of outputs apart by ty on Y,
+    or (`on_y` false: a window with no Y axis) r columns apart by tx on X."""
+
+    tx: int
+    ty: int
+    r: int
+    on_y: bool
+
+    @property
+    def ox(self) -> int:  # the block's outputs on X
+        return self.tx if self.on_y else self.tx * self.r
+
+    @property
+    def oy(self) -> int:
+        return self.ty * self.r if self.on_y else self.ty
 
 
 class WindowTile(Transformation):
@@ -94,26 +124,28 @@ def _propose(ctx: Context) -> list[Rewrite]:
     lengths = {t.load.tensor: _length(ctx, t.load.tensor) for t in win.tiled}
     spans = {t.load: _span(t, consts) for t in win.tiled}
     out = []
-    for tx, ty, weight in SHAPES_2D if win.y is not None else SHAPES_1D:
+    for tx, ty, r, weight in SHAPES_2D if win.y is not None else SHAPES_1D:
+        shape = _Shape(tx, ty, r, win.y is not None)
         smem = 0
         for t in win.tiled:
             s = spans[t.load]
-            h, w = _cells(t, s, tx, ty)
+            h, w = _cells(t, s, shape)
             smem += h * w * _elem_bytes(t.load.type)
-        if smem > STATIC_SMEM or HEADROOM * _blocks(win, envs, tx, ty) > INT_MAX:
+        if smem > STATIC_SMEM or HEADROOM * _blocks(win, envs, shape) > INT_MAX:
             continue
         if len(out) == PROPOSED:
             break
-        text = _kernel(ctx, lifted, win, envs, consts, spans, lengths, tx, ty)
-        grid = [_grid(win, tx, ty)]
+        text = _kernel(ctx, lifted, win, envs, consts, spans, lengths, shape)
+        grid = [_grid(win, shape)]
         variant = ctx.rewrite(text, launch=(grid, [str(tx), str(ty)], "0"))
         taps = " x ".join(str(consts[c.var.uid][1]) for c in reversed(win.inner))
         summary = (
-            f"{', '.join(win.tensors)} through a shared-memory tile per block of {tx} x {ty} "
-            f"outputs ({smem} B, halo included), the {taps} window unrolled"
+            f"{', '.join(win.tensors)} through a shared-memory tile per block of "
+            f"{shape.ox} x {shape.oy} outputs ({smem} B, halo included), {r} a thread, "
+            f"the {taps} window unrolled"
             + (f" inside a loop over {_text(win.outer)}" if win.outer else "")
         )
-        out.append(Rewrite({"block": (tx, ty)}, summary, variant, weight))
+        out.append(Rewrite({"block": (tx, ty), "per_thread": r}, summary, variant, weight))
     if not out:
         raise _NoPlan("no tile fits in static shared memory and a 32-bit block index")
     return out
@@ -122,13 +154,13 @@ def _propose(ctx: Context) -> list[Rewrite]:
 # ---- sizes ----------------------------------------------------------------------------------
 
 
-def _blocks(win: Window, envs: list[Env], tx: int, ty: int) -> int:
-    """The most blocks a tile of tx x ty outputs takes at the spec's sizes."""
+def _blocks(win: Window, envs: list[Env], shape: _Shape) -> int:
+    """The most blocks a tile of the shape's outputs takes at the spec's sizes."""
     most = 0
     for env in envs:
-        blocks = -(-_value(win.x.extent, env.values) // tx)
+        blocks = -(-_value(win.x.extent, env.values) // shape.ox)
         if win.y is not None:
-            blocks *= -(-_value(win.y.extent, env.values) // ty)
+            blocks *= -(-_value(win.y.extent, env.values) // shape.oy)
         for c in win.plane:
             blocks *= _value(c.extent, env.values)
         most = max(most, blocks)
@@ -176,9 +208,9 @@ def _span(t: Tiled, consts: dict[int, tuple[int, int]]) -> _Span:
     return _Span(row0, col0, rows, cols)
 
 
-def _cells(t: Tiled, s: _Span, tx: int, ty: int) -> tuple[int, int]:
-    """The tile's rows and columns for a block of tx x ty outputs."""
-    return (ty - 1) * t.sy + s.rows, (tx - 1) * t.sx + s.cols
+def _cells(t: Tiled, s: _Span, shape: _Shape) -> tuple[int, int]:
+    """The tile's rows and columns for a block of the shape's outputs."""
+    return (shape.oy - 1) * t.sy + s.rows, (shape.ox - 1) * t.sx + s.cols
 
 
 def _elem_bytes(dtype: str) -> int:
@@ -205,10 +237,10 @@ def _length(ctx: Context, tensor: str) -> str:
     return text(ast.parse(buf.length, mode="eval").body)
 
 
-def _grid(win: Window, tx: int, ty: int) -> str:
-    parts = [f"cdiv({render(win.x.extent)}, {tx})"]
+def _grid(win: Window, shape: _Shape) -> str:
+    parts = [f"cdiv({render(win.x.extent)}, {shape.ox})"]
     if win.y is not None:
-        parts.append(f"cdiv({render(win.y.extent)}, {ty})")
+        parts.append(f"cdiv({render(win.y.extent)}, {shape.oy})")
     if win.plane:
         parts.append(_text(win.plane) if len(win.plane) == 1 else f"({_text(win.plane)})")
     return " * ".join(parts)
@@ -247,8 +279,7 @@ def _kernel(
     consts: dict[int, tuple[int, int]],
     spans: dict[Load, _Span],
     lengths: dict[str, str],
-    tx: int,
-    ty: int,
+    shape: _Shape,
 ) -> str:
     lines: list[str] = []
 
@@ -264,22 +295,25 @@ def _kernel(
 
     # the block's shape is read from blockDim (the launch's), not written as literals: the judge
     # takes a literal equal to a problem size for a wired-in size
-    threads = tx * ty
+    tx, ty, r = shape.tx, shape.ty, shape.r
+    rx, ry = (1, r) if shape.on_y else (r, 1)
+    span_x = "blockDim.x" if rx == 1 else f"(blockDim.x * {rx})"
+    span_y = "blockDim.y" if ry == 1 else f"(blockDim.y * {ry})"
     emit("{", 0)
     emit(
-        f"// {', '.join(win.tensors)} through shared memory: a block per {tx} x {ty} outputs "
-        "loads the window they read once; the window's loops are the original's, unrolled.",
+        f"// {', '.join(win.tensors)} through shared memory: a block per {shape.ox} x {shape.oy} "
+        f"outputs ({r} a thread) loads the window they read once; the window's loops are the "
+        "original's, unrolled.",
         1,
     )
     ox = render(win.x.extent)
-    emit(f"const int optiml_tiles_x = ({ox} + blockDim.x - 1) / blockDim.x;", 1)
+    emit(f"const int optiml_tiles_x = ({ox} + {span_x} - 1) / {span_x};", 1)
     emit("int optiml_block = blockIdx.x;", 1)
     emit("const int optiml_bx = optiml_block % optiml_tiles_x;", 1)
     emit("optiml_block /= optiml_tiles_x;", 1)
-    bound = f"optiml_cx < {ox}"
     if win.y is not None:
         oy = render(win.y.extent)
-        emit(f"const int optiml_tiles_y = ({oy} + blockDim.y - 1) / blockDim.y;", 1)
+        emit(f"const int optiml_tiles_y = ({oy} + {span_y} - 1) / {span_y};", 1)
         emit("const int optiml_by = optiml_block % optiml_tiles_y;", 1)
         emit("optiml_block /= optiml_tiles_y;", 1)
     for i, c in enumerate(win.plane):
@@ -290,37 +324,57 @@ def _kernel(
         else:
             emit(f"const int {cname} = optiml_block;", 1)
         name(c, cname)
-    emit("const int optiml_x0 = optiml_bx * blockDim.x;", 1)
-    emit("const int optiml_cx = optiml_x0 + threadIdx.x;", 1)
-    name(win.x, "optiml_cx")
+    emit(f"const int optiml_x0 = optiml_bx * {span_x};", 1)
     if win.y is not None:
-        emit("const int optiml_y0 = optiml_by * blockDim.y;", 1)
-        emit("const int optiml_cy = optiml_y0 + threadIdx.y;", 1)
-        name(win.y, "optiml_cy")
-        bound += f" && optiml_cy < {render(win.y.extent)}"
-    emit(f"const bool optiml_live = {bound};", 1)
+        emit(f"const int optiml_y0 = optiml_by * {span_y};", 1)
+    # output j of the thread's r: its coordinates' names, its cell offsets in the tile, its guard
+    outs: list[dict[int, str]] = []
+    tile_x: list[str] = []
+    tile_y: list[str] = []
+    for j in range(r):
+        own = dict(names)
+        lx = "threadIdx.x" if rx == 1 or j == 0 else f"(threadIdx.x + {j} * blockDim.x)"
+        ly = "threadIdx.y" if ry == 1 or j == 0 else f"(threadIdx.y + {j} * blockDim.y)"
+        cx = "optiml_cx" if rx == 1 else f"optiml_cx{j}"
+        if rx > 1 or j == 0:
+            emit(f"const int {cx} = optiml_x0 + {lx};", 1)
+        own[win.x.var.uid] = cx
+        bound = f"{cx} < {ox}"
+        if win.y is not None:
+            cy = "optiml_cy" if ry == 1 else f"optiml_cy{j}"
+            if ry > 1 or j == 0:
+                emit(f"const int {cy} = optiml_y0 + {ly};", 1)
+            own[win.y.var.uid] = cy
+            bound += f" && {cy} < {render(win.y.extent)}"
+        emit(f"const bool optiml_live{j} = {bound};", 1)
+        outs.append(own)
+        tile_x.append(lx)
+        tile_y.append(ly)
 
     tiles = []
     for i, t in enumerate(win.tiled):
         s = spans[t.load]
-        h, w = _cells(t, s, tx, ty)
+        h, w = _cells(t, s, shape)
         tile = f"optiml_tile{i}"
         emit(f"__shared__ {C_TYPES[t.load.type]} {tile}[{h}][{w}];", 1)
         tiles.append((t, s, tile, h, w))
 
-    em = _TileEmitter(dict(names), envs, {})
-    accs = [f"optiml_acc{i}" for i in range(len(win.accs))]
-    for acc, c, seed in zip(accs, win.accs, win.seeds, strict=True):
-        t = C_TYPES[c.var.type]
-        emit(f"{t} {acc} = ({t})0;", 1)
-        emit(f"if (optiml_live) {acc} = {em.expr(seed)};", 1)
+    accs = [[f"optiml_acc{i}_{j}" for i in range(len(win.accs))] for j in range(r)]
+    for j in range(r):
+        em = _TileEmitter(outs[j], envs, {})
+        for acc, c, seed in zip(accs[j], win.accs, win.seeds, strict=True):
+            t = C_TYPES[c.var.type]
+            emit(f"{t} {acc} = ({t})0;", 1)
+            emit(f"if (optiml_live{j}) {acc} = {em.expr(seed)};", 1)
 
     depth = 1
+    around: dict[int, str] = {}  # the outer window coordinates' names
     for c in reversed(win.outer):
-        cname = f"optiml_k{len(names)}"
+        cname = f"optiml_k{len(names) + len(around)}"
         start = render(c.start) if c.start else "0"
         end = f"{start} + {render(c.extent)}" if c.start else render(c.extent)
         emit(f"for (int {cname} = {start}; {cname} < {end}; ++{cname}) {{", depth)
+        around[c.var.uid] = cname
         name(c, cname)
         depth += 1
     if win.outer:
@@ -335,6 +389,7 @@ def _kernel(
         pitch = _affine_c(t.pitch, atoms) if t.pitch else "0LL"
         emit("{", depth)
         emit(f"const long long optiml_at = {at};", depth + 1)
+        emit("#pragma unroll 4", depth + 1)
         emit(
             f"for (int optiml_t = threadIdx.y * blockDim.x + threadIdx.x; optiml_t < {h} * {w}; "
             "optiml_t += blockDim.x * blockDim.y) {",
@@ -353,48 +408,56 @@ def _kernel(
         emit("}", depth + 1)
         emit("}", depth)
     emit("__syncthreads();", depth)
-    emit("if (optiml_live) {", depth)
-    depth += 1
+    taps: dict[int, str] = {}
     for c in reversed(win.inner):
         start, extent = consts[c.var.uid]
-        cname = f"optiml_k{len(names)}"
+        cname = f"optiml_k{len(names) + len(taps)}"
         emit("#pragma unroll", depth)
         emit(
             f"for (int {cname} = {start}; {cname} < {start + extent}; ++{cname}) {{",
             depth,
         )
-        name(c, cname)
+        taps[c.var.uid] = cname
         depth += 1
-    cells = {}
-    for t, s, tile, _, _ in tiles:
-        row = " + ".join([f"threadIdx.y * {t.sy}"] + [f"{d} * {names[u]}" for u, d in t.dy.items()])
-        col = " + ".join([f"threadIdx.x * {t.sx}"] + [f"{d} * {names[u]}" for u, d in t.dx.items()])
-        if win.y is None:
-            row = "0"
-        cells[t.load] = f"{tile}[{row} - ({s.row0})][{col} - ({s.col0})]"
-    em = _TileEmitter({**names, **{u: accs[i] for u, i in win.acc_uids.items()}}, envs, cells)
-    if len(accs) == 1:
-        emit(f"{accs[0]} = {em.expr(win.updates[0])};", depth)
-    else:  # every accumulator's new value from the old ones, then all at once
-        for i, (c, u) in enumerate(zip(win.accs, win.updates, strict=True)):
-            emit(f"const {C_TYPES[c.var.type]} optiml_new{i} = {em.expr(u)};", depth)
-        for i, acc in enumerate(accs):
-            emit(f"{acc} = optiml_new{i};", depth)
+    # the thread's r outputs one after another at each tap: r independent chains of updates, each
+    # in the original's order
+    for j in range(r):
+        here = {**outs[j], **around, **taps}
+        cells = {}
+        for t, s, tile, _, _ in tiles:
+            row = " + ".join(
+                [f"{tile_y[j]} * {t.sy}"] + [f"{d} * {here[u]}" for u, d in t.dy.items()]
+            )
+            col = " + ".join(
+                [f"{tile_x[j]} * {t.sx}"] + [f"{d} * {here[u]}" for u, d in t.dx.items()]
+            )
+            if win.y is None:
+                row = "0"
+            cells[t.load] = f"{tile}[{row} - ({s.row0})][{col} - ({s.col0})]"
+        em = _TileEmitter({**here, **{u: accs[j][i] for u, i in win.acc_uids.items()}}, envs, cells)
+        if len(accs[j]) == 1:
+            emit(f"if (optiml_live{j}) {accs[j][0]} = {em.expr(win.updates[0])};", depth)
+        else:  # every accumulator's new value from the old ones, then all at once
+            emit(f"if (optiml_live{j}) {{", depth)
+            for i, (c, u) in enumerate(zip(win.accs, win.updates, strict=True)):
+                emit(f"const {C_TYPES[c.var.type]} optiml_new{i} = {em.expr(u)};", depth + 1)
+            for i, acc in enumerate(accs[j]):
+                emit(f"{acc} = optiml_new{i};", depth + 1)
+            emit("}", depth)
     for _ in win.inner:
         depth -= 1
         emit("}", depth)
-    depth -= 1
-    emit("}", depth)
     for _ in win.outer:
         depth -= 1
         emit("}", depth)
     out_type = lifted.tensors[win.store.tensor].dtype
-    em = _TileEmitter(
-        {**names, **{c.var.uid: a for c, a in zip(win.accs, accs, strict=True)}}, envs, {}
-    )
-    value = em.expr(win.store.value)
-    if win.store.value.type != out_type:
-        value = em.cast(value, win.store.value.type, out_type)
-    emit(f"if (optiml_live) {win.store.tensor}[{em.expr(win.store.index)}] = {value};", 1)
+    for j in range(r):
+        em = _TileEmitter(
+            {**outs[j], **{c.var.uid: a for c, a in zip(win.accs, accs[j], strict=True)}}, envs, {}
+        )
+        value = em.expr(win.store.value)
+        if win.store.value.type != out_type:
+            value = em.cast(value, win.store.value.type, out_type)
+        emit(f"if (optiml_live{j}) {win.store.tensor}[{em.expr(win.store.index)}] = {value};", 1)
     emit("}", 0)
-    return contraction_tiling.head(ctx, threads, 1) + "\n".join(lines)
+    return contraction_tiling.head(ctx, tx * ty, 1) + "\n".join(lines)
