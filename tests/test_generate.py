@@ -387,6 +387,24 @@ def test_the_odd_case_of_a_large_task_is_small_enough_for_numpy():
     assert 2 * m * k <= CHECK_ELEMENTS and m == 1027 and k % 256 and k > 1024
 
 
+def test_the_odd_case_shrinks_past_a_size_the_spec_holds_fixed():
+    # Only three sizes vary in the spec; a fourth held at 4096 kept KernelBench's pools' odd case
+    # at hundreds of millions of elements (the pools' input planes). The three shrink further.
+    from optiml.generate.cuda import CHECK_ELEMENTS
+
+    g = generate(
+        "A = 64; B = 64; C = 64; D = 4096\n"
+        "for a < A, b < B, c < C, d < D: y[a, b, c, d] = max(x[a, b, c, d], 0)",
+        "relu4",
+    )
+    sizes = re.search(r"sizes: +A, B, C = \(64, 64, 64\), \((\d+), (\d+), (\d+)\)", g.kernel)
+    assert sizes is not None, g.kernel
+    a, b, c = (int(v) for v in sizes.groups())
+    assert 2 * a * b * c * 4096 <= CHECK_ELEMENTS
+    assert all(v % 256 and v < 64 for v in (a, b, c))
+    assert "D = 4096" in g.kernel  # still fixed
+
+
 def test_a_signed_sum_gets_an_atol_that_grows_with_its_length():
     g = generate("float x[R, C]; y[r] = sum(c) x[r, c]\nC = 4096", "row_sum")
     assert "a sum of up to 4096 terms of either sign" in g.kernel
