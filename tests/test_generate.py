@@ -81,7 +81,7 @@ FORMULAS = [
         "y[b, co, oh, ow] = sum(ci, kh, kw) x[b, ci, oh * S + kh * D - P, ow * S + kw * D - P]"
         " * w[co, ci, kh, kw]   for oh < OH, ow < OW\n"
         "B = 2; CO = 4; OH = 5; OW = 4; CI = 3; H = 11; W = 9; KH = 3; KW = 2",
-        {"B": 2, "CO": 4, "OH": 5},
+        {"B": 2, "CO": 4, "OH": 5, "OW": 4},
     ),
     (
         "maxpool1d",
@@ -95,7 +95,7 @@ FORMULAS = [
         "y[b, c, o, o2] = max(k, k2) pad(x[b, c, o + k - 1, o2 + k2 - 1], -inf)"
         "   for o < OH, o2 < OW, k < KH, k2 < KW\nB = 2; C = 3; H = 9; W = 8; OH = 8; OW = 7; KH = 4; "
         "KW = 3",
-        {"B": 2, "C": 3, "OH": 8},
+        {"B": 2, "C": 3, "OH": 8, "OW": 7},
     ),
     (
         "conv_transposed1d",
@@ -388,21 +388,55 @@ def test_the_odd_case_of_a_large_task_is_small_enough_for_numpy():
 
 
 def test_the_odd_case_shrinks_past_a_size_the_spec_holds_fixed():
-    # Only three sizes vary in the spec; a fourth held at 4096 kept KernelBench's pools' odd case
-    # at hundreds of millions of elements (the pools' input planes). The three shrink further.
+    # The output's sizes vary in the spec; an input's own (a pool's planes, L here) are held.
+    # KernelBench's 3-D average pool's odd case held a 323 M-element input that way; the varying
+    # sizes shrink further where a quarter of each is not enough.
     from optiml.generate.cuda import CHECK_ELEMENTS
 
     g = generate(
-        "A = 64; B = 64; C = 64; D = 4096\n"
-        "for a < A, b < B, c < C, d < D: y[a, b, c, d] = max(x[a, b, c, d], 0)",
-        "relu4",
+        "float x[A, B, L]\nA = 256; B = 256; L = 65536; O = 64\n"
+        "for a < A, b < B, o < O, k < 4: y[a, b, o] = sum(k) x[a, b, o * 1024 + k]",
+        "strided_sum",
     )
-    sizes = re.search(r"sizes: +A, B, C = \(64, 64, 64\), \((\d+), (\d+), (\d+)\)", g.kernel)
+    sizes = re.search(r"sizes: +A, B, O = \(256, 256, 64\), \((\d+), (\d+), (\d+)\)", g.kernel)
     assert sizes is not None, g.kernel
-    a, b, c = (int(v) for v in sizes.groups())
-    assert 2 * a * b * c * 4096 <= CHECK_ELEMENTS
-    assert all(v % 256 and v < 64 for v in (a, b, c))
-    assert "D = 4096" in g.kernel  # still fixed
+    a, b, o = (int(v) for v in sizes.groups())
+    assert a * b * 65536 <= CHECK_ELEMENTS
+    assert all(v % 256 and v < 67 for v in (a, b))
+    assert "L = 65536" in g.kernel  # still held
+
+
+def test_every_size_of_the_output_varies_in_the_spec():
+    # a 2-D pool's four output sizes: a case with fewer outputs reads no element the first
+    # does not; the window's and the input's sizes stay as they are
+    g = generate(
+        "float x[B, C, H, W]\n"
+        "y[b, c, o, o2] = max(k, k2) pad(x[b, c, o + k - 1, o2 + k2 - 1], -inf)"
+        "   for o < OH, o2 < OW, k < KH, k2 < KW\nB = 2; C = 3; H = 9; W = 8; OH = 8; OW = 7; KH = 4; "
+        "KW = 3",
+        "maxpool2d",
+    )
+    assert re.search(r"sizes: +B, C, OH, OW = \(2, 3, 8, 7\)", g.kernel), g.kernel
+    assert "H = 9, W = 8, KH = 4, KW = 3" in g.kernel
+
+
+def test_the_odd_case_counts_a_convolutions_taps():
+    # 5 x 7 taps over 64 channels for every output: NumPy gathers the shifted input per tap
+    from optiml.generate.cuda import CHECK_WORK
+
+    g = generate(
+        "float x[B, CI, H, W], w[CO, CI, KH, KW]\n"
+        "y[b, co, oh, ow] = sum(ci, kh, kw) x[b, ci, oh + kh, ow + kw] * w[co, ci, kh, kw]"
+        "   for oh < OH, ow < OW\n"
+        "B = 8; CO = 128; OH = 508; OW = 250; CI = 64; H = 512; W = 256; KH = 5; KW = 7",
+        "conv",
+    )
+    sizes = re.search(
+        r"sizes: +B, CO, OH, OW = \(8, 128, 508, 250\), \((\d+), (\d+), (\d+), (\d+)\)", g.kernel
+    )
+    assert sizes is not None, g.kernel
+    b, co, oh, ow = (int(v) for v in sizes.groups())
+    assert b * co * oh * ow * 64 * 5 * 7 <= CHECK_WORK
 
 
 def test_a_signed_sum_gets_an_atol_that_grows_with_its_length():

@@ -750,15 +750,19 @@ def _cooperative(c: Checked, k: _Kernel, node: Reduce, red: str, top: _Block, st
     top.lines += lines
 
 
-MAX_SPEC_SIZES = 3  # a size of the spec's `sizes:` is a tuple of at most three values
+MAX_SPEC_SIZES = 3  # sizes that vary in the spec's `sizes:`, beyond the output domain's
 
 
 def spec_sizes(c: Checked) -> tuple[list[str], list[dict[str, int]], dict[str, int]]:
     """The size variables of the spec's `sizes:` (the output domain's first), their cases (the
     given or default values, then a case with none a multiple of the block), and the sizes past
     the third, which the spec can only give as fixed values (`K = 128` in `args`)."""
-    order = list(dict.fromkeys([d for d in c.domain if d in c.sizes] + list(c.sizes)))
-    names, fixed = order[:MAX_SPEC_SIZES], order[MAX_SPEC_SIZES:]
+    domain = list(dict.fromkeys(d for d in c.domain if d in c.sizes))
+    order = list(dict.fromkeys(domain + list(c.sizes)))
+    # every size of the output's domain varies (a smaller output reads no element a larger one
+    # does not, so any of them is a valid case), and the first others up to MAX_SPEC_SIZES
+    count = max(MAX_SPEC_SIZES, len(domain))
+    names, fixed = order[:count], order[count:]
     first = {n: c.sizes[n].value for n in names}
     odd = {n: odd_size(v) for n, v in first.items()}
     held = {n: c.sizes[n].value for n in fixed}
@@ -769,16 +773,21 @@ def spec_sizes(c: Checked) -> tuple[list[str], list[dict[str, int]], dict[str, i
         if odd[largest] <= 4 * BLOCK:
             break
         odd[largest] = odd_size(odd[largest])
+
     # Where sizes the spec holds fixed keep it over that (a pool's or a convolution's input planes,
     # `height = 512`: KernelBench's 3-D average pool made a 323 M-element input at its odd case,
     # whose reference took most of a minute), the varying sizes shrink further, each step the one
-    # that removes the most elements, down to a few.
-    while (now := _elements(c, {**held, **odd})) > CHECK_ELEMENTS:
+    # that removes the most elements, while a step removes a tenth of them.
+    # The reference's work (a convolution's taps for every output) counts as well.
+    def cost(values: dict[str, int]) -> float:
+        return _elements(c, values) + _work(c, values) * CHECK_ELEMENTS / CHECK_WORK
+
+    while (now := cost({**held, **odd})) > CHECK_ELEMENTS:
         steps = [{**odd, n: odd_size(v)} for n, v in odd.items() if odd_size(v) < v]
         if not steps:
             break
-        best = min(steps, key=lambda s: _elements(c, {**held, **s}))
-        if _elements(c, {**held, **best}) >= now:
+        best = min(steps, key=lambda s: cost({**held, **s}))
+        if cost({**held, **best}) > 0.9 * now:
             break
         odd = best
     cases = [first] if odd == first else [first, odd]
@@ -789,6 +798,20 @@ def spec_sizes(c: Checked) -> tuple[list[str], list[dict[str, int]], dict[str, i
 # about 16 M elements a second a seed (inputs alone), and the task's own size is checked against
 # the kernel beyond `optiml.harness.evaluate.NUMPY_ELEMENTS`.
 CHECK_ELEMENTS = 1 << 22
+
+
+# The most terms of the odd case's reductions (every output's reduction's length): NumPy gathers a
+# convolution's shifted input for every tap (KernelBench's 5 x 7 convolution over 64 channels took
+# 11 s a seed at 2.6 G terms).
+CHECK_WORK = 1 << 30
+
+
+def _work(c: Checked, values: dict[str, int]) -> int:
+    def extent(d: str) -> int:
+        return int(d) if d.isdigit() else values.get(d, 1)
+
+    outputs = math.prod(extent(d) for d in c.domain)
+    return sum(outputs * math.prod(extent(d) for d in r.dims) for r in c.reductions)
 
 
 def _elements(c: Checked, values: dict[str, int]) -> int:
