@@ -62,6 +62,7 @@ from optiml.spec import Case, Spec
 logger = logging.getLogger(__name__)
 
 SPAN = 8.0  # the unseen sizes' work spans at least this factor
+DRAWS = 16  # draws of an unseen size's remainders, the one of work nearest the target kept
 SCALING_ALLOWANCE = 2.0  # added time for added work may beat the bandwidth ceiling by no more
 # the least speed relative to the original a candidate keeps at every unseen size (measurement
 # noise and a latency-bound corner; a kernel specialised to the declared sizes falls far below)
@@ -132,7 +133,11 @@ def _at_work(spec, base, free, target: float, rng) -> dict[str, int] | None:
             break
     if best is None or base_work == 0:
         return None
-    return _sized(spec, base, free, best, rng)
+    # The remainders are drawn at that scale until a size's work lies near the target: a size
+    # under 128 can double (or, under 64, grow tenfold) with its remainder, and five of them made
+    # a size 18x the work wanted.
+    drawn = [s for s in (_sized(spec, base, free, best, rng) for _ in range(DRAWS)) if s]
+    return min(drawn, key=lambda s: abs(math.log(max(_work(spec, s), 1) / target)), default=None)
 
 
 def unseen_sizes(

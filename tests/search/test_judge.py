@@ -81,7 +81,7 @@ def test_sanitizers_run_at_the_smallest_declared_size_and_an_unseen_one_of_a_few
     for seed in range(4):
         rng = random.Random(seed)
         unseen = unseen_sizes(spec, rng, 80 << 30)
-        assert _work(spec, unseen[0]) > 1.2 * SANITIZE_BYTES
+        assert _work(spec, unseen[0]) > SANITIZE_BYTES
         first, second = sanitizer_sizes(spec, unseen, rng)
         assert first == smallest and second not in spec.sizes
         assert 0.9 * SANITIZE_BYTES <= _work(spec, second) <= 1.1 * SANITIZE_BYTES
@@ -445,3 +445,32 @@ __global__ void k(float* x, int n)
         "__global__ void __launch_bounds__(512) k(float* x, int n)\n{\n    if (n != 512) return;",
     )
     assert both == [512]
+
+
+def test_unseen_sizes_keep_their_work_where_many_small_sizes_vary(tmp_path):
+    """A 3-D convolution whose batch, channels and three output sizes vary, each under 128:
+    a random remainder modulo 64 can double a size of 65 and more than 10x one of 4, and five of
+    them made the largest unseen size 18x the declared work (KernelBench's 3-D convolution: 17 GB
+    of output, past where a tiled variant's 32-bit indices were sized for). The unseen sizes are
+    drawn until one lies near the work wanted."""
+    from optiml.generate import generate
+
+    g = generate(
+        "float x[B, CI, D, H, W], w[CO, CI, KD, KH, KW]\n"
+        "y[b, co, od, oh, ow] = sum(ci, kd, kh, kw) x[b, ci, od + kd, oh + kh, ow + kw]"
+        " * w[co, ci, kd, kh, kw]   for od < OD, oh < OH, ow < OW\n"
+        "B = 16; CO = 64; OD = 62; OH = 62; OW = 62; CI = 3; D = 64; H = 64; W = 64; "
+        "KD = 3; KH = 3; KW = 3",
+        "conv3d",
+        ref_file="conv3d_ref.py",
+    )
+    (tmp_path / "conv3d.cu").write_text(g.kernel)
+    (tmp_path / "conv3d_ref.py").write_text(g.reference)
+    spec = load(tmp_path / "conv3d.cu", "conv3d")[2]
+    assert len(spec.size_vars) == 5
+    declared = max(_work(spec, s) for s in spec.sizes)
+    for seed in range(12):
+        sizes = unseen_sizes(spec, random.Random(seed), 80 << 30)
+        assert len(sizes) == 3
+        assert _work(spec, sizes[-1]) <= 2 * declared, sizes[-1]
+        assert all(v % 2 == 1 for s in sizes for v in s.values())
