@@ -339,7 +339,7 @@ INTENTS = [
         M,
         "float x[B, H, T, D]; y[b, t, h, d] = x[b, h, t, d]",
         "B = 32; H = 16; T = 256; D = 64",
-        {"B": 2, "H": 3, "T": 5},
+        {"B": 2, "H": 3, "T": 5, "D": 7},
         "fn = lambda x: x.permute(0, 2, 1, 3).contiguous()",
     ),
     # stencils, convolutions, pooling
@@ -361,7 +361,7 @@ INTENTS = [
         "float x[B, CI, H, W], w[CO, CI, KH, KW]; y[b, co, oh, ow] = sum(ci, kh, kw)"
         " x[b, ci, oh + kh - 1, ow + kw - 1] * w[co, ci, kh, kw]   for oh < H, ow < W",
         "B = 8; CO = 64; H = 64; W = 64; CI = 64; KH = 3; KW = 3",
-        {"B": 2, "CO": 3, "H": 5},
+        {"B": 2, "CO": 3, "H": 5, "W": 6},
         "fn = lambda x, w: F.conv2d(x, w, padding=1)",
     ),
     Intent(
@@ -380,7 +380,7 @@ INTENTS = [
         "float x[B, C, H, W]; y[b, c, i, j] = max(kh, kw) pad(x[b, c, i * 2 + kh, j * 2 + kw], -inf)"
         "   for i < OH, j < OW, kh < 2, kw < 2",
         "B = 16; C = 64; OH = 64; OW = 64; H = 128; W = 128",
-        {"B": 2, "C": 3, "OH": 4},
+        {"B": 2, "C": 3, "OH": 4, "OW": 5},
         "fn = lambda x: F.max_pool2d(x, 2)",
     ),
     # gathers

@@ -74,8 +74,8 @@ def test_every_kernel_agrees_with_its_reference_on_the_host(tmp_path):
 
 
 def small_case(intent) -> dict[str, int]:
-    """The intent's small sizes: the spec's size variables (a fourth size and later stay fixed
-    in `args`, at the formula's value)."""
+    """The intent's small sizes: the spec's size variables (every size of the output's domain,
+    others up to three; the rest stay fixed in `args`, at the formula's value)."""
     return dict(intent.small)
 
 

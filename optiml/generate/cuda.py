@@ -754,9 +754,10 @@ MAX_SPEC_SIZES = 3  # sizes that vary in the spec's `sizes:`, beyond the output 
 
 
 def spec_sizes(c: Checked) -> tuple[list[str], list[dict[str, int]], dict[str, int]]:
-    """The size variables of the spec's `sizes:` (the output domain's first), their cases (the
-    given or default values, then a case with none a multiple of the block), and the sizes past
-    the third, which the spec can only give as fixed values (`K = 128` in `args`)."""
+    """The size variables of the spec's `sizes:` (the output domain's, then others up to
+    `MAX_SPEC_SIZES`), their cases (the given or default values, then a smaller case with none a
+    multiple of the block), and the other sizes, which the spec holds fixed (`K = 128` in
+    `args`)."""
     domain = list(dict.fromkeys(d for d in c.domain if d in c.sizes))
     order = list(dict.fromkeys(domain + list(c.sizes)))
     # every size of the output's domain varies (a smaller output reads no element a larger one
@@ -776,9 +777,9 @@ def spec_sizes(c: Checked) -> tuple[list[str], list[dict[str, int]], dict[str, i
 
     # Where sizes the spec holds fixed keep it over that (a pool's or a convolution's input planes,
     # `height = 512`: KernelBench's 3-D average pool made a 323 M-element input at its odd case,
-    # whose reference took most of a minute), the varying sizes shrink further, each step the one
-    # that removes the most elements, while a step removes a tenth of them.
-    # The reference's work (a convolution's taps for every output) counts as well.
+    # whose reference took most of a minute), or the reductions' terms do (a convolution's taps
+    # for every output), the varying sizes shrink further, each step the one that lowers the cost
+    # most, while a step lowers it by a tenth.
     def cost(values: dict[str, int]) -> float:
         return _elements(c, values) + _work(c, values) * CHECK_ELEMENTS / CHECK_WORK
 

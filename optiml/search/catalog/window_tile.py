@@ -36,23 +36,24 @@ from optiml.search.catalog.implicit_gemm import _Emitter, _text, _value, grid_ex
 from optiml.search.catalog.implicit_gemm import _NoPlan as _NoSize
 
 # (TX, TY, R, weight), the first PROPOSED that fit: a block of TX x TY threads, each computing R
-# outputs (R rows apart by TY on Y; on X, TX apart, where the window has no Y axis). One output a
-# thread made a block of 256 outputs that waits out one load of its 1.2 to 1.5 KB tile: on an H100
-# (KernelBench 44 and 46, 2026-12-07) 0.70x the naive kernel, which has more loads in flight; R
-# outputs a thread put R times the bytes in flight a block, spend the block's index arithmetic
-# and halo on R times the outputs and give each thread R independent chains of updates. 32 x 8
-# keeps a warp on one row of outputs; 64 x 4 moves 256 B a row; the flatter ones are for windows
-# at large strides (an 11 x 11 pool at stride 11 reads 352 x 88 floats for 32 x 8 outputs).
+# outputs (R rows apart by TY on Y; on X, TX apart, where the window has no Y axis). On an H100
+# (2026-12-07, benchmarks/results/schedules/kb-windows-h100.json) one output a thread ran 0.54x to
+# 1.05x the naive kernels of KernelBench's pools and depthwise convolutions (a block of 256
+# outputs waits out one load of its 1.2-1.5 KB tile), four a thread 0.55x to 1.64x, better than one
+# on each of the five: R outputs put R times the bytes in flight a block, spend its index
+# arithmetic and halo on R times the outputs and give each thread R independent chains of
+# updates. 32 x 8 keeps a warp on one row of outputs; 64 x 4 moves 256 B a row; the flat ones (one
+# output a thread) are for windows at large strides, where the others do not fit (an 11 x 11 pool
+# at stride 11 reads 352 x 88 floats for 32 x 8 outputs).
 SHAPES_2D = (
     (32, 8, 4, 1.0),
-    (32, 8, 2, 0.9),
-    (64, 4, 4, 0.85),
-    (32, 8, 1, 0.7),
+    (64, 4, 4, 0.9),
+    (32, 8, 2, 0.85),
     (32, 2, 1, 0.6),
     (32, 1, 1, 0.5),
 )
 SHAPES_1D = ((256, 1, 4, 1.0), (128, 1, 4, 0.9), (256, 1, 1, 0.7))
-PROPOSED = 4
+PROPOSED = 3
 HEADROOM = 8  # the judge runs sizes past the spec's: block counts keep this factor of int room
 INT_MAX = 2**31 - 1
 
