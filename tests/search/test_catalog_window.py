@@ -6,6 +6,7 @@ compile for sm_90; kernels of other forms get nothing."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -391,10 +392,25 @@ def test_the_block_shape_is_no_wired_in_size():
 def test_the_check_catches_a_tile_read_one_cell_off(tmp_path):
     ctx = inline(MAXPOOL, "maxpool2x2")
     (first, *_) = propose(ctx)
-    broken = first.variant.text.replace("threadIdx.x * 2 +", "threadIdx.x * 2 + 1 +", 1)
+    broken = first.variant.text.replace("[threadIdx.x + (", "[threadIdx.x + 1 + (", 1)
     assert broken != first.variant.text
     cand = Context.of(Variant(broken), ctx.source.path, ctx.kernel.name)
     assert run_against(ctx, [cand], [{"N": 2, "C": 3, "H": 10, "W": 22}], tmp_path)[0] > 0
+
+
+def test_a_strided_windows_tile_keeps_its_columns_by_phase():
+    """A 2 x 2 pool at stride 2: a warp's threads read columns 2 apart at each tap, a 2-way bank
+    conflict in a plain row; the tile keeps each row's even and odd columns apart, and each tap
+    reads one phase's consecutive words."""
+    ctx = inline(MAXPOOL, "maxpool2x2")
+    (first, *_) = propose(ctx)
+    text = first.variant.text
+    assert re.search(r"__shared__ float optiml_tile0\[\d+\]\[2\]\[\d+\];", text), text
+    assert "[optiml_c % 2][optiml_c / 2] = " in text
+    assert re.search(r"\[\(1 \* optiml_k\d+ \+ 0\) % 2\]\[threadIdx\.x \+ \(", text), text
+    # a window at stride 1 keeps plain rows
+    stride_1 = inline(FILTER, "fir7")
+    assert "% 1]" not in propose(stride_1)[0].variant.text
 
 
 @needs_kb

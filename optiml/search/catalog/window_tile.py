@@ -263,6 +263,14 @@ class _TileEmitter(_Emitter):
         return super().expr(e)
 
 
+def _phased(column: str, sx: int) -> str:
+    """The subscripts of a tile row's `column` (C, never negative). At a stride sx > 1 along X,
+    the row's columns are kept by phase, [c % sx][c / sx]: a warp's threads read columns sx apart
+    at each tap, which in one row of words would be an sx-way bank conflict; by phase they are
+    consecutive words of one phase (c = x * sx + offset: phase offset % sx, word x + offset / sx)."""
+    return f"[{column} % {sx}][{column} / {sx}]" if sx > 1 else f"[{column}]"
+
+
 def _affine_c(form: Affine, names: dict[str, str]) -> str:
     """An affine form over sizes and coordinates (atoms `name#uid`) as 64-bit C."""
     terms = []
@@ -357,7 +365,10 @@ def _kernel(
         s = spans[t.load]
         h, w = _cells(t, s, shape)
         tile = f"optiml_tile{i}"
-        emit(f"__shared__ {C_TYPES[t.load.type]} {tile}[{h}][{w}];", 1)
+        if t.sx > 1:  # a row's columns by phase: [c % sx][c / sx] (see `_phased`)
+            emit(f"__shared__ {C_TYPES[t.load.type]} {tile}[{h}][{t.sx}][{-(-w // t.sx)}];", 1)
+        else:
+            emit(f"__shared__ {C_TYPES[t.load.type]} {tile}[{h}][{w}];", 1)
         tiles.append((t, s, tile, h, w))
 
     accs = [[f"optiml_acc{i}_{j}" for i in range(len(win.accs))] for j in range(r)]
@@ -403,7 +414,7 @@ def _kernel(
         )
         emit(
             f"if (optiml_a >= 0 && optiml_a < {lengths[t.load.tensor]}) "
-            f"{tile}[optiml_r][optiml_c] = {t.load.tensor}[optiml_a];",
+            f"{tile}[optiml_r]{_phased('optiml_c', t.sx)} = {t.load.tensor}[optiml_a];",
             depth + 2,
         )
         emit("}", depth + 1)
@@ -429,12 +440,16 @@ def _kernel(
             row = " + ".join(
                 [f"{tile_y[j]} * {t.sy}"] + [f"{d} * {here[u]}" for u, d in t.dy.items()]
             )
-            col = " + ".join(
-                [f"{tile_x[j]} * {t.sx}"] + [f"{d} * {here[u]}" for u, d in t.dx.items()]
-            )
+            # the column is the thread's X times sx plus the tap's offset from the tile's first
+            # column (never negative), a constant once the window's loops are unrolled
+            offset = " + ".join([f"{d} * {here[u]}" for u, d in t.dx.items()] + [f"{-s.col0}"])
             if win.y is None:
                 row = "0"
-            cells[t.load] = f"{tile}[{row} - ({s.row0})][{col} - ({s.col0})]"
+            if t.sx > 1:
+                col = f"[({offset}) % {t.sx}][{tile_x[j]} + ({offset}) / {t.sx}]"
+            else:
+                col = f"[{tile_x[j]} + {offset}]"
+            cells[t.load] = f"{tile}[{row} - ({s.row0})]{col}"
         em = _TileEmitter({**here, **{u: accs[j][i] for u, i in win.acc_uids.items()}}, envs, cells)
         if len(accs[j]) == 1:
             emit(f"if (optiml_live{j}) {accs[j][0]} = {em.expr(win.updates[0])};", depth)
