@@ -355,6 +355,35 @@ def test_the_repositorys_windows_compute_what_the_original_does(file, kernel, si
 
 
 @needs_gxx
+def test_a_3d_convolution_loops_over_two_window_coordinates_around_the_tile(tmp_path):
+    """The input channel and the depth offset both run around the tile (each a loop of its own,
+    named apart from the taps' loops inside), the height and width offsets on it."""
+    g = generate(
+        "float x[B, CI, D, H, W], w[CO, CI, KD, KH, KW]\n"
+        "y[b, co, od, oh, ow] = sum(ci, kd, kh, kw)"
+        " pad(x[b, ci, od + kd - 1, oh + kh - 1, ow + kw - 1], 0) * w[co, ci, kd, kh, kw]"
+        "   for od < D, oh < H, ow < W\n"
+        "B = 2; CO = 3; D = 5; H = 7; W = 37; CI = 2; KD = 3; KH = 3; KW = 3",
+        "conv3d",
+        ref_file="conv3d_ref.py",
+    )
+    (tmp_path / "conv3d_ref.py").write_text(g.reference)
+    cu = tmp_path / "conv3d.cu"
+    cu.write_text(g.kernel)
+    ctx = Context.of(Variant(g.kernel), str(cu), "conv3d")
+    win = reading(ctx)
+    assert len(win.outer) == 2 and len(win.inner) == 2
+    proposals = propose(ctx)
+    assert proposals, wt.why_not(ctx)
+    for p in proposals:
+        loops = re.findall(r"for \(int (optiml_k\d+)", p.variant.text)
+        assert len(loops) == 4 == len(set(loops))
+    candidates = [variant(ctx, p) for p in proposals]
+    sizes = [{"B": 1, "CO": 2, "D": 4, "H": 9, "W": 35}]
+    assert run_against(ctx, candidates, sizes, tmp_path, exact=True) == [0] * len(candidates)
+
+
+@needs_gxx
 def test_a_pool_at_a_large_stride_takes_flat_tiles(tmp_path):
     """KernelBench's 11 x 11 average pool at stride 11: 32 x 8 outputs would read 352 x 88 floats."""
     (path,) = (FIXTURES / "kb_extra").glob("45_*.py")

@@ -381,8 +381,9 @@ def _kernel(
 
     depth = 1
     around: dict[int, str] = {}  # the outer window coordinates' names
+    loops = iter(range(len(names), len(names) + len(win.outer) + len(win.inner)))
     for c in reversed(win.outer):
-        cname = f"optiml_k{len(names) + len(around)}"
+        cname = f"optiml_k{next(loops)}"
         start = render(c.start) if c.start else "0"
         end = f"{start} + {render(c.extent)}" if c.start else render(c.extent)
         emit(f"for (int {cname} = {start}; {cname} < {end}; ++{cname}) {{", depth)
@@ -423,7 +424,7 @@ def _kernel(
     taps: dict[int, str] = {}
     for c in reversed(win.inner):
         start, extent = consts[c.var.uid]
-        cname = f"optiml_k{len(names) + len(taps)}"
+        cname = f"optiml_k{next(loops)}"
         emit("#pragma unroll", depth)
         emit(
             f"for (int {cname} = {start}; {cname} < {start + extent}; ++{cname}) {{",
