@@ -382,12 +382,7 @@ class _Emitter(CEmitter):
 
     def expr(self, e) -> str:
         if isinstance(e, Load) and e in self.vector:
-            text = f"{self.vector[e]}[optiml_j]"
-            if e.type == HALF:
-                return f"__half2float({text})"
-            if e.type == BF16:
-                return f"__bfloat162float({text})"
-            return text
+            return self.from_memory(f"{self.vector[e]}[optiml_j]", e.type)
         return super().expr(e)
 
 

@@ -316,12 +316,7 @@ class _Hoisted(CEmitter):
 
     def expr(self, e) -> str:
         if isinstance(e, Load) and e in self.loaded:
-            text = f"{self.loaded[e]}[optiml_j]"
-            if e.type == "half":
-                return f"__half2float({text})"
-            if e.type == "bf16":
-                return f"__bfloat162float({text})"
-            return text
+            return self.from_memory(f"{self.loaded[e]}[optiml_j]", e.type)
         if isinstance(e, Load) and e in self.hoisted:
             return self.hoisted[e]
         return super().expr(e)

@@ -34,8 +34,6 @@ from optiml.lift import Lifted, lift
 from optiml.lift.emit import C_TYPES, CEmitter, NotEmittable
 from optiml.lift.families import affine, describe, global_indices, text
 from optiml.lift.model import (
-    BF16,
-    HALF,
     LONG,
     Binary,
     Builtin,
@@ -567,12 +565,7 @@ class _Emitter(CEmitter):
 
     def expr(self, e) -> str:
         if isinstance(e, Load) and e in self.staged:
-            t = self.staged[e]
-            if e.type == HALF:
-                return f"__half2float({t})"
-            if e.type == BF16:
-                return f"__bfloat162float({t})"
-            return t
+            return self.from_memory(self.staged[e], e.type)
         return super().expr(e)
 
 

@@ -406,12 +406,7 @@ class _Emitter(CEmitter):
 
     def expr(self, e: Expr) -> str:
         if isinstance(e, Load) and e.tensor in self.held and self.element(e.index):
-            text = self.held[e.tensor]
-            if e.type == "half":
-                return f"__half2float({text})"
-            if e.type == "bf16":
-                return f"__bfloat162float({text})"
-            return text
+            return self.from_memory(self.held[e.tensor], e.type)
         if isinstance(e, Var) and e.uid in self.names:
             return self.names[e.uid]
         return super().expr(e)
