@@ -8,7 +8,14 @@ For each task: `optiml generate --from-torch` (the formula, the plain kernel, it
 `optiml optimize --write` on the generated file (budget and time caps from the arguments), then
 the delivered kernel (the confirmed winner, else the plain kernel) timed by `optiml eval` at the
 task's sizes, and the module itself timed on the GPU with the task's `get_inputs()` — eager and
-`torch.compile` — with CUDA events after an L2 flush (`torch_baselines.timed`). Writes
+`torch.compile` — with CUDA events after an L2 flush (`torch_baselines.timed`).
+
+PyTorch runs in fp32 with TF32 off (`eager_ms`, `compile_ms`): the contract the delivered kernel
+is held to (its spec's fp32 tolerance against a float64 reference; TF32's 10-bit mantissa misses it
+on a convolution's long sums). PyTorch's defaults differ from that only in cuDNN's convolutions
+(`torch.backends.cudnn.allow_tf32` is on by default, matmul's is off), so a task holding one is
+also timed eager with the defaults (`eager_default_ms`, `speedup_vs_eager_default`): both figures
+are in the table. Rows of earlier runs timed with the defaults count as such (`normalize`). Writes
 DIR/kernelbench.json (rewritten after every task): one row per task (translated or the reason it
 is not, each step's time or error), speedups, geometric means over the rows with both times, the
 device, the date and the versions. A task that fails at any step is a row with its error; the run
@@ -307,8 +314,12 @@ def memory_floor_ms(spec: Spec, verdict: dict) -> float | None:
     return moved_bytes(spec, sizes[case["label"]], dependence) / (ceilings.copy_gbs * 1e6)
 
 
+PRECISION = "fp32, TF32 off"  # what eager_ms and compile_ms are measured in
+
+
 def torch_step(row: dict, path: Path) -> None:
-    """The module on the GPU with get_inputs() at the task's sizes: eager, then torch.compile."""
+    """The module on the GPU with get_inputs() at the task's sizes: eager, then torch.compile, in
+    fp32 with TF32 off; then eager with PyTorch's defaults where they differ (a convolution)."""
     import torch
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -320,17 +331,54 @@ def torch_step(row: dict, path: Path) -> None:
     torch.manual_seed(0)
     model = module.Model(*module.get_init_inputs()).cuda().eval()
     inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in module.get_inputs()]
-    with torch.no_grad():
-        for label, fn in (("eager", model), ("compile", None)):
-            try:
-                if fn is None:
-                    fn = torch.compile(model)
-                    fn(*inputs)  # compiles
-                row[f"{label}_ms"] = timed(lambda fn=fn, xs=inputs: fn(*xs))
-            except Exception as e:  # a task torch cannot run here is a row with its error
-                row[f"{label}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+    convolves = any(isinstance(m, torch.nn.modules.conv._ConvNd) for m in model.modules())
+    flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    row["torch_precision"] = PRECISION
+    try:
+        with torch.no_grad():
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+            for label, fn in (("eager", model), ("compile", None)):
+                try:
+                    if fn is None:
+                        fn = torch.compile(model)
+                        fn(*inputs)  # compiles
+                    row[f"{label}_ms"] = timed(lambda fn=fn, xs=inputs: fn(*xs))
+                except Exception as e:  # a task torch cannot run here is a row with its error
+                    row[f"{label}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+            if convolves and "eager_ms" in row:
+                torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = (
+                    DEFAULT_TF32
+                )
+                row["eager_default_ms"] = timed(lambda: model(*inputs))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
     del model, inputs
     torch.cuda.empty_cache()
+
+
+# PyTorch's defaults (matmul's TF32 off since 1.12, cuDNN's on)
+DEFAULT_TF32 = (False, True)
+
+
+def normalize(row: dict) -> dict:
+    """A row of a run before PyTorch was timed with TF32 off: its eager time is the defaults',
+    which for a convolution (KernelBench names its convolution tasks so) is cuDNN with TF32, not
+    the fp32 this table compares with; elsewhere the defaults are fp32. Rows of later runs as they
+    are."""
+    if "torch_precision" in row or not any(k in row for k in ("eager_ms", "compile_ms")):
+        return row
+    row = dict(row)
+    if "conv" in row["task"].lower():
+        if "eager_ms" in row:
+            row["eager_default_ms"] = row.pop("eager_ms")
+        row.pop("compile_ms", None)  # inductor's convolutions are cuDNN's, with its TF32
+        row["torch_precision"] = "PyTorch's defaults (cuDNN TF32)"
+    else:
+        row["torch_precision"] = PRECISION + " (PyTorch's defaults: no cuDNN convolution)"
+    for k in [k for k in row if k.startswith("speedup_vs_")]:
+        del row[k]
+    speedups(row)
+    return row
 
 
 def torch_times(tables: list[Path]) -> dict[tuple[str, str | None, str | None], dict]:
@@ -344,11 +392,8 @@ def torch_times(tables: list[Path]) -> dict[tuple[str, str | None, str | None], 
         except (OSError, json.JSONDecodeError) as e:
             raise SystemExit(f"--torch-from {path}: {e}") from None
         for row in table.get("rows", []):
-            times = {
-                k: row[k]
-                for k in ("eager_ms", "compile_ms", "eager_error", "compile_error")
-                if k in row
-            }
+            row = normalize(row)
+            times = {k: row[k] for k in TORCH_FIELDS if k in row}
             if times:
                 key = (row["task"], _of_runs(table, "device"), _of_runs(table, "torch"))
                 date = table.get("date") or max(
@@ -356,6 +401,16 @@ def torch_times(tables: list[Path]) -> dict[tuple[str, str | None, str | None], 
                 )
                 out[key] = {**times, "torch_from": f"{path.name} ({date})"}
     return out
+
+
+TORCH_FIELDS = (
+    "eager_ms",
+    "compile_ms",
+    "eager_default_ms",
+    "eager_error",
+    "compile_error",
+    "torch_precision",
+)
 
 
 def _of_runs(table: dict, key: str):
@@ -371,15 +426,15 @@ def reuse_torch(row: dict, earlier: dict, table: dict) -> bool:
     """Whether `row` got its PyTorch times from `earlier` (`torch_times`): only from a table of
     the same GPU and torch as this run's."""
     found = earlier.get((row["task"], table.get("device"), table.get("torch")))
-    if found is None or table.get("device") is None:
-        return False
+    if found is None or table.get("device") is None or "eager_ms" not in found:
+        return False  # (a convolution timed only with the defaults is timed again)
     row.update(found)
     return True
 
 
 def speedups(row: dict) -> None:
     d = row.get("delivered_ms")
-    for base in ("eager", "compile"):
+    for base in ("eager", "compile", "eager_default"):
         b = row.get(f"{base}_ms")
         if d and b:
             row[f"speedup_vs_{base}"] = b / d
@@ -395,6 +450,15 @@ def summary(rows: list[dict]) -> dict:
         vals = [r[f"speedup_vs_{base}"] for r in rows if f"speedup_vs_{base}" in r]
         out[f"geomean_speedup_vs_{base}"] = geomean(vals)
         out[f"rows_vs_{base}"] = len(vals)
+    # against eager as PyTorch runs by default: the defaults' time where it differs (a
+    # convolution, cuDNN with TF32), else the fp32 one, which is the defaults' there
+    vals = [
+        r.get("speedup_vs_eager_default", r.get("speedup_vs_eager"))
+        for r in rows
+        if "speedup_vs_eager_default" in r or "speedup_vs_eager" in r
+    ]
+    out["geomean_speedup_vs_eager_defaults"] = geomean(vals)
+    out["rows_vs_eager_defaults"] = len(vals)
     return out
 
 
@@ -429,7 +493,9 @@ def run(args: argparse.Namespace, gpu: bool = True) -> dict:
             "only": args.only,
             "shard": "/".join(map(str, args.shard)),
             "tasks": str(args.tasks),
+            "steps": list(args.steps),
         },
+        "torch_precision": PRECISION,
         "rows": [],
     }
     name = (
@@ -446,7 +512,7 @@ def run(args: argparse.Namespace, gpu: bool = True) -> dict:
             table.setdefault("not_started", []).append(path.name)
             save(table, target, summary)
             continue
-        row: dict = {"task": path.name, "number": _number(path)}
+        row: dict = {"task": path.name, "number": _number(path), "steps": list(args.steps)}
         try:
             row.update(translate_step(path, args.out / "work" / path.stem))
             if row["translated"] and gpu:

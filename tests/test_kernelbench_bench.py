@@ -93,8 +93,11 @@ def test_the_translate_step_writes_the_kernel_or_says_why_not(tmp_path):
         "rows_vs_eager": 0,
         "geomean_speedup_vs_compile": None,
         "rows_vs_compile": 0,
+        "geomean_speedup_vs_eager_defaults": None,
+        "rows_vs_eager_defaults": 0,
     }
     assert {"date", "optiml", "python", "args"} <= set(written)
+    assert written["torch_precision"] == "fp32, TF32 off"
 
 
 def test_times_speedups_and_geometric_means():
@@ -279,3 +282,69 @@ def test_steps_are_checked(capsys):
     with pytest.raises(SystemExit):
         bench.parse_args(["--out", "x", "--steps", "optimise"])
     assert "no step optimise" in capsys.readouterr().err
+
+
+CONV = "50_conv_standard_2D__square_input__square_kernel.py"
+
+
+def test_pytorch_is_compared_in_fp32_and_a_convolution_also_with_its_defaults(tmp_path):
+    # a run before TF32 was turned off: its convolution's eager time is cuDNN's TF32 (PyTorch's
+    # default), not the fp32 the delivered kernel is checked to, and is kept only as the defaults'
+    old = {"task": CONV, "delivered_ms": 3.0, "eager_ms": 2.0, "compile_ms": 2.5}
+    bench.speedups(old)
+    row = bench.normalize(old)
+    assert "eager_ms" not in row and "compile_ms" not in row
+    assert row["eager_default_ms"] == 2.0 and row["speedup_vs_eager_default"] == pytest.approx(
+        2 / 3
+    )
+    assert "speedup_vs_eager" not in row and "speedup_vs_compile" not in row
+    # elsewhere PyTorch's defaults are fp32: the time stands
+    mse = bench.normalize({"task": "94_MSELoss.py", "delivered_ms": 1.0, "eager_ms": 2.0})
+    assert mse["eager_ms"] == 2.0 and mse["speedup_vs_eager"] == 2.0
+    # a new row is as measured
+    new = {"task": CONV, "eager_ms": 6.0, "torch_precision": bench.PRECISION}
+    assert bench.normalize(new) is new
+    # the summary's defaults figure takes the defaults' time where there is one
+    fresh = {"task": CONV, "delivered_ms": 3.0, "eager_ms": 6.0, "eager_default_ms": 2.0}
+    bench.speedups(fresh)
+    s = bench.summary([fresh, mse])
+    assert s["geomean_speedup_vs_eager"] == pytest.approx(2.0)  # √(2 · 2)
+    assert s["geomean_speedup_vs_eager_defaults"] == pytest.approx((2 / 3 * 2) ** 0.5)
+    # the old convolution's times are not reused: it is timed again, in fp32
+    same = {"device": "NVIDIA H100 80GB HBM3", "torch": "2.11.0+cu130"}
+    path = tmp_path / "kb.json"
+    path.write_text(json.dumps({**same, "date": "2026-12-07", "rows": [old]}))
+    assert not bench.reuse_torch({"task": CONV}, bench.torch_times([path]), same)
+
+
+def test_a_run_that_timed_only_pytorch_updates_the_earlier_rows_times(tmp_path):
+    table = load_script("benchmarks/generated_table.py", "generated_table_for_kb")
+    first = {
+        "date": "2026-12-07T10:00:00+00:00",
+        "rows": [
+            {"task": CONV, "delivered_ms": 3.0, "eager_ms": 2.0, "search": {"evaluations": 9}},
+            {"task": "94_MSELoss.py", "delivered_ms": 1.0, "eager_ms": 2.0},
+        ],
+    }
+    retimed = {
+        "date": "2026-12-07T12:00:00+00:00",
+        "rows": [
+            {
+                "task": CONV,
+                "steps": ["torch"],
+                "eager_ms": 6.0,
+                "compile_ms": 4.5,
+                "eager_default_ms": 2.0,
+                "torch_precision": bench.PRECISION,
+            }
+        ],
+    }
+    merged = table.merge("kernelbench", [first, retimed])
+    conv = merged["rows"][0]
+    assert conv["delivered_ms"] == 3.0 and conv["search"] == {"evaluations": 9}
+    assert (conv["speedup_vs_eager"], conv["speedup_vs_compile"]) == (2.0, 1.5)
+    assert conv["speedup_vs_eager_default"] == pytest.approx(2 / 3)
+    assert conv["torch_from"] == "a later run (2026-12-07T12:00:00+00:00)"
+    md = table.markdown("kernelbench", merged)
+    assert "| vs compile | vs eager (defaults) | over copy floor |" in md
+    assert f"| `{CONV}` | 3 | 6 | 4.5 | 2.00× | 1.50× | 0.67× |" in md

@@ -251,6 +251,20 @@ def test_scaling_is_judged_against_the_work_not_the_input():
     skipping = verdict_of(timed_case("n=1M", 0.02, 8 << 20), timed_case("n=64M", 0.03, 512 << 20))
     check = _scaling(skipping)
     assert not check.ok and "less than" in check.detail
+    # Compute-bound (KernelBench's 5 x 9 convolution at two unseen sizes): 3.4x the bytes for
+    # about the same arithmetic, and the larger size's tiles fit better, 3 us faster. The smaller
+    # size's 50 us against its 2 us of bytes is time the added bytes overlap with.
+    conv = verdict_of(timed_case("small", 0.050, 9_600_000), timed_case("large", 0.047, 32_700_000))
+    check = _scaling(conv)
+    assert check.ok and "grow 3.41x" in check.detail, check.detail
+    # ... but not a flat time where the added bytes need more than that smaller size spends
+    flat = verdict_of(
+        timed_case("small", 0.050, 9_600_000), timed_case("large", 0.050, 960_000_000)
+    )
+    check = _scaling(flat)
+    assert not check.ok and "beyond the 0.048 ms the smaller size spends" in check.detail, (
+        check.detail
+    )
 
 
 def test_a_size_whose_reads_were_not_probed_does_not_order_the_work():
@@ -267,8 +281,13 @@ def test_a_size_whose_reads_were_not_probed_does_not_order_the_work():
     # the same times, every size probed: the large one's bytes order it last, as they should
     probed = (timed_case("K=605397", 30.0, 640 << 20), *sizes[1:])
     assert "to K=605397" in _scaling(verdict_of(*probed)).detail
-    # a skipping kernel among probed sizes is still caught beside an unprobed one
-    skipping = (sizes[0], timed_case("K=264669", 8.5, 280 << 20), sizes[2])
+    # a skipping kernel among probed sizes is still caught beside an unprobed one: near its floor
+    # at the smaller size (0.035 ms for 0.031 ms of bytes), flat where the bytes double
+    skipping = (
+        sizes[0],
+        timed_case("K=264669", 0.035, 280 << 20),
+        timed_case("K=132133", 0.035, 140 << 20),
+    )
     assert not _scaling(verdict_of(*skipping)).ok
     # one probed size: nothing to compare, and the detail says why
     check = _scaling(verdict_of(*sizes[:2]))
