@@ -321,7 +321,33 @@ def test_the_signature_buffers_and_sizes_stay_and_the_launch_covers_the_tiles():
             "groups",
         ]
         assert launch.block == [str(p.params["threads"])]
-        assert f"__launch_bounds__({p.params['threads']}, 1)" in out.source.text
+        blocks = 2 if p.params["threads"] == 256 else 1  # 128 registers at 256 threads
+        assert f"__launch_bounds__({p.params['threads']}, {blocks})" in out.source.text
+
+
+@needs_kb
+def test_the_weights_are_read_along_k_in_their_own_order():
+    """A convolution written with the input channel innermost reads its weights [out][in][kh][kw]
+    4 bytes a sector along k and along m alike; the tile sums over k in the weights' order (kw,
+    kh, in: consecutive addresses) with a warp's threads on consecutive k, 4 sectors a load.
+    What it computes is checked above (`test_kernelbench_convolutions_compute_...`: 50, 54, 58,
+    ... are read so)."""
+    ctx = task(56)
+    lifted = lift(ctx.source, ctx.kernel, ctx.spec)
+    imp = implicit(lifted)
+    assert [c.var.name for c in imp.k] == ["i_5", "k2_4", "k_3"]  # as written: in fastest
+    values = ig._sizes(ctx, lifted, imp)[0][-1].values
+    assert [c.var.name for c in ig._along_a(imp, values).k] == ["k2_4", "k_3", "i_5"]
+    assert ig._k_major(ig._along_a(imp, values), "a", values)
+    assert not ig._k_major(imp, "a", values) and not ig._k_major(imp, "b", values)
+    text = propose(ctx)[0].variant.text
+    assert "const int optiml_ak1 = optiml_tid % 8;" in text
+    # the hand-written one sums kw fastest already: its order is kept
+    held = fixture("holdout/conv2d_3x3.cu", "conv2d_3x3_nchw")
+    lifted = lift(held.source, held.kernel, held.spec)
+    imp = implicit(lifted)
+    values = ig._sizes(held, lifted, imp)[0][-1].values
+    assert ig._along_a(imp, values) is imp and ig._k_major(imp, "a", values)
 
 
 @needs_kb

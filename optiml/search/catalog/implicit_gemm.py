@@ -12,7 +12,11 @@ the kernel's text, so any spelling of a convolution gets the same kernel.
 
 Each output's sum starts from the model's seed and adds its terms in the original's order of k
 (one multiply-add each), so results match the original where it contracts `acc += a * b` into an
-FMA (nvcc does by default). Nothing is proposed where the reading does not apply, where the plain
+FMA (nvcc does by default) — except where A's elements are consecutive along some coordinates of
+k and not along m (a convolution's weights summed with the input channel innermost): K then runs
+in A's memory order and the threads load A's tile along k, a sector for 8 elements rather than
+one each (`_along_a`; the sum's rounding then differs from the original's, within the spec's
+tolerance). Tiles of 256 threads are bounded to 128 registers (two blocks an SM). Nothing is proposed where the reading does not apply, where the plain
 contraction reading (contraction_tiling, gemm_tiling) does, or where tiles would not pay: M (the
 outputs that share an element of B: a convolution's output channels per group) under 16, as in a
 depthwise convolution, where the reading finds no M at all; N under 32; K under 8.
@@ -21,12 +25,12 @@ depthwise convolution, where the reading finds no M at all; N under 32; K under 
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from optiml.lift import Lifted, lift
 from optiml.lift.coords import Mono
 from optiml.lift.emit import C_TYPES, CEmitter, NotEmittable
-from optiml.lift.families import Affine
+from optiml.lift.families import Affine, affine
 from optiml.lift.implicit import Coord, Implicit, Launched, NotImplicit, implicit
 from optiml.lift.model import (
     INTS,
@@ -34,6 +38,7 @@ from optiml.lift.model import (
     Binary,
     Cast,
     Expr,
+    Load,
     Loop,
     LoopOut,
     Select,
@@ -87,7 +92,16 @@ class Config:
 
     @property
     def smem_bytes(self) -> int:
-        return 2 * self.bk * (self.bm + self.bn) * 4
+        return 2 * self.bk * (self.bm + self.bn + 2 * PAD) * 4
+
+
+# The tiles' shared rows are padded by this many floats: a tile loaded along k (`_k_major`) stores
+# a warp's 8 k x 4 rows to 32 distinct banks; a multiple of 4 keeps the rows' float4 reads
+# aligned.
+PAD = 4
+# The threads an SM is asked to hold at once (`__launch_bounds__`' minimum blocks): 65536
+# registers over 512 threads leave 128 a thread.
+REGISTER_THREADS = 512
 
 
 # (config, weight): the weight is the schedule's preference where M fills the tile; a tile taller
@@ -156,6 +170,7 @@ def _propose(ctx: Context) -> list[Rewrite]:
         raise _NoPlan(f"K = {k_main}: tiles do not pay")
     envs = [env for *_, env in sizes]
     _prove_in_bounds(ctx, lifted, imp, envs)
+    imp = _along_a(imp, envs[0].values)
 
     out = []
     for config, weight in _ranked(sizes):
@@ -194,6 +209,73 @@ def _ranked(sizes: list[tuple]) -> list[tuple[Config, float]]:
         ranked.append((config, weight * used))
     ranked.sort(key=lambda t: -t[1])
     return ranked[:PROPOSED]
+
+
+# ---- the order of k ---------------------------------------------------------------------------
+
+
+def _strides(factor: Expr, coord: Coord, values: dict[str, float]) -> list[int | None]:
+    """For each load of `factor`, how far its address moves when `coord` steps by one (None where
+    its index is not affine)."""
+    key = f"{coord.var.name}#{coord.var.uid}"
+    out: list[int | None] = []
+    for ld in (x for x in walk_expr(factor) if isinstance(x, Load)):
+        f = affine(ld.index)
+        if f is None:
+            out.append(None)
+            continue
+        step = 0
+        for mono, coef in f.items():
+            if key in mono:
+                rest = [a for a in mono if a != key]
+                if len(rest) + 1 != len(mono) or any(a not in values for a in rest):
+                    step = None
+                    break
+                term = coef
+                for a in rest:
+                    term *= int(values[a])
+                step += term
+        out.append(step)
+    return out
+
+
+def _along(factor: Expr, coord: Coord, values: dict[str, float]) -> bool:
+    """Whether every load of `factor` moves by one element as `coord` steps."""
+    strides = _strides(factor, coord, values)
+    return bool(strides) and all(st == 1 for st in strides)
+
+
+def _along_a(imp: Implicit, values: dict[str, float]) -> Implicit:
+    """K's coordinates in the order of A's memory (the one A's loads step through by one element
+    first, then by their strides) where that makes A's tile a run of consecutive elements along k
+    and it does not lie so along m: a convolution's weights [out][in][kh][kw] summed with the input
+    channel fastest are read 4 bytes of every sector, one sector per output channel; in their own
+    order a warp's loads take 4 sectors. The sum then adds its terms in that order (its rounding
+    differs from the original's, within the spec's tolerance); elsewhere the original's order."""
+    if not imp.m or _along(imp.a, imp.m[0], values):
+        return imp
+
+    def key(c: Coord) -> int:
+        steps = _strides(imp.a, c, values)
+        if any(st is None for st in steps):
+            return INT_MAX
+        return min((abs(st) for st in steps if st), default=INT_MAX)
+
+    order = tuple(sorted(imp.k, key=key))
+    if order == imp.k or not _along(imp.a, order[0], values):
+        return imp
+    return replace(imp, k=order)
+
+
+def _k_major(imp: Implicit, side: str, values: dict[str, float]) -> bool:
+    """Whether the side's tile is loaded along k (threads on consecutive k): its loads step by one
+    element along k's fastest coordinate and not along the side's own fastest."""
+    factor, coords = (imp.a, imp.m) if side == "a" else (imp.b, imp.n)
+    return (
+        bool(imp.k and coords)
+        and _along(factor, imp.k[0], values)
+        and not _along(factor, coords[0], values)
+    )
 
 
 # ---- sizes ----------------------------------------------------------------------------------
@@ -466,14 +548,15 @@ def _kernel(ctx: Context, lifted: Lifted, imp: Implicit, cfg: Config, envs: list
         + f". {bm} x {bn} tiles in K steps of {bk}, {tm} x {tn} outputs per thread.",
         1,
     )
-    w.emit(f"__shared__ float4 optiml_smem[2 * {bk} * ({bm} + {bn}) / 4];", 1)
+    am, an = bm + PAD, bn + PAD
+    w.emit(f"__shared__ float4 optiml_smem[2 * {bk} * ({am} + {an}) / 4];", 1)
     w.emit(
-        f"float (*optiml_sa)[{bk}][{bm}] = reinterpret_cast<float (*)[{bk}][{bm}]>(optiml_smem);",
+        f"float (*optiml_sa)[{bk}][{am}] = reinterpret_cast<float (*)[{bk}][{am}]>(optiml_smem);",
         1,
     )
     w.emit(
-        f"float (*optiml_sb)[{bk}][{bn}] = reinterpret_cast<float (*)[{bk}][{bn}]>("
-        f"optiml_smem + 2 * {bk} * {bm} / 4);",
+        f"float (*optiml_sb)[{bk}][{an}] = reinterpret_cast<float (*)[{bk}][{an}]>("
+        f"optiml_smem + 2 * {bk} * {am} / 4);",
         1,
     )
     w.emit(f"const int optiml_M = {m_text};", 1)
@@ -488,10 +571,28 @@ def _kernel(ctx: Context, lifted: Lifted, imp: Implicit, cfg: Config, envs: list
 
     # the tile loaders: each thread's rows (columns) of A (B) and its k rows of each
     loaders = []
+    values = envs[0].values
     for side, coords, extent, ext_name, factor in (
         ("a", imp.m, bm, "optiml_M", imp.a),
         ("b", imp.n, bn, "optiml_N", imp.b),
     ):
+        if _k_major(imp, side, values) and threads % bk == 0 and extent % (threads // bk) == 0:
+            # threads on consecutive k, each at extent / (threads / bk) rows of the side
+            across = threads // bk
+            kk0 = w.fresh(f"{side}k")
+            w.emit(f"const int {kk0} = optiml_tid % {bk};", 1)
+            pos = []
+            for p in range(extent // across):
+                xname = w.fresh(f"{side}x")
+                w.emit(f"const int {xname} = optiml_tid / {bk} + {p * across};", 1)
+                flat = w.fresh(f"{side}flat")
+                w.emit(f"const int {flat} = optiml_{'m' if side == 'a' else 'n'}0 + {xname};", 1)
+                ok = w.fresh(f"{side}ok")
+                w.emit(f"const bool {ok} = {flat} < {ext_name};", 1)
+                names = w.decompose(coords, f"({ok} ? {flat} : 0)", 1)
+                pos.append((xname, ok, names))
+            loaders.append((side, factor, pos, [kk0]))
+            continue
         positions = max(1, extent // threads)
         rows = extent * bk // threads // positions
         if threads >= extent:
@@ -679,4 +780,8 @@ def _kernel(ctx: Context, lifted: Lifted, imp: Implicit, cfg: Config, envs: list
 
     outputs(epilogue, 1)
     w.emit("}", 0)
-    return contraction_tiling.head(ctx, threads, 1) + "\n".join(w.lines)
+    # a block of 256 threads at most 128 registers a thread, two blocks an SM (a 128 x 128 tile of
+    # 8 x 8 a thread took 141 registers, one block of 8 warps an SM; 127 at this bound, without
+    # spills); 128-thread tiles keep theirs (at 128, KernelBench 50's 64 x 128 spilled 40 bytes)
+    min_blocks = max(1, REGISTER_THREADS // threads) if threads >= 256 else 1
+    return contraction_tiling.head(ctx, threads, min_blocks) + "\n".join(w.lines)
