@@ -439,6 +439,41 @@ def test_the_odd_case_counts_a_convolutions_taps():
     assert b * co * oh * ow * 64 * 5 * 7 <= CHECK_WORK
 
 
+def test_the_odd_case_counts_each_reduction_over_its_own_statement():
+    # A GEMM's sum of plain subscripts is one einsum (BLAS) in the reference: its terms cost
+    # nothing there, and its K keeps the odd size a quarter of the first gives (before: K 8192
+    # went to 515 as if each of M x N x K terms were gathered).
+    g = generate(
+        "float a[M, K], b[K, N]\nM = 2048; N = 4096; K = 8192\n"
+        "for m < M, n < N: c[m, n] = sum(k) a[m, k] * b[k, n]",
+        "gemm",
+    )
+    assert re.search(r"sizes: +M, N, K = \(2048, 4096, 8192\), \(515, 1027, 2051\)", g.kernel)
+    # A row's max and sum are counted once a row, not once for each of the output's elements:
+    # the rows' terms are then the input's own elements, and only those bound the odd case
+    from optiml.generate.check import check
+    from optiml.generate.cuda import _elements, _work
+    from optiml.generate.parser import FormulaSource, parse
+
+    def checked(text: str):
+        source = FormulaSource(text)
+        return check(parse(source), source)
+
+    c = checked(
+        "float x[R, C]\nR = 64; C = 4096\nm[r] = max(c) x[r, c]\n"
+        "s[r] = sum(c) exp(x[r, c] - m[r])\ny[r, c] = x[r, c] - m[r] - log(s[r])"
+    )
+    values = {"R": 64, "C": 4096}
+    assert _work(c, values) == 2 * 64 * 4096  # two passes over the rows, not 2 x 64 x 4096^2
+    assert _elements(c, values) == 2 * 64 * 4096  # x and y
+    # a convolution's shifted input is gathered for every tap: all its terms count
+    conv = checked(
+        "float x[B, C, H], w[O, C, K]\nB = 2; C = 3; H = 10; O = 4; K = 3\n"
+        "for o2 < OH: y[b, o, o2] = sum(c, k) x[b, c, o2 + k] * w[o, c, k]\nOH = 8"
+    )
+    assert _work(conv, {"B": 2, "C": 3, "H": 10, "O": 4, "K": 3, "OH": 8}) == 2 * 4 * 8 * 3 * 3
+
+
 def test_a_signed_sum_gets_an_atol_that_grows_with_its_length():
     g = generate("float x[R, C]; y[r] = sum(c) x[r, c]\nC = 4096", "row_sum")
     assert "a sum of up to 4096 terms of either sign" in g.kernel

@@ -27,6 +27,7 @@ from optiml.generate.model import (
     Statement,
     Unary,
 )
+from optiml.generate.numpy_ref import _product_factors
 
 C_TYPES = {
     "float": "float",
@@ -801,18 +802,41 @@ def spec_sizes(c: Checked) -> tuple[list[str], list[dict[str, int]], dict[str, i
 CHECK_ELEMENTS = 1 << 22
 
 
-# The most terms of the odd case's reductions (every output's reduction's length): NumPy gathers a
-# convolution's shifted input for every tap (KernelBench's 5 x 7 convolution over 64 channels took
-# 11 s a seed at 2.6 G terms).
+# The most terms of the odd case's reductions that NumPy evaluates element by element: it gathers
+# a convolution's shifted input for every tap (KernelBench's 5 x 7 convolution over 64 channels
+# took 11 s a seed at 2.6 G terms).
 CHECK_WORK = 1 << 30
 
 
 def _work(c: Checked, values: dict[str, int]) -> int:
-    def extent(d: str) -> int:
+    """The terms of every reduction over its own statement's indices (a row's max in a softmax
+    counts each row once, not once per element of the output), but none for a sum of products of
+    plain subscripts, which the reference hands to einsum whole (a GEMM's terms are BLAS's)."""
+
+    def extent(name: str) -> int:
+        d = c.ranges.get(name, "1")
         return int(d) if d.isdigit() else values.get(d, 1)
 
-    outputs = math.prod(extent(d) for d in c.domain)
-    return sum(outputs * math.prod(extent(d) for d in r.dims) for r in c.reductions)
+    def terms(node: Reduce, bound: list[str]) -> int:
+        names = list(dict.fromkeys(bound + [ix.name for ix in node.indices]))
+        inner = sum(terms(r, names) for r in top_reductions(node.body))
+        factors = _product_factors(node.body) if node.op in ("sum", "mean") else None
+        if factors is not None and all(_plain(f) for f in factors):
+            return inner
+        return inner + math.prod(extent(n) for n in names)
+
+    return sum(
+        terms(r, [ix.name for ix in st.target.indices])
+        for st in c.formula.statements
+        for r in top_reductions(st.rhs)
+    )
+
+
+def _plain(node: Node) -> bool:
+    """A factor einsum takes as it is: a tensor at index names, a number or a scalar."""
+    if isinstance(node, Access):
+        return not any(ix.affine or ix.gather is not None for ix in node.indices)
+    return isinstance(node, Num | Name)
 
 
 def _elements(c: Checked, values: dict[str, int]) -> int:
