@@ -16,10 +16,12 @@ FMA (nvcc does by default) — except where A's elements are consecutive along s
 k and not along m (a convolution's weights summed with the input channel innermost): K then runs
 in A's memory order and the threads load A's tile along k, a sector for 8 elements rather than
 one each (`_along_a`; the sum's rounding then differs from the original's, within the spec's
-tolerance). Tiles of 256 threads are bounded to 128 registers (two blocks an SM). Nothing is proposed where the reading does not apply, where the plain
-contraction reading (contraction_tiling, gemm_tiling) does, or where tiles would not pay: M (the
-outputs that share an element of B: a convolution's output channels per group) under 16, as in a
-depthwise convolution, where the reading finds no M at all; N under 32; K under 8.
+tolerance). Tiles of 256 threads are bounded to 128 registers (two blocks an SM).
+
+Nothing is proposed where the reading does not apply, where the plain contraction reading
+(contraction_tiling, gemm_tiling) does, or where tiles would not pay: M (the outputs that share an
+element of B: a convolution's output channels per group) under 16, as in a depthwise convolution,
+where the reading finds no M at all; N under 32; K under 8.
 """
 
 from __future__ import annotations
