@@ -10,6 +10,7 @@ timed on the same inputs the same way (CUDA events, an L2 flush before each call
 
     python3 benchmarks/schedules.py --out DIR [--sets corpus,holdout,wild] [--per-transform 2]
         [--only KERNEL ...] [--shard i/n] [--seconds S] [--files FILE.cu ...]
+        [--transforms window_tile,...]
 
 --files measures the given files' kernels (each one that has a spec) instead of the sets: kernels
 written elsewhere, such as `optiml generate --from-torch`'s of KernelBench's tasks.
@@ -194,6 +195,8 @@ async def measure(entry: dict, args, ex: LocalExecutor) -> dict:
     }
     opts = EvalOptions(time_all_sizes=False, target_ms=150.0, reps_max=100, timeout_s=240)
     found = proposals(path, name, args.per_transform)
+    if args.transforms:
+        found = [(t, p) for t, p in found if t in args.transforms]
 
     async def one(transform: str, p) -> dict:
         if isinstance(p, dict):
@@ -353,8 +356,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--shard", default="1/1")
     p.add_argument("--seconds", type=float, default=0.0, help="stop starting kernels after this")
     p.add_argument("--files", nargs="*", type=Path, help="these files' kernels, not the sets'")
+    p.add_argument(
+        "--transforms", default="", help="only these transformations' rewrites (comma-separated)"
+    )
     args = p.parse_args(argv)
     args.sets = [s for s in args.sets.split(",") if s]
+    args.transforms = [t for t in args.transforms.split(",") if t]
     bad = [s for s in args.sets if s not in SETS]
     if bad:
         p.error(f"--sets: unknown set {bad[0]} (known: {', '.join(SETS)})")

@@ -301,6 +301,9 @@ def test_kernelbench_windows_compute_what_the_original_does(n, tmp_path):
     ctx = task(n)
     proposals = propose(ctx)
     assert proposals, wt.why_not(ctx)
+    # beside the tiles, one schedule that reads each window from global memory
+    direct = [p for p in proposals if p.params.get("tile") is False]
+    assert len(direct) == 1 and "__shared__" not in direct[0].variant.text
     candidates = [variant(ctx, p) for p in proposals]
     # bit for bit: the same update in the same order from the same elements
     assert run_against(ctx, candidates, ctx.spec.sizes, tmp_path, exact=True) == [0] * len(
@@ -399,7 +402,8 @@ def test_a_pool_at_a_large_stride_takes_flat_tiles(tmp_path):
     ctx = Context.of(Variant(g.kernel), str(cu), t.name)
     proposals = propose(ctx)
     # the tile depends on the window and stride only: 32 x 2 outputs read 352 x 33 floats
-    assert [p.params["block"] for p in proposals] == [(32, 2), (32, 1)]
+    assert [p.params["block"] for p in proposals] == [(32, 2), (32, 1), (32, 8)]
+    assert proposals[-1].params["tile"] is False  # beside them, the window from global memory
     candidates = [variant(ctx, p) for p in proposals]
     assert run_against(ctx, candidates, ctx.spec.sizes, tmp_path, exact=True) == [0] * len(
         candidates

@@ -13,6 +13,11 @@ original reads (loaded where that address lies inside the tensor; a read the ori
 keeps its guard), the update is the original's expression and the window's coordinates run in
 the original's order, so every output is what the original computes, bit for bit.
 
+Beside the tiles, one schedule without a tile (`DIRECT`): the same blocks and R outputs a thread,
+each window read from global memory with its taps unrolled and the index arithmetic in 32 bits
+where every size keeps it so, for windows whose naive kernels spend their issue slots on runtime
+tap loops and 64-bit index arithmetic rather than on bytes.
+
 Nothing is proposed where the reading does not apply, where the window's extents are not the
 same constants at every size of the spec, or where a tile would not fit static shared memory.
 """
@@ -54,6 +59,13 @@ SHAPES_2D = (
 )
 SHAPES_1D = ((256, 1, 4, 1.0), (128, 1, 4, 0.9), (256, 1, 1, 0.7))
 PROPOSED = 3
+# Beside the tiles, the same schedule without one: each thread's R outputs read their windows from
+# global memory (through L1), the taps unrolled over their constant extents and the index
+# arithmetic in 32 bits where every size keeps it so. The naive kernels of KernelBench's 1-D and
+# 3-D average pools, whose tiles lost (0.90x and 0.55x), spend the SMs' issue slots (87-89 % of
+# peak, DRAM at 36-40 %) on runtime-bounded tap loops, a flat index taken apart in 64 bits and
+# 64-bit addresses per tap, not on bytes.
+DIRECT = {True: (32, 8, 4, 0.8), False: (256, 1, 4, 0.8)}
 HEADROOM = 8  # the judge runs sizes past the spec's: block counts keep this factor of int room
 INT_MAX = 2**31 - 1
 
@@ -81,6 +93,7 @@ class _Shape:
     ty: int
     r: int
     on_y: bool
+    tiled: bool = True  # False: the window read straight from global memory (`DIRECT`)
 
     @property
     def ox(self) -> int:  # the block's outputs on X
@@ -147,6 +160,19 @@ def _propose(ctx: Context) -> list[Rewrite]:
             + (f" inside a loop over {_text(win.outer)}" if win.outer else "")
         )
         out.append(Rewrite({"block": (tx, ty), "per_thread": r}, summary, variant, weight))
+    tx, ty, r, weight = DIRECT[win.y is not None]
+    shape = _Shape(tx, ty, r, win.y is not None, tiled=False)
+    if HEADROOM * _blocks(win, envs, shape) <= INT_MAX:
+        text = _kernel(ctx, lifted, win, envs, consts, spans, lengths, shape)
+        variant = ctx.rewrite(text, launch=([_grid(win, shape)], [str(tx), str(ty)], "0"))
+        taps = " x ".join(str(consts[c.var.uid][1]) for c in reversed(win.inner))
+        summary = (
+            f"{shape.ox} x {shape.oy} outputs a block, {r} a thread, each window read from "
+            f"global memory with the {taps} taps unrolled"
+            + (f" inside a loop over {_text(win.outer)}" if win.outer else "")
+        )
+        params = {"block": (tx, ty), "per_thread": r, "tile": False}
+        out.append(Rewrite(params, summary, variant, weight))
     if not out:
         raise _NoPlan("no tile fits in static shared memory and a 32-bit block index")
     return out
@@ -309,12 +335,19 @@ def _kernel(
     span_x = "blockDim.x" if rx == 1 else f"(blockDim.x * {rx})"
     span_y = "blockDim.y" if ry == 1 else f"(blockDim.y * {ry})"
     emit("{", 0)
-    emit(
-        f"// {', '.join(win.tensors)} through shared memory: a block per {shape.ox} x {shape.oy} "
-        f"outputs ({r} a thread) loads the window they read once; the window's loops are the "
-        "original's, unrolled.",
-        1,
-    )
+    if shape.tiled:
+        emit(
+            f"// {', '.join(win.tensors)} through shared memory: a block per {shape.ox} x "
+            f"{shape.oy} outputs ({r} a thread) loads the window they read once; the window's "
+            "loops are the original's, unrolled.",
+            1,
+        )
+    else:
+        emit(
+            f"// A block per {shape.ox} x {shape.oy} outputs ({r} a thread), each window read "
+            "from global memory; the window's loops are the original's, unrolled.",
+            1,
+        )
     ox = render(win.x.extent)
     emit(f"const int optiml_tiles_x = ({ox} + {span_x} - 1) / {span_x};", 1)
     emit("int optiml_block = blockIdx.x;", 1)
@@ -361,7 +394,7 @@ def _kernel(
         tile_y.append(ly)
 
     tiles = []
-    for i, t in enumerate(win.tiled):
+    for i, t in enumerate(win.tiled if shape.tiled else ()):
         s = spans[t.load]
         h, w = _cells(t, s, shape)
         tile = f"optiml_tile{i}"
@@ -390,7 +423,7 @@ def _kernel(
         around[c.var.uid] = cname
         name(c, cname)
         depth += 1
-    if win.outer:
+    if win.outer and tiles:
         emit("__syncthreads();  // every thread is done with the previous tile", depth)
     for t, s, tile, h, w in tiles:
         origin = dict(t.base)
@@ -420,7 +453,8 @@ def _kernel(
         )
         emit("}", depth + 1)
         emit("}", depth)
-    emit("__syncthreads();", depth)
+    if tiles:
+        emit("__syncthreads();", depth)
     taps: dict[int, str] = {}
     for c in reversed(win.inner):
         start, extent = consts[c.var.uid]
