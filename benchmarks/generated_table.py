@@ -115,14 +115,17 @@ def markdown(kind: str, table: dict) -> str:
             "*eager*, *compile*: PyTorch in fp32 with TF32 off, the contract the delivered kernel "
             "is checked to; *vs eager (defaults)*: where a task holds a convolution, eager with "
             "PyTorch's defaults (cuDNN's TF32 on, less accurate than the delivered kernel), also "
-            "in the summary's `vs_eager_defaults` (elsewhere the defaults are fp32). A row from a "
-            "run that timed PyTorch with the defaults only shows – for fp32.",
+            "in the summary's `vs_eager_defaults` (elsewhere the defaults are fp32: the same "
+            "figure). A convolution's row from a run that timed PyTorch with the defaults only "
+            "shows – for fp32.",
             "",
         ]
         lines[-2] = lines[-2].replace("| vs compile |", "| vs compile | vs eager (defaults) |")
         lines[-1] += "---|"
     for r in table["rows"]:
-        default = f"{_x(r.get('speedup_vs_eager_default'))} | " if kind == "kernelbench" else ""
+        # the defaults' figure is the fp32 one where they are the same (no convolution)
+        fallback = r.get("speedup_vs_eager_default", r.get("speedup_vs_eager"))
+        default = f"{_x(fallback)} | " if kind == "kernelbench" else ""
         lines.append(
             f"| `{r[key]}` | {_ms(r.get('delivered_ms'))} | {_ms(r.get('eager_ms'))} | "
             f"{_ms(r.get('compile_ms'))} | {_x(r.get('speedup_vs_eager'))} | "
