@@ -574,6 +574,18 @@ def _kernel(ctx: Context, lifted: Lifted, imp: Implicit, cfg: Config, envs: list
     # the tile loaders: each thread's rows (columns) of A (B) and its k rows of each
     loaders = []
     values = envs[0].values
+
+    def position(side: str, x: str, coords: tuple[Coord, ...], ext_name: str) -> tuple:
+        """A row (column) of the side's tile this thread loads: its index in the tile, whether it
+        lies inside the problem, and its coordinates' names."""
+        xname = w.fresh(f"{side}x")
+        w.emit(f"const int {xname} = {x};", 1)
+        flat = w.fresh(f"{side}flat")
+        w.emit(f"const int {flat} = optiml_{'m' if side == 'a' else 'n'}0 + {xname};", 1)
+        ok = w.fresh(f"{side}ok")
+        w.emit(f"const bool {ok} = {flat} < {ext_name};", 1)
+        return xname, ok, w.decompose(coords, f"({ok} ? {flat} : 0)", 1)
+
     for side, coords, extent, ext_name, factor in (
         ("a", imp.m, bm, "optiml_M", imp.a),
         ("b", imp.n, bn, "optiml_N", imp.b),
@@ -583,16 +595,10 @@ def _kernel(ctx: Context, lifted: Lifted, imp: Implicit, cfg: Config, envs: list
             across = threads // bk
             kk0 = w.fresh(f"{side}k")
             w.emit(f"const int {kk0} = optiml_tid % {bk};", 1)
-            pos = []
-            for p in range(extent // across):
-                xname = w.fresh(f"{side}x")
-                w.emit(f"const int {xname} = optiml_tid / {bk} + {p * across};", 1)
-                flat = w.fresh(f"{side}flat")
-                w.emit(f"const int {flat} = optiml_{'m' if side == 'a' else 'n'}0 + {xname};", 1)
-                ok = w.fresh(f"{side}ok")
-                w.emit(f"const bool {ok} = {flat} < {ext_name};", 1)
-                names = w.decompose(coords, f"({ok} ? {flat} : 0)", 1)
-                pos.append((xname, ok, names))
+            pos = [
+                position(side, f"optiml_tid / {bk} + {p * across}", coords, ext_name)
+                for p in range(extent // across)
+            ]
             loaders.append((side, factor, pos, [kk0]))
             continue
         positions = max(1, extent // threads)
@@ -608,14 +614,7 @@ def _kernel(ctx: Context, lifted: Lifted, imp: Implicit, cfg: Config, envs: list
                 if threads >= extent
                 else f"optiml_tid + {p} * (int)blockDim.x"
             )
-            xname = w.fresh(f"{side}x")
-            w.emit(f"const int {xname} = {x};", 1)
-            flat = w.fresh(f"{side}flat")
-            w.emit(f"const int {flat} = optiml_{'m' if side == 'a' else 'n'}0 + {xname};", 1)
-            ok = w.fresh(f"{side}ok")
-            w.emit(f"const bool {ok} = {flat} < {ext_name};", 1)
-            names = w.decompose(coords, f"({ok} ? {flat} : 0)", 1)
-            pos.append((xname, ok, names))
+            pos.append(position(side, x, coords, ext_name))
         if threads >= extent:
             kk0 = w.fresh(f"{side}k")
             w.emit(f"const int {kk0} = optiml_tid / {extent};", 1)
