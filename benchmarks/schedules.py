@@ -362,6 +362,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.sets = [s for s in args.sets.split(",") if s]
     args.transforms = [t for t in args.transforms.split(",") if t]
+    unknown = [t for t in args.transforms if t not in CATALOG]
+    if unknown:
+        p.error(f"--transforms: no transformation {unknown[0]} (known: {', '.join(CATALOG)})")
     bad = [s for s in args.sets if s not in SETS]
     if bad:
         p.error(f"--sets: unknown set {bad[0]} (known: {', '.join(SETS)})")

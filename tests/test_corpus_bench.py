@@ -89,3 +89,12 @@ def test_schedules_takes_kernels_from_files_outside_the_sets(tmp_path):
     assert schedules.shown(entries[0]["path"]) == str((tmp_path / "mine.cu").resolve())
     args = schedules.parse_args(["--out", "x", "--files", str(tmp_path / "mine.cu")])
     assert args.files == [tmp_path / "mine.cu"]
+
+
+def test_schedules_measures_only_the_transformations_asked_for(capsys):
+    args = schedules.parse_args(["--out", "x", "--transforms", "window_tile,implicit_gemm"])
+    assert args.transforms == ["window_tile", "implicit_gemm"]
+    assert schedules.parse_args(["--out", "x"]).transforms == []
+    with pytest.raises(SystemExit):
+        schedules.parse_args(["--out", "x", "--transforms", "window_tiles"])
+    assert "no transformation window_tiles" in capsys.readouterr().err
