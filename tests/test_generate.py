@@ -439,7 +439,7 @@ def test_the_odd_case_counts_a_convolutions_taps():
     assert b * co * oh * ow * 64 * 5 * 7 <= CHECK_WORK
 
 
-def test_the_odd_case_counts_each_reduction_over_its_own_statement():
+def test_the_odd_case_counts_each_reduction_as_the_reference_makes_it():
     # A GEMM's sum of plain subscripts is one einsum (BLAS) in the reference: its terms cost
     # nothing there, and its K keeps the odd size a quarter of the first gives (before: K 8192
     # went to 515 as if each of M x N x K terms were gathered).
@@ -465,6 +465,13 @@ def test_the_odd_case_counts_each_reduction_over_its_own_statement():
     )
     values = {"R": 64, "C": 4096}
     assert _work(c, values) == 2 * 64 * 4096  # two passes over the rows, not 2 x 64 x 4096^2
+    # a row's sum inside an elementwise statement (KernelBench's LogSoftmax as translated): the
+    # reference reduces x[r, c2] over c2 once a row, whatever the statement's c
+    inline = checked(
+        "float x[R, C]\nR = 64; C = 4096\nfor c2 < C\n"
+        "y[r, c] = x[r, c] - log(sum(c2) exp(x[r, c2]))"
+    )
+    assert _work(inline, values) == 64 * 4096
     assert _elements(c, values) == 2 * 64 * 4096  # x and y
     # a convolution's shifted input is gathered for every tap: all its terms count
     conv = checked(

@@ -809,27 +809,25 @@ CHECK_WORK = 1 << 30
 
 
 def _work(c: Checked, values: dict[str, int]) -> int:
-    """The terms of every reduction over its own statement's indices (a row's max in a softmax
-    counts each row once, not once per element of the output), but none for a sum of products of
+    """The terms of every reduction as the NumPy reference makes them: the array it reduces spans
+    the indices its body reads and its own, whatever the statement's (a row's sum inside an
+    elementwise statement, as LogSoftmax's `out[b, d] = ... sum(d2) exp(x[b, d2] - mx[b])`,
+    counts each row once, not once per element of the output); none for a sum of products of
     plain subscripts, which the reference hands to einsum whole (a GEMM's terms are BLAS's)."""
 
     def extent(name: str) -> int:
         d = c.ranges.get(name, "1")
         return int(d) if d.isdigit() else values.get(d, 1)
 
-    def terms(node: Reduce, bound: list[str]) -> int:
-        names = list(dict.fromkeys(bound + [ix.name for ix in node.indices]))
-        inner = sum(terms(r, names) for r in top_reductions(node.body))
+    def terms(node: Reduce) -> int:
+        inner = sum(terms(r) for r in top_reductions(node.body))
         factors = _product_factors(node.body) if node.op in ("sum", "mean") else None
         if factors is not None and all(_plain(f) for f in factors):
             return inner
+        names = _free(node.body, set(c.ranges)) | {ix.name for ix in node.indices}
         return inner + math.prod(extent(n) for n in names)
 
-    return sum(
-        terms(r, [ix.name for ix in st.target.indices])
-        for st in c.formula.statements
-        for r in top_reductions(st.rhs)
-    )
+    return sum(terms(r) for st in c.formula.statements for r in top_reductions(st.rhs))
 
 
 def _plain(node: Node) -> bool:
