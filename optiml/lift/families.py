@@ -304,20 +304,40 @@ def induction_steps(loop: Loop) -> dict[int, Expr]:
     return out
 
 
+def _counting_down(loop: Loop) -> dict[int, Expr]:
+    """The loop's integer values updated by subtracting one (`--i`), with their step, -1."""
+    out: dict[int, Expr] = {}
+    for c in loop.carried:
+        u = c.update
+        while isinstance(u, Cast):
+            u = u.a
+        if (
+            isinstance(u, Binary)
+            and u.op == "-"
+            and c.var.type in ("int", "long")
+            and u.a == c.var
+            and isinstance(u.b, Const)
+            and u.b.value == 1
+        ):
+            out[c.var.uid] = Const(-1, c.var.type)
+    return out
+
+
 _IDENTITIES = {"sum": 0, "prod": 1, "max": -math.inf, "min": math.inf}
 
 
 def counted_reductions(
-    loop: Loop, ops: tuple[str, ...] = ("sum", "max", "min")
+    loop: Loop, ops: tuple[str, ...] = ("sum", "max", "min"), step: int = 1
 ) -> tuple[Carried, list[tuple[Carried, str, Expr]]]:
-    """A loop counting by one and what else it carries, each a sum, max or min (or another of
-    `ops`) of a value that depends on no other carried value, in a 32- or 64-bit type: (its
-    counter, [(carried, op, operand)]); a `ValueError` that says what is not so. What a schedule
-    that splits the loop's range among threads and combines the partial results needs."""
-    steps = induction_steps(loop)
+    """A loop counting by one (`step` -1: counting down by one) and what else it carries, each a
+    sum, max or min (or another of `ops`) of a value that depends on no other carried value, in a
+    32- or 64-bit type: (its counter, [(carried, op, operand)]); a `ValueError` that says what is
+    not so. What a schedule that splits the loop's range among threads and combines the partial
+    results needs."""
+    steps = induction_steps(loop) if step == 1 else _counting_down(loop)
     counters = [c for c in loop.carried if c.var.uid in steps]
-    if len(counters) != 1 or affine(steps[counters[0].var.uid]) != {(): 1}:
-        raise ValueError("not a loop counting by one")
+    if len(counters) != 1 or affine(steps[counters[0].var.uid]) != {(): step}:
+        raise ValueError("not a loop counting by one" if step == 1 else "not a loop counting down")
     k = counters[0]
     own = {c.var.uid for c in loop.carried}
     found = []

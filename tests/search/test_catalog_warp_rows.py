@@ -117,6 +117,62 @@ def test_a_running_product_and_the_rows_total(tmp_path):
     assert run_against(ctx, [candidate], sizes, tmp_path) == [0]
 
 
+# A running max from the end of each row, written by hand: `j--` down to `j > -1`, the value
+# stored before the row's own element is taken in (an exclusive suffix scan).
+SUFFIX = """
+/* @optiml
+ *   args:   x: in float[R * L], y: out float[R * L]
+ *   launch: grid = cdiv(R, 128), block = 128
+ *   sizes:  R, L = (8192, 512), (37, 70)
+ *   tol:    rtol = 1e-5, atol = 1e-6
+ */
+__global__ void suffix_max(const float* __restrict__ x, float* __restrict__ y, int R, int L)
+{
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= R) return;
+    float m = -3.0e38f;  // finite: the host comparison takes -inf - -inf for a difference
+    for (int j = L - 1; j > -1; j--) {
+        y[r * L + j] = m;
+        m = fmaxf(m, x[r * L + j]);
+    }
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+def test_a_scan_from_the_end_of_the_row_is_scanned_by_a_warp_from_the_end(tmp_path):
+    ctx = Context.of(Variant(SUFFIX), str(ROOT / "kernel.cu"), "suffix_max")
+    proposals = WARP.propose(ctx)
+    assert [p.params["threads"] for p in proposals] == [256, 128]
+    text = proposals[0].variant.text
+    assert "-= 32" in text and "- optiml_lane" in text and "__shfl_up_sync" in text
+    candidates = [Context.of(p.variant, ctx.source.path, "suffix_max") for p in proposals]
+    sizes = [{"R": 37, "L": 70}, {"R": 8, "L": 32}, {"R": 5, "L": 1}]
+    assert run_against(ctx, candidates, sizes, tmp_path, exact=True) == [0, 0]
+    # a loop down the row that only reduces (no store of the running value) is not taken
+    total = SUFFIX.replace("y[r * L + j] = m;\n", "").replace("    }\n}", "    }\n    y[r] = m;\n}")
+    assert WARP.propose(Context.of(Variant(total), str(ROOT / "kernel.cu"), "suffix_max")) == []
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+def test_the_reverse_cumsum_as_generated_is_scanned_from_the_end(tmp_path):
+    """KernelBench-format task 91 (fixtures/kb_extra) as `optiml generate --from-torch` writes it:
+    `for (int i = input_shape - 1; i >= 0; --i)`."""
+    from optiml.generate import generate
+    from optiml.generate.from_torch import translate
+
+    (path,) = (ROOT / "kb_extra").glob("91_*.py")
+    t = translate(path.read_text(), path.name)
+    g = generate(t.formula, t.name, ref_file=f"{t.name}_ref.py")
+    (tmp_path / f"{t.name}_ref.py").write_text(g.reference)
+    ctx = Context.of(Variant(g.kernel), str(tmp_path / f"{t.name}.cu"), t.name)
+    proposals = WARP.propose(ctx)
+    assert [p.params["threads"] for p in proposals] == [256, 128]
+    candidates = [Context.of(p.variant, ctx.source.path, t.name) for p in proposals]
+    sizes = [{"batch_size": 9, "input_shape": 101}, {"batch_size": 3, "input_shape": 32}]
+    assert run_against(ctx, candidates, sizes, tmp_path) == [0, 0]
+
+
 def test_a_scan_that_reads_what_an_earlier_iteration_stored_is_refused():
     text = PRODUCT.replace("p = p * x[r * L + j];", "p = p * x[r * L + j] + y[r * L + j - 1];")
     text = text.replace("for (int j = 0;", "for (int j = 1;")

@@ -700,17 +700,25 @@ class _Writer:
         if args and self.threads is not None:
             raise _NoPlan("an argmax is combined by a warp")
         plain = replace(loop, carried=tuple(c for c in loop.carried if c not in args))
+        ops = ("sum", "max", "min", "prod")
+        step = 1
         try:
-            k, reductions = counted_reductions(plain, ("sum", "max", "min", "prod"))
+            k, reductions = counted_reductions(plain, ops)
         except ValueError as e:
-            raise _NoPlan(str(e)) from None
+            try:  # a loop down the row: a scan from the end (a reverse cumsum)
+                k, reductions = counted_reductions(plain, ops, step=-1)
+                step = -1
+            except ValueError:
+                raise _NoPlan(str(e)) from None
         paired = {best.var.uid: (arg, cmp) for arg, (best, cmp) in args.items()}
         carried = {c.var.uid for c, _, _ in reductions}
         if any(_mentions(x, carried) for s in loop.body for x in _stmt_parts(s)):
             if self.threads is not None:
                 raise _NoPlan("a scan is scanned by a warp")
-            self._scan(loop, i, k, reductions)
+            self._scan(loop, i, k, reductions, step)
             return
+        if step != 1:
+            raise _NoPlan("a reduction down the row")
         if any(op == "prod" for _, op, _ in reductions):
             raise _NoPlan("a product")
         bound = _upper(loop.cond, k.var)
@@ -885,11 +893,13 @@ class _Writer:
         self.names[best.var.uid] = f"{best.var.name}_{i}"
         self.names[arg.var.uid] = f"{arg.var.name}_{i}"
 
-    def _scan(self, loop: Loop, i: int, k, reductions) -> None:
+    def _scan(self, loop: Loop, i: int, k, reductions, step: int = 1) -> None:
         """A loop whose stores use its running values (a prefix sum, a running max): the row in
         chunks of 32 elements, a lane each; each running value scanned over the lanes by
         shuffles and carried from chunk to chunk, each lane's store given the value before its
-        element, as the original iteration sees it."""
+        element, as the original iteration sees it. A loop down the row (`step` -1, a suffix
+        scan) takes its chunks from its first element down, lane j at the chunk's j-th element in
+        the loop's order."""
         stored = {}
         for s in loop.body:
             if not isinstance(s, Store) or s.atomic:
@@ -904,19 +914,27 @@ class _Writer:
                 for x in walk_expr(part):
                     if isinstance(x, Load) and x.index not in stored.get(x.tensor, {x.index}):
                         raise _NoPlan("a load of what another iteration stores")
-        bound = _upper(loop.cond, k.var)
         name, inside = f"optiml_k{i}", f"optiml_in{i}"
         self.names[k.var.uid] = name
         start = self.c.expr(k.init)
         for c, _, _ in reductions:
             t = C_TYPES[c.var.type]
             self.lines.append(f"    {t} {c.var.name}_carry{i} = {self.c.expr(c.init)};")
-        self.lines += [
-            f"    for (long long optiml_base{i} = {start}; optiml_base{i} < {bound}; "
-            f"optiml_base{i} += 32) {{",
-            f"        const long long {name} = optiml_base{i} + optiml_lane;",
-            f"        const bool {inside} = {name} < {bound};",
-        ]
+        base = f"optiml_base{i}"
+        if step == 1:
+            bound = _upper(loop.cond, k.var)
+            self.lines += [
+                f"    for (long long {base} = {start}; {base} < {bound}; {base} += 32) {{",
+                f"        const long long {name} = {base} + optiml_lane;",
+                f"        const bool {inside} = {name} < {bound};",
+            ]
+        else:
+            low = _lower(loop.cond, k.var)
+            self.lines += [
+                f"    for (long long {base} = {start}; {base} >= {low}; {base} -= 32) {{",
+                f"        const long long {name} = {base} - optiml_lane;",
+                f"        const bool {inside} = {name} >= {low};",
+            ]
         for c, op, operand in reductions:
             t, v = C_TYPES[c.var.type], c.var.name
             x, incl, excl, carry = f"{v}_x{i}", f"{v}_incl{i}", f"{v}_excl{i}", f"{v}_carry{i}"
@@ -981,6 +999,16 @@ def _upper(cond, k: Var) -> str:
         text = CEmitter({}, gx="optiml_row").expr(cond.b)
         return text if cond.op == "<" else f"({text}) + 1"
     raise _NoPlan("not `k < bound`")
+
+
+def _lower(cond, k: Var) -> str:
+    """The least value of a counter that counts down while `k >= bound` (or `k > bound`)."""
+    if isinstance(cond, Binary) and cond.a == k and cond.op in (">", ">="):
+        if any(isinstance(x, Var | LoopOut) for x in walk_expr(cond.b)):
+            raise _NoPlan("a bound that moves")
+        text = CEmitter({}, gx="optiml_row").expr(cond.b)
+        return text if cond.op == ">=" else f"({text}) + 1"
+    raise _NoPlan("not `k >= bound`")
 
 
 _NEVER = "9223372036854775807LL"  # an argmax's iteration where no value has won yet
