@@ -252,6 +252,7 @@ int compare(const std::vector<T>& want, const std::vector<T>& got, double rtol, 
     int bad = 0;
     for (size_t i = 0; i < want.size(); ++i) {
         const double w = double(want[i]), g = double(got[i]);
+        if (w == g) continue;  // equal infinities too (their difference is NaN)
         if (std::isnan(w) ? !std::isnan(g) : !(std::fabs(w - g) <= atol + rtol * std::fabs(w))) ++bad;
     }
     return bad;

@@ -130,7 +130,7 @@ __global__ void suffix_max(const float* __restrict__ x, float* __restrict__ y, i
 {
     const int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= R) return;
-    float m = -3.0e38f;  // finite: the host comparison takes -inf - -inf for a difference
+    float m = -INFINITY;  // each row's last element stores it (equal infinities compare equal)
     for (int j = L - 1; j > -1; j--) {
         y[r * L + j] = m;
         m = fmaxf(m, x[r * L + j]);
