@@ -993,22 +993,24 @@ def _size_text(e) -> str:
 
 
 def _upper(cond, k: Var) -> str:
-    if isinstance(cond, Binary) and cond.a == k and cond.op in ("<", "<="):
-        if any(isinstance(x, Var | LoopOut) for x in walk_expr(cond.b)):
-            raise _NoPlan("a bound that moves")
-        text = CEmitter({}, gx="optiml_row").expr(cond.b)
-        return text if cond.op == "<" else f"({text}) + 1"
-    raise _NoPlan("not `k < bound`")
+    """One past the last value of a counter that counts up while `k < bound` (or `k <= bound`)."""
+    return _limit(cond, k, ("<", "<="), "not `k < bound`")
 
 
 def _lower(cond, k: Var) -> str:
     """The least value of a counter that counts down while `k >= bound` (or `k > bound`)."""
-    if isinstance(cond, Binary) and cond.a == k and cond.op in (">", ">="):
+    return _limit(cond, k, (">=", ">"), "not `k >= bound`")
+
+
+def _limit(cond, k: Var, ops: tuple[str, str], what: str) -> str:
+    """The bound of `k <op> bound` as C, one added where the op is `ops[1]` (the one that
+    includes or excludes it the other way)."""
+    if isinstance(cond, Binary) and cond.a == k and cond.op in ops:
         if any(isinstance(x, Var | LoopOut) for x in walk_expr(cond.b)):
             raise _NoPlan("a bound that moves")
         text = CEmitter({}, gx="optiml_row").expr(cond.b)
-        return text if cond.op == ">=" else f"({text}) + 1"
-    raise _NoPlan("not `k >= bound`")
+        return text if cond.op == ops[0] else f"({text}) + 1"
+    raise _NoPlan(what)
 
 
 _NEVER = "9223372036854775807LL"  # an argmax's iteration where no value has won yet
