@@ -18,8 +18,8 @@ from optiml.harness.host import (
     HOST_CUDA,
     HOST_TYPES,
     device_part,
+    host_mode,
     per_block_shared,
-    sequential_ok,
 )
 from optiml.search.catalog import Context
 
@@ -68,7 +68,7 @@ def launch_text(
     g, b = case.grid, case.block
     cluster = CLUSTER_DIMS.search(ctx.source.text[ctx.kernel.span.start : ctx.kernel.span.end])
     return (
-        f"host_sequential = {str(sequential_ok(ctx.source.text)).lower()}; "
+        f"{host_mode(host_text(ctx.source.text))} "
         f"launch({{{g[0]}, {g[1]}, {g[2]}}}, {{{b[0]}, {b[1]}, {b[2]}}}, [&] {{ "
         f"{namespace}::{ctx.kernel.name}{ctx.spec.instantiation}({', '.join(args)}); }}"
         + (f", {{{cluster.group(1)}}}" if cluster else "")

@@ -20,7 +20,7 @@ from optiml.cuda.types import DTYPES, lookup
 from optiml.errors import ExitCode, FormulaError
 from optiml.generate import FormulaSource, generate
 from optiml.harness import inputs
-from optiml.harness.host import HOST_TYPES, sequential_ok
+from optiml.harness.host import HOST_TYPES, host_mode
 from optiml.spec import load
 from tests.host_cuda import HOST_CUDA, host_text
 
@@ -264,7 +264,7 @@ def run_on_host(kernels: list[tuple[Path, str, dict]], tmp_path: Path) -> list[s
                 value = case.scalars.get(p.name, case.sizes.get(p.name))
                 args.append(f"{value!r}" + ("f" if isinstance(value, float) else ""))
         g, bl = case.grid, case.block
-        body.append(f"host_sequential = {str(sequential_ok(text)).lower()};")
+        body.append(host_mode(text))
         body.append(
             f"launch({{{g[0]}, {g[1]}, {g[2]}}}, {{{bl[0]}, {bl[1]}, {bl[2]}}}, [&] {{ "
             f"k{n}::{name}({', '.join(args)}); }});"

@@ -30,8 +30,11 @@ from optiml.harness.promote import (
     promote_to_double,
 )
 from optiml.spec import load, parse_spec
-from tests.host_cuda import CTYPES, HOST_CUDA, host_text, sequential_ok
+from tests.host_cuda import CTYPES, HOST_CUDA, host_mode, host_text
 from tests.support import FIXTURES, MANIFEST, WILD, fixture_ids
+
+# On one worker: the module's fixture compiles every kernel's copy (on all cores), once.
+pytestmark = pytest.mark.xdist_group("promote")
 
 ARCH = "sm_90"
 ENTRIES = MANIFEST + WILD
@@ -180,7 +183,7 @@ def host_run(
             else:
                 args.append(str(value))
         g, b = case.grid, case.block
-        lines.append(f"host_sequential = {str(sequential_ok(promoted.source.text)).lower()};")
+        lines.append(host_mode(promoted.source.text))
         lines.append(
             f"launch({{{g[0]}, {g[1]}, {g[2]}}}, {{{b[0]}, {b[1]}, {b[2]}}}, [&] {{ "
             f"file::{kernel}{inst}({', '.join(args)}); }});"

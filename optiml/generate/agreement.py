@@ -28,7 +28,7 @@ from optiml.harness.host import HostRun, as_float64, run_on_host
 from optiml.search.variant import set_spec_key
 from optiml.spec import Case, Spec, parse_spec
 
-# The host runs a std::thread per CUDA thread: its sizes stay small.
+# The host runs a fiber (or an OS thread) per CUDA thread: its sizes stay small.
 MAX_ELEMENTS = 8192
 MAX_THREADS = 1 << 15
 SEED = 20240611

@@ -1,9 +1,12 @@
-"""CUDA kernels run as host C++ at small sizes, without a GPU: a std::thread per CUDA thread, one
-block at a time (the blocks of a cluster at once), barriers for __syncthreads and __syncwarp, warp
-shuffles through a per-warp exchange, atomics as atomic_ref, `__shared__` as a function-static
-array (the block's own arena in a kernel with clusters, which maps another block's through
-`__cluster_map_shared_rank`), half as _Float16 and bf16 by its bits. A CPU check at small sizes: where a GPU is present, the GPU harness
-(`optiml.harness.evaluate`) is the authority."""
+"""CUDA kernels run as host C++ at small sizes, without a GPU: one block at a time (the blocks of
+a cluster at once); a block's threads one after another where none waits for another, else as
+fibers on one OS thread, switched where a thread waits (a barrier, a shuffle, a vote), or as an
+OS thread each where a thread may spin on memory another writes (`host_mode`); barriers for
+__syncthreads and __syncwarp, warp shuffles through a per-warp exchange, atomics as atomic_ref,
+`__shared__` as a function-static array (the block's own arena in a kernel with clusters, which
+maps another block's through `__cluster_map_shared_rank`), half as _Float16 and bf16 by its bits.
+A CPU check at small sizes: where a GPU is present, the GPU harness (`optiml.harness.evaluate`)
+is the authority."""
 
 from __future__ import annotations
 
@@ -26,32 +29,84 @@ HOST_CUDA = r"""
 #include <cmath>
 #include <cstring>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <thread>
 #include <vector>
+#include <sys/mman.h>
+#include <ucontext.h>
 using std::fmaf;
 struct dim3 { unsigned x = 1, y = 1, z = 1; };
 thread_local dim3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
+
+// How a launch runs a block's threads, set before it (`host_mode` in host.py): 0 one after
+// another on this thread (no thread waits for another), 1 as fibers on this thread, each run
+// until it waits at a barrier and resumed once the barrier's phase has passed, 2 as an OS thread
+// each (code that may spin on memory another thread writes, which only preemption lets finish).
+int host_mode = 2;
+
+// A thread as a fiber: its context, stack, the barrier phase it waits past, and what the OS
+// thread's thread_local variables hold for it while another fiber runs.
+struct Fiber;
+Fiber* current_fiber = nullptr;
+ucontext_t scheduler_context;
+void fiber_wait(const unsigned long* phase, unsigned long seen);
+
+// A barrier for either: counts of arrivals per phase (fibers), or std::barrier (OS threads).
+struct Barrier {
+    unsigned expected, arrived = 0;
+    unsigned long phase = 0;
+    std::optional<std::barrier<>> os;
+    explicit Barrier(unsigned n) : expected(n) {
+        if (host_mode == 2) os.emplace(n);
+    }
+    struct Token {
+        unsigned long phase = 0;
+        std::optional<std::barrier<>::arrival_token> os;
+    };
+    Token arrive() {
+        if (os) return {0, os->arrive()};
+        Token t{phase, std::nullopt};
+        if (++arrived >= expected) complete();
+        return t;
+    }
+    void wait(Token t) {
+        if (os) os->wait(std::move(*t.os));
+        else fiber_wait(&phase, t.phase);
+    }
+    void arrive_and_wait() { wait(arrive()); }
+    // One thread fewer from now on: the current phase, and every later one, waits for one less.
+    void arrive_and_drop() {
+        if (os) return os->arrive_and_drop();
+        --expected;
+        if (arrived >= expected) complete();
+    }
+    void complete() {
+        arrived = 0;
+        ++phase;
+    }
+};
+
 // Per block (the blocks of a cluster run at once): its barriers, shuffle exchange, vote and
 // shared memory, reached through the thread's pointers.
 struct Block {
-    std::unique_ptr<std::barrier<>> barrier;
-    std::vector<std::unique_ptr<std::barrier<>>> warps;
+    std::unique_ptr<Barrier> barrier;
+    std::vector<std::unique_ptr<Barrier>> warps;
     unsigned long long exchange[1024];
     std::atomic<int> vote{0};
 };
-thread_local std::barrier<>* block_barrier;
-thread_local std::vector<std::unique_ptr<std::barrier<>>>* warp_barriers;
+thread_local Barrier* block_barrier;
+thread_local std::vector<std::unique_ptr<Barrier>>* warp_barriers;
 thread_local Block* this_block;
 // Clusters (sm_90): a barrier over the cluster's threads, each block's shared memory an arena of
 // its own (declarations rewritten to point into it), mapped to another block's by its rank.
 constexpr size_t ARENA = 1 << 16;
 alignas(16) unsigned char block_arenas[16][ARENA];
 thread_local unsigned cluster_rank;
-std::barrier<>* cluster_barrier;
-thread_local std::optional<std::barrier<>::arrival_token> cluster_token;
+Barrier* cluster_barrier;
+thread_local std::optional<Barrier::Token> cluster_token;
 dim3 cluster_dim;
 std::atomic<size_t> arena_used{0};
 inline size_t reserve_shared(size_t bytes) {
@@ -71,6 +126,40 @@ template <class T> T* __cluster_map_shared_rank(T* p, unsigned rank) {
 inline void __cluster_barrier_arrive() { cluster_token = cluster_barrier->arrive(); }
 inline void __cluster_barrier_arrive_relaxed() { __cluster_barrier_arrive(); }
 inline void __cluster_barrier_wait() { cluster_barrier->wait(std::move(*cluster_token)); }
+
+struct Fiber {
+    ucontext_t context;
+    const unsigned long* phase = nullptr;  // waiting while *phase == seen
+    unsigned long seen = 0;
+    bool done = false;
+    dim3 thread, block;
+    Barrier* block_barrier;
+    std::vector<std::unique_ptr<Barrier>>* warps;
+    Block* home;
+    unsigned rank;
+    std::optional<Barrier::Token> token;
+    void save() {
+        thread = threadIdx, block = blockIdx, block_barrier = ::block_barrier;
+        warps = warp_barriers, home = this_block, rank = cluster_rank;
+        token = std::move(cluster_token);
+    }
+    void restore() {
+        threadIdx = thread, blockIdx = block, ::block_barrier = block_barrier;
+        warp_barriers = warps, this_block = home, cluster_rank = rank;
+        cluster_token = std::move(token);
+    }
+};
+
+// The running fiber waits until the barrier's phase is past `seen`: back to the scheduler.
+void fiber_wait(const unsigned long* phase, unsigned long seen) {
+    if (*phase != seen) return;
+    Fiber* f = current_fiber;
+    f->phase = phase;
+    f->seen = seen;
+    f->save();
+    swapcontext(&f->context, &scheduler_context);
+    f->restore();
+}
 #define __cluster_dims__(...)
 #define __global__
 #define __device__
@@ -180,10 +269,43 @@ template <class T, class V> T atomicMin(T* p, V v) { return atomic_update(p, [w 
 alignas(16) unsigned char dynamic_smem_of[16][1 << 20];
 inline unsigned char* dynamic_smem() { return dynamic_smem_of[cluster_rank]; }
 
-// Set before a launch of code in which no thread waits for another (no barrier, shuffle, vote,
-// fence, volatile or inline assembly: `sequential_ok` in host.py): its threads then run one after
-// another on this thread, which is what a GPU may do too, without an OS thread each.
-bool host_sequential = false;
+
+// A fiber's stack: mapped once and reused, its pages taken only as it touches them.
+constexpr size_t FIBER_STACK = 256 << 10;
+std::vector<void*> fiber_stacks;
+std::function<void()> fiber_kernel;
+void fiber_start() {
+    current_fiber->restore();
+    fiber_kernel();
+    // A thread that has finished waits at no further barrier.
+    (*warp_barriers)[linear_tid() / 32]->arrive_and_drop();
+    block_barrier->arrive_and_drop();
+    cluster_barrier->arrive_and_drop();
+    current_fiber->done = true;  // and back to the scheduler, the context's link
+}
+
+// Runs fibers until all are done: each until it waits, again once what it waits for has passed.
+// A round in which every fiber still waits is a deadlock (a barrier some thread never reaches).
+void run_fibers(std::vector<Fiber>& fibers) {
+    for (;;) {
+        bool left = false, ran = false;
+        for (auto& f : fibers) {
+            if (f.done) continue;
+            left = true;
+            if (f.phase && *f.phase == f.seen) continue;
+            f.phase = nullptr;
+            current_fiber = &f;
+            ran = true;
+            swapcontext(&scheduler_context, &f.context);
+        }
+        current_fiber = nullptr;
+        if (!left) return;
+        if (!ran) {
+            std::fprintf(stderr, "deadlock: every thread left in the block waits at a barrier\n");
+            std::abort();
+        }
+    }
+}
 
 template <class F>
 void launch(dim3 grid, dim3 block, F kernel, dim3 cluster = {1, 1, 1}) {
@@ -193,7 +315,7 @@ void launch(dim3 grid, dim3 block, F kernel, dim3 cluster = {1, 1, 1}) {
     const unsigned threads = block.x * block.y * block.z;
     const unsigned blocks = cluster.x * cluster.y * cluster.z;
     block_threads = threads;
-    if (host_sequential && blocks == 1) {
+    if (host_mode == 0 && blocks == 1) {
         for (unsigned bz = 0; bz < grid.z; ++bz)
             for (unsigned by = 0; by < grid.y; ++by)
                 for (unsigned bx = 0; bx < grid.x; ++bx)
@@ -205,23 +327,45 @@ void launch(dim3 grid, dim3 block, F kernel, dim3 cluster = {1, 1, 1}) {
         return;
     }
     if (grid.x % cluster.x || grid.y % cluster.y || grid.z % cluster.z || blocks > 16) std::abort();
+    const bool fibers = host_mode != 2;
+    const unsigned total = threads * blocks;
+    while (fibers && fiber_stacks.size() < total) {
+        void* stack = mmap(nullptr, FIBER_STACK, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (stack == MAP_FAILED) std::abort();
+        fiber_stacks.push_back(stack);
+    }
+    fiber_kernel = kernel;
     for (unsigned cz = 0; cz < grid.z; cz += cluster.z)
         for (unsigned cy = 0; cy < grid.y; cy += cluster.y)
             for (unsigned cx = 0; cx < grid.x; cx += cluster.x) {
-                std::barrier<> whole(threads * blocks);
+                Barrier whole(total);
                 cluster_barrier = &whole;
                 std::vector<std::unique_ptr<Block>> state;
                 std::vector<std::thread> pool;
+                std::vector<Fiber> lanes(fibers ? total : 0);
                 for (unsigned r = 0; r < blocks; ++r) {
                     auto& b = *state.emplace_back(new Block);
-                    b.barrier.reset(new std::barrier<>(threads));
+                    b.barrier.reset(new Barrier(threads));
                     for (unsigned w = 0; w < (threads + 31) / 32; ++w)
-                        b.warps.emplace_back(new std::barrier<>(std::min(32u, threads - w * 32)));
+                        b.warps.emplace_back(new Barrier(std::min(32u, threads - w * 32)));
                     const dim3 at = {cx + r % cluster.x, cy + r / cluster.x % cluster.y,
                                      cz + r / (cluster.x * cluster.y)};
-                    for (unsigned t = 0; t < threads; ++t)
-                        pool.emplace_back([&, t, r, at, bp = &b] {
-                            threadIdx = {t % block.x, t / block.x % block.y, t / (block.x * block.y)};
+                    for (unsigned t = 0; t < threads; ++t) {
+                        const dim3 tid = {t % block.x, t / block.x % block.y, t / (block.x * block.y)};
+                        if (fibers) {
+                            Fiber& f = lanes[r * threads + t];
+                            f.thread = tid, f.block = at, f.block_barrier = b.barrier.get();
+                            f.warps = &b.warps, f.home = &b, f.rank = r;
+                            getcontext(&f.context);
+                            f.context.uc_stack.ss_sp = fiber_stacks[r * threads + t];
+                            f.context.uc_stack.ss_size = FIBER_STACK;
+                            f.context.uc_link = &scheduler_context;
+                            makecontext(&f.context, fiber_start, 0);
+                            continue;
+                        }
+                        pool.emplace_back([&, t, r, at, tid, bp = &b] {
+                            threadIdx = tid;
                             blockIdx = at;
                             this_block = bp;
                             block_barrier = bp->barrier.get();
@@ -233,7 +377,9 @@ void launch(dim3 grid, dim3 block, F kernel, dim3 cluster = {1, 1, 1}) {
                             block_barrier->arrive_and_drop();
                             cluster_barrier->arrive_and_drop();
                         });
+                    }
                 }
+                if (fibers) run_fibers(lanes);
                 for (auto& t : pool) t.join();
             }
 }
@@ -341,11 +487,22 @@ CONCURRENT = re.compile(
     r"__syncthreads|__syncwarp|__shfl|_sync\s*\(|cluster|barrier|\basm\b|cooperative|"
     r"__threadfence|volatile|memory_order|cuda::atomic|__nanosleep"
 )
+# What may wait without a barrier: a spin on memory another thread writes (a volatile flag, an
+# atomic of cuda::std, inline assembly, a sleep), which only a preempting scheduler lets finish.
+SPINS = re.compile(r"volatile|memory_order|cuda::atomic|\basm\b|__nanosleep|cooperative")
 
 
 def sequential_ok(text: str) -> bool:
     """Whether the threads of `text`'s kernels may run one after another on the host."""
     return CONCURRENT.search(text) is None
+
+
+def host_mode(text: str) -> str:
+    """The statement that sets how the host runs the threads of `text`'s kernels (as it is
+    compiled there): one after another, as fibers switched at barriers, or as OS threads where
+    a thread may spin (HOST_CUDA's `host_mode`)."""
+    mode = 0 if sequential_ok(text) else 2 if SPINS.search(text) else 1
+    return f"host_mode = {mode};"
 
 
 def host_text(text: str, end: int | None = None) -> str:
@@ -398,7 +555,7 @@ def _program(source: SourceFile, kernel: str, spec: Spec, cases: list[Case]) -> 
             else:
                 args.append(_literal(case.sizes.get(p.name, case.scalars.get(p.name, 0))))
         g, bl = case.grid, case.block
-        body.append(f"host_sequential = {str(sequential_ok(source.text)).lower()};")
+        body.append(host_mode(source.text))
         body.append(
             f"launch({{{g[0]}, {g[1]}, {g[2]}}}, {{{bl[0]}, {bl[1]}, {bl[2]}}}, [&] {{ "
             f"kernel::{kernel}{spec.instantiation}({', '.join(args)}); }});"
@@ -466,7 +623,11 @@ def run_on_host(
         return HostRun("timeout", f"did not finish within {timeout_s:.0f} s on the host")
     if ran.returncode != 0:
         why = f"signal {-ran.returncode}" if ran.returncode < 0 else f"exit {ran.returncode}"
-        return HostRun("runtime_error", f"the host run ended with {why}")
+        said = ran.stderr.strip().splitlines()
+        return HostRun(
+            "runtime_error",
+            f"the host run ended with {why}" + (f": {said[-1][:200]}" if said else ""),
+        )
     outputs = []
     for n, case in enumerate(cases):
         got = {}
