@@ -5,6 +5,11 @@ a result without the run's nonce, or with nothing checked, is never `ok`."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+from importlib import resources
+
+import pytest
 
 from optiml.cuda.types import DTYPES
 from optiml.harness.evaluate import EvalOptions, _Outcome, _verdict_of
@@ -195,3 +200,48 @@ def test_a_runner_that_stops_on_its_own_is_a_verdict_on_the_candidate():
         nonce=NONCE,
     )
     assert v.status == "runtime_error" and v.check == "runner" and "plan line 3" in v.message
+
+
+# The oracle's rule (values.h's `within_exact_error`, what the runner decides with), compiled on
+# the host: (candidate's error, reference's error, against the exact result, in tolerances).
+RULE = r"""
+#include "values.h"
+#include <cstdio>
+#include <cstdlib>
+int main(int argc, char** argv) {
+  for (int i = 1; i + 1 < argc; i += 2)
+    std::printf("%d\n", within_exact_error(std::atof(argv[i]), std::atof(argv[i + 1])) ? 1 : 0);
+}
+"""
+
+
+def test_the_oracle_holds_a_candidate_to_the_tolerance_or_to_an_unreachable_ones_reference(
+    tmp_path,
+):
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not installed")
+    (tmp_path / "values.h").write_text(
+        resources.files("optiml.harness").joinpath("values.h").read_text()
+    )
+    (tmp_path / "rule.cpp").write_text(RULE)
+    subprocess.run(
+        ["g++", "-std=c++17", "-o", str(tmp_path / "rule"), str(tmp_path / "rule.cpp")], check=True
+    )
+    cases = {
+        (0.9, 0.1): 1,  # within the tolerance of the exact result
+        (
+            1.31,
+            0.838,
+        ): 0,  # the reference is within it: so must the candidate be (one-pass variance)
+        (4.32, 2.6): 1,  # neither is: the same sum in another order (KernelBench 62 on an H100)
+        (5.59, 3.44): 1,  # (KernelBench 64)
+        (6.0, 2.6): 0,  # more than twice the reference's own error
+        (18.7, 0.000226): 0,  # a sum that skips its tail
+        (1e6, 2.0): 0,  # a lower precision
+        (float("nan"), 2.0): 0,
+    }
+    args = [f"{x!r}" for pair in cases for x in pair]
+    out = subprocess.run(
+        [str(tmp_path / "rule"), *args], capture_output=True, text=True, check=True
+    )
+    assert [int(x) for x in out.stdout.split()] == list(cases.values())

@@ -1258,8 +1258,9 @@ int main(int argc, char** argv) {
     };
 
     // The oracle's say on an output that differs from the reference's beyond the tolerance (on
-    // `inputs`): accepted where the candidate is within the tolerance of the exact result or no
-    // further from it than the reference; failing both, where its error is within the tolerance
+    // `inputs`): accepted where the candidate is within the tolerance of the exact result or,
+    // where the reference is not, within twice the reference's error (`within_exact_error`);
+    // failing both, where its error is within the tolerance
     // widened by how far the exact result itself moves when the inputs move by rounding (a sign,
     // a comparison or a floor of a value within rounding of its edge: no float computation can
     // be held to more). `runs` keeps the oracle's outputs for the other buffers of these inputs.
@@ -1274,7 +1275,7 @@ int main(int argc, char** argv) {
       }
       double ce = error_in_tolerances(buf, cand_b, runs.exact[b], c.lengths[b], atol);
       double re = error_in_tolerances(buf, ref_b, runs.exact[b], c.lengths[b], atol);
-      bool accepted = ce <= std::max(1.0, re);
+      bool accepted = within_exact_error(ce, re);
       std::string conditioned = "null";
       if (!accepted && std::isfinite(ce)) {
         if (runs.spread.empty()) {

@@ -46,8 +46,9 @@ class Mismatch(BaseModel):
 class OracleCheck(BaseModel):
     """Errors against the reference promoted to double, in units of the tolerance (|x - exact| /
     (atol + rtol |exact|), the largest over the buffer): a candidate outside the tolerance of the
-    reference is still correct where it is within the tolerance of the exact result, or no
-    further from it than the reference. Failing both, `conditioned` is the candidate's error
+    reference is still correct where it is within the tolerance of the exact result, or, where
+    the reference itself is not (the tolerance is more than float reaches on these inputs),
+    within twice the reference's error (values.h's `within_exact_error`). Failing both, `conditioned` is the candidate's error
     against the tolerance widened, element by element, by how far the exact result itself moves
     when the inputs move by a few units in the last place of float (a sign, a comparison or a
     rounding of a value within rounding of its edge): the candidate is accepted where that is at
