@@ -17,10 +17,12 @@ import functools
 import importlib.util
 import json
 import os
+import pickle
 import re
 import secrets
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -62,6 +64,15 @@ class ReferenceFailed(OptimlError):
     exit_code = ExitCode.BAD_SPEC
 
 
+class ReferenceTooLarge(ReferenceFailed):
+    """The NumPy reference needs more memory at a case than its process may take
+    (`REFERENCE_MEMORY`); `label` names the case."""
+
+    def __init__(self, message: str, label: str):
+        super().__init__(message)
+        self.label = label
+
+
 @dataclass(frozen=True)
 class CasePlan:
     """One case beyond the spec's plain sizes: a judge's unseen size, other input values (`dists`
@@ -82,6 +93,12 @@ class CasePlan:
 # take ~1 s per 16 M elements to make at every seed (NumPy, one core), its outputs more;
 # KernelBench's 4096 x 393216 maps would take minutes.
 NUMPY_ELEMENTS = 1 << 25
+# The share of the machine's memory a NumPy reference's process may take (its address space): a
+# reference whose arrays grow with its iteration domain rather than its buffers (a transposed 3-D
+# convolution's windows gathered at once: index arrays of 2.4 G elements per dimension,
+# KernelBench's 58) fails there with NumPy's MemoryError instead of bringing the machine's OOM
+# killer down on the optimizer.
+REFERENCE_MEMORY = 0.5
 
 
 @dataclass
@@ -176,16 +193,30 @@ def evaluate(
     if spec.reference.kind == "numpy" and not (opts.kernel_reference or opts.sizes or opts.cases):
         small = numpy_sizes(spec, opts.numpy_elements)
     if small is None:
-        return _evaluate(source, kernel, spec, candidate, opts)
+        try:
+            return _evaluate(source, kernel, spec, candidate, opts)
+        except ReferenceTooLarge:
+            if spec.reference.kind != "numpy" or opts.kernel_reference or opts.sizes or opts.cases:
+                raise
+            small = [min(spec.sizes, key=lambda z: sum(spec.case(z).lengths.values()))]
     large = [s for s in spec.sizes if s not in small]
     opts = replace(opts, seeds=opts.seeds or fresh_seeds(spec.seeds))
 
     def timed(part: list[dict[str, int]]) -> bool:  # `time_all_sizes=False`: the first size only
         return opts.time and (opts.time_all_sizes or spec.sizes[0] in part)
 
-    checked = _evaluate(
-        source, kernel, spec, candidate, replace(opts, sizes=small, time=timed(small))
-    )
+    while True:
+        try:
+            checked = _evaluate(
+                source, kernel, spec, candidate, replace(opts, sizes=small, time=timed(small))
+            )
+            break
+        except ReferenceTooLarge as e:  # that size joins the kernel's, if a smaller one is left
+            over = [s for s in small if spec.case(s).label == e.label]
+            if not over or len(small) == 1:
+                raise
+            small = [s for s in small if s not in over]
+            large = [s for s in spec.sizes if s not in small]
     at = "; ".join(spec.case(s).label for s in small)
     said = f"checked against `{spec.reference.function}` at {at} (larger sizes against "
     said += f"`{kernel.name}` as written: too costly for the CPU)"
@@ -713,7 +744,77 @@ def launch_once(
     return [str(runner_binary()), str(plan), str(work / "result.json"), str(kernel), str(kernel)]
 
 
+# `_numpy_outputs` in a process of its own, its address space limited (argv: the limit in bytes,
+# 0 for none; the job's pickle; where its answer's pickle goes).
+_REFERENCE_PROCESS = """
+import pickle, resource, sys
+limit, job, answer = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+sys.path.insert(0, sys.argv[4])
+if limit > 0:
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+from optiml.harness import evaluate
+with open(job, "rb") as f:
+    spec, cases, plans, seeds = pickle.load(f)
+try:
+    result = ("ok", evaluate._numpy_outputs(spec, cases, plans, seeds))
+except evaluate.ReferenceTooLarge as e:
+    result = ("too_large", str(e), e.label)
+except evaluate.ReferenceFailed as e:
+    result = ("failed", str(e))
+with open(answer, "wb") as f:
+    pickle.dump(result, f, protocol=pickle.HIGHEST_PROTOCOL)
+"""
+
+
 def _numpy_expected(
+    spec: Spec, cases: list[Case], plans: list[CasePlan], seeds: tuple[int, ...]
+) -> list[bytes]:
+    """`_numpy_outputs` in a process of its own whose address space is at most
+    `REFERENCE_MEMORY` of the machine's memory: a reference that needs more fails there with
+    `ReferenceTooLarge` (NumPy's MemoryError), and this process is not the OOM killer's."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    limit = int(total * REFERENCE_MEMORY)
+    root = Path(__file__).resolve().parent.parent.parent
+    with tempfile.TemporaryDirectory(prefix="optiml-reference-") as tmp:
+        job, answer = Path(tmp) / "job.pickle", Path(tmp) / "answer.pickle"
+        with open(job, "wb") as f:
+            pickle.dump((spec, cases, plans, seeds), f, protocol=pickle.HIGHEST_PROTOCOL)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                _REFERENCE_PROCESS,
+                str(limit),
+                str(job),
+                str(answer),
+                str(root),
+            ],
+            capture_output=True,
+            text=True,
+        )
+        if not answer.is_file():
+            last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+            if done.returncode < 0 or "MemoryError" in done.stderr:  # killed: the largest case's
+                largest = max(cases, key=lambda c: sum(c.lengths.values()))
+                raise ReferenceTooLarge(
+                    f"the NumPy reference `{spec.reference.function}` ended without its outputs "
+                    f"({last[:200]}) within {limit / 2**30:.0f} GiB",
+                    largest.label,
+                )
+            raise ReferenceFailed(
+                f"the NumPy reference `{spec.reference.function}` ended without its outputs: "
+                f"{last[:300]}"
+            )
+        with open(answer, "rb") as f:
+            result = pickle.load(f)
+    if result[0] == "too_large":
+        raise ReferenceTooLarge(result[1], result[2])
+    if result[0] == "failed":
+        raise ReferenceFailed(result[1])
+    return result[1]
+
+
+def _numpy_outputs(
     spec: Spec, cases: list[Case], plans: list[CasePlan], seeds: tuple[int, ...]
 ) -> list[bytes]:
     """Run the spec's NumPy reference on the runner's own inputs: its outputs, case by case, seed
@@ -732,55 +833,70 @@ def _numpy_expected(
         raise ReferenceFailed(f"{ref.path} has no function `{ref.function}`")
     out: list[bytes] = []
     for c, cp in zip(cases, plans, strict=True):
-        for seed in seeds:
-            arrays: dict[str, np.ndarray] = {}
-            for bi, b in enumerate(spec.buffers):
-                d = DTYPES[b.dtype]
-                n = c.lengths[b.name]
-                if b.role == "out":
-                    arr = np.zeros(n, dtype=np.float32 if b.dtype == "bf16" else d.np_dtype())
-                else:
-                    dist = cp.dists.get(b.name) or default_dist(spec, c, b.name)
-                    arr = inputs.generate(
-                        b.dtype, bi, n, seed, dist.lo, dist.hi, Mode(dist.mode), dist.extra
-                    )
-                    if b.dtype == "bf16":
-                        arr = (arr.astype(np.uint32) << 16).view(np.float32)
-                # a vector type's buffer: one row of components per vector
-                arrays[b.name] = arr.reshape(-1, b.lanes) if b.lanes > 1 else arr
-            args = [
-                arrays[p]
-                if p in arrays
-                else SimpleNamespace(**c.structs[p])
-                if p in c.structs
-                else c.scalars[p]
-                for p in spec.params
-            ]
-            try:
-                returned = fn(*args)
-            except Exception as e:
-                raise ReferenceFailed(
-                    f"the NumPy reference `{ref.function}` failed at {c.label}, seed {seed}: {type(e).__name__}: {e}"
-                ) from None
-            outputs = [b for b in spec.buffers if b.role != "in"]
-            if returned is not None:
-                values = returned if isinstance(returned, tuple) else (returned,)
-                for b, v in zip(outputs, values, strict=False):
-                    arrays[b.name] = np.asarray(v).reshape(-1)
-            for b in outputs:
-                d = DTYPES[b.dtype]
-                arr = np.asarray(arrays[b.name]).reshape(-1)
-                if arr.size != c.lengths[b.name]:
-                    raise ReferenceFailed(
-                        f"the NumPy reference `{ref.function}` gave {arr.size} values for `{b.name}` "
-                        f"at {c.label}; it has {c.lengths[b.name]}"
-                    )
-                data = (
-                    inputs._float_to_bf16_bits(arr)
-                    if b.dtype == "bf16"
-                    else arr.astype(d.np_dtype())
+        try:
+            out += _numpy_case(spec, fn, c, cp, seeds)
+        except MemoryError as e:
+            raise ReferenceTooLarge(
+                f"the NumPy reference `{ref.function}` needs more memory than it may take at "
+                f"{c.label} ({e})",
+                c.label,
+            ) from None
+    return out
+
+
+def _numpy_case(spec: Spec, fn, c: Case, cp: CasePlan, seeds: tuple[int, ...]) -> list[bytes]:
+    """`_numpy_outputs` at one case."""
+    ref = spec.reference
+    out: list[bytes] = []
+    for seed in seeds:
+        arrays: dict[str, np.ndarray] = {}
+        for bi, b in enumerate(spec.buffers):
+            d = DTYPES[b.dtype]
+            n = c.lengths[b.name]
+            if b.role == "out":
+                arr = np.zeros(n, dtype=np.float32 if b.dtype == "bf16" else d.np_dtype())
+            else:
+                dist = cp.dists.get(b.name) or default_dist(spec, c, b.name)
+                arr = inputs.generate(
+                    b.dtype, bi, n, seed, dist.lo, dist.hi, Mode(dist.mode), dist.extra
                 )
-                out.append(data.tobytes())
+                if b.dtype == "bf16":
+                    arr = (arr.astype(np.uint32) << 16).view(np.float32)
+            # a vector type's buffer: one row of components per vector
+            arrays[b.name] = arr.reshape(-1, b.lanes) if b.lanes > 1 else arr
+        args = [
+            arrays[p]
+            if p in arrays
+            else SimpleNamespace(**c.structs[p])
+            if p in c.structs
+            else c.scalars[p]
+            for p in spec.params
+        ]
+        try:
+            returned = fn(*args)
+        except MemoryError:
+            raise
+        except Exception as e:
+            raise ReferenceFailed(
+                f"the NumPy reference `{ref.function}` failed at {c.label}, seed {seed}: {type(e).__name__}: {e}"
+            ) from None
+        outputs = [b for b in spec.buffers if b.role != "in"]
+        if returned is not None:
+            values = returned if isinstance(returned, tuple) else (returned,)
+            for b, v in zip(outputs, values, strict=False):
+                arrays[b.name] = np.asarray(v).reshape(-1)
+        for b in outputs:
+            d = DTYPES[b.dtype]
+            arr = np.asarray(arrays[b.name]).reshape(-1)
+            if arr.size != c.lengths[b.name]:
+                raise ReferenceFailed(
+                    f"the NumPy reference `{ref.function}` gave {arr.size} values for `{b.name}` "
+                    f"at {c.label}; it has {c.lengths[b.name]}"
+                )
+            data = (
+                inputs._float_to_bf16_bits(arr) if b.dtype == "bf16" else arr.astype(d.np_dtype())
+            )
+            out.append(data.tobytes())
     return out
 
 
