@@ -287,6 +287,13 @@ def eval_step(row: dict, args: argparse.Namespace) -> None:
         row["delivered_error"] = error
         return
     row["delivered_status"] = verdict.get("status")
+    # where NumPy did check it, in the verdict's words: fewer sizes than `numpy_sizes` where the
+    # reference ran out of memory at one (the harness moves that size to the kernel's)
+    said = re.search(
+        r"checked against `[^`]+` at (.+?) \(larger sizes", verdict.get("message") or ""
+    )
+    if said:
+        row["numpy_checked"] = said.group(1)
     if verdict.get("status") != "ok":
         row["delivered_error"] = verdict.get("message", "")
         return

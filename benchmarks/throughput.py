@@ -75,6 +75,26 @@ def rate(trajectory: dict) -> dict:
         for m in measured
         if m.get("started_s") is not None
     )
+    # which evaluation each was (the edit from its parent, its depth), what it ended as and its
+    # steps: a straggler named, not only timed
+    out["evaluated"] = sorted(
+        (
+            {
+                "started_s": n["measurement"].get("started_s"),
+                "verdict_s": n["measurement"].get("verdict_s"),
+                "ended_s": n["measurement"].get("ended_s"),
+                "edit": n["edit"].get("transform"),
+                "params": n["edit"].get("params"),
+                "depth": n.get("depth"),
+                "status": n["measurement"].get("status"),
+                **{k: n["measurement"].get(k) for k in STEPS},
+                "message": (n["measurement"].get("message") or "")[:200],
+            }
+            for n in trajectory.get("nodes", [])
+            if n.get("edit") is not None and n.get("measurement") is not None
+        ),
+        key=lambda e: (e["started_s"] is None, e["started_s"] or 0.0),
+    )
     if len(points) >= 2:
         first, last = points[0], points[-1]
         span = last["seconds"] - first["seconds"]

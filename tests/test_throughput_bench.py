@@ -32,3 +32,16 @@ def test_a_runs_rate_and_where_its_evaluations_time_went():
     # each result's time, in order: the gaps between them are where the span went
     assert r["results_at_s"] == [round(p["seconds"], 2) for p in t["progress"]]
     assert r["results_at_s"] == sorted(r["results_at_s"]) and len(r["results_at_s"]) > 1
+
+
+def test_each_evaluation_is_named_with_its_edit_status_and_steps():
+    t = json.loads((ROOT / "benchmarks/results/optimize-sgemm-h200-trajectory.json").read_text())
+    r = bench.rate(t)
+    nodes = [n for n in t["nodes"] if n.get("edit") and n.get("measurement")]
+    assert len(r["evaluated"]) == len(nodes)
+    assert {e["edit"] for e in r["evaluated"]} == {n["edit"]["transform"] for n in nodes}
+    assert all(e["status"] and e["depth"] >= 1 for e in r["evaluated"])
+    started = [e["started_s"] for e in r["evaluated"] if e["started_s"] is not None]
+    assert started == sorted(started)
+    tiled = next(e for e in r["evaluated"] if e["edit"] == "gemm_tiling")
+    assert tiled["params"] and tiled["compile_s"] is not None
