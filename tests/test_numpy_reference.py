@@ -35,6 +35,7 @@ __global__ void twice(const float* x, float* y, int n)
 
 REFERENCE = """
 import os
+import time
 
 import numpy as np
 
@@ -46,6 +47,11 @@ def greedy(x, y, n):
     # of the machine's memory (an allocation that succeeds where nothing bounds the process)
     if n > 2000:
         np.empty(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 3 // 4, dtype=np.uint8)
+    return (2.0 * np.asarray(x, dtype=np.float64),)
+
+def slow(x, y, n):
+    if n > 2000:
+        time.sleep(30)
     return (2.0 * np.asarray(x, dtype=np.float64),)
 
 def broken(x, y, n):
@@ -95,7 +101,7 @@ def test_evaluate_moves_a_size_numpy_cannot_hold_to_the_kernels_sizes(tmp_path, 
 
     def stand_in(source, kernel, spec, candidate, opts):
         sizes = opts.sizes or spec.sizes
-        calls.append((tuple(s["n"] for s in sizes), opts.kernel_reference))
+        calls.append((tuple(s["n"] for s in sizes), opts.kernel_reference, opts.reference_seconds))
         if not opts.kernel_reference and any(s["n"] > 2000 for s in sizes):
             raise ReferenceTooLarge("needs more memory", cases[0].label)
         return ev.Verdict(
@@ -113,5 +119,17 @@ def test_evaluate_moves_a_size_numpy_cannot_hold_to_the_kernels_sizes(tmp_path, 
     monkeypatch.setattr(ev, "_evaluate", stand_in)
     v = ev.evaluate(source, kernel, spec, options=ev.EvalOptions(time=False))
     assert v.ok
-    # every size against NumPy at first; then NumPy at 1001, the kernel as written at 4096
-    assert calls == [((4096, 1001), False), ((1001,), False), ((4096,), True)]
+    # every size against NumPy at first (within a time limit: a smaller size is left); then NumPy
+    # at 1001 (no limit: nothing smaller to fall back to), the kernel as written at 4096
+    assert calls == [
+        ((4096, 1001), False, ev.REFERENCE_SECONDS),
+        ((1001,), False, None),
+        ((4096,), True, None),
+    ]
+
+
+def test_a_reference_slower_than_its_limit_names_the_largest_size(tmp_path):
+    spec, cases, plans = _spec(tmp_path, "slow")
+    with pytest.raises(ReferenceTooLarge) as e:
+        _numpy_expected(spec, cases, plans, (3,), seconds=5.0)
+    assert e.value.label == cases[0].label and "did not finish within 5 s" in str(e.value)

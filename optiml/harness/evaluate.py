@@ -66,7 +66,7 @@ class ReferenceFailed(OptimlError):
 
 class ReferenceTooLarge(ReferenceFailed):
     """The NumPy reference needs more memory at a case than its process may take
-    (`REFERENCE_MEMORY`); `label` names the case."""
+    (`REFERENCE_MEMORY`), or more time than `REFERENCE_SECONDS`; `label` names the case."""
 
     def __init__(self, message: str, label: str):
         super().__init__(message)
@@ -99,6 +99,11 @@ NUMPY_ELEMENTS = 1 << 25
 # KernelBench's 58) fails there with NumPy's MemoryError instead of bringing the machine's OOM
 # killer down on the optimizer.
 REFERENCE_MEMORY = 0.5
+# And the most seconds it may take for a step's sizes, all seeds, where a smaller size is left to
+# fall back to (a reference whose work grows with its iteration domain, its buffers within
+# NUMPY_ELEMENTS): past that, the largest of them joins the kernel's sizes as one that runs out
+# of memory does (`EvalOptions.reference_seconds`, set by `evaluate`).
+REFERENCE_SECONDS = 60.0
 
 
 @dataclass
@@ -151,6 +156,9 @@ class EvalOptions:
     # against the NumPy function; larger sizes are checked against the kernel as written once it
     # has passed at the others (`evaluate`). None: the function at every size.
     numpy_elements: int | None = NUMPY_ELEMENTS
+    # the NumPy reference's time limit, set by `evaluate` where a smaller size is left to fall
+    # back to (REFERENCE_SECONDS); None: none
+    reference_seconds: float | None = None
     # Run in a runner started ahead of the job, whose exit is not waited for (optiml.harness.ahead):
     # ~0.3 s of a ~0.9 s evaluation of a small kernel is a runner opening and closing the GPU.
     # Off by default until measured on a GPU (benchmarks/eval_phases.py runs both ways); a GPU in
@@ -189,14 +197,20 @@ def evaluate(
     opts = options or EvalOptions()
     if opts.reference_ms is not None and opts.time_all_sizes:
         raise ValueError("reference_ms is the reference's time at the first size: time only it")
-    small = None
-    if spec.reference.kind == "numpy" and not (opts.kernel_reference or opts.sizes or opts.cases):
-        small = numpy_sizes(spec, opts.numpy_elements)
+    # where the sizes are evaluate's to split: a size the NumPy reference cannot hold (or not in
+    # its time) falls back to the kernel as written
+    falls_back = spec.reference.kind == "numpy" and not (
+        opts.kernel_reference or opts.sizes or opts.cases
+    )
+    small = numpy_sizes(spec, opts.numpy_elements) if falls_back else None
     if small is None:
+        limit = REFERENCE_SECONDS if falls_back and len(spec.sizes) > 1 else None
         try:
-            return _evaluate(source, kernel, spec, candidate, opts)
+            return _evaluate(
+                source, kernel, spec, candidate, replace(opts, reference_seconds=limit)
+            )
         except ReferenceTooLarge:
-            if spec.reference.kind != "numpy" or opts.kernel_reference or opts.sizes or opts.cases:
+            if not falls_back:
                 raise
             small = [min(spec.sizes, key=lambda z: sum(spec.case(z).lengths.values()))]
     large = [s for s in spec.sizes if s not in small]
@@ -207,8 +221,13 @@ def evaluate(
 
     while True:
         try:
+            limit = REFERENCE_SECONDS if len(small) > 1 else None
             checked = _evaluate(
-                source, kernel, spec, candidate, replace(opts, sizes=small, time=timed(small))
+                source,
+                kernel,
+                spec,
+                candidate,
+                replace(opts, sizes=small, time=timed(small), reference_seconds=limit),
             )
             break
         except ReferenceTooLarge as e:  # that size joins the kernel's, if a smaller one is left
@@ -372,7 +391,11 @@ def _evaluate(
         numpy_reference=reference is None,
         oracle=oracle[0] if oracle else None,
     )
-    expected = _numpy_expected(spec, cases, plans, seeds) if reference is None else []
+    expected = (
+        _numpy_expected(spec, cases, plans, seeds, opts.reference_seconds)
+        if reference is None
+        else []
+    )
     with tempfile.TemporaryDirectory(prefix="optiml-eval-", dir=opts.workdir) as tmp:
         work = Path(tmp)
         run_start = time.perf_counter()
@@ -767,11 +790,16 @@ with open(answer, "wb") as f:
 
 
 def _numpy_expected(
-    spec: Spec, cases: list[Case], plans: list[CasePlan], seeds: tuple[int, ...]
+    spec: Spec,
+    cases: list[Case],
+    plans: list[CasePlan],
+    seeds: tuple[int, ...],
+    seconds: float | None = None,
 ) -> list[bytes]:
     """`_numpy_outputs` in a process of its own whose address space is at most
     `REFERENCE_MEMORY` of the machine's memory: a reference that needs more fails there with
-    `ReferenceTooLarge` (NumPy's MemoryError), and this process is not the OOM killer's."""
+    `ReferenceTooLarge` (NumPy's MemoryError), and this process is not the OOM killer's; so does
+    one that takes more than `seconds` (None: no limit)."""
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     limit = int(total * REFERENCE_MEMORY)
     root = Path(__file__).resolve().parent.parent.parent
@@ -779,23 +807,31 @@ def _numpy_expected(
         job, answer = Path(tmp) / "job.pickle", Path(tmp) / "answer.pickle"
         with open(job, "wb") as f:
             pickle.dump((spec, cases, plans, seeds), f, protocol=pickle.HIGHEST_PROTOCOL)
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                _REFERENCE_PROCESS,
-                str(limit),
-                str(job),
-                str(answer),
-                str(root),
-            ],
-            capture_output=True,
-            text=True,
-        )
+        largest = max(cases, key=lambda c: sum(c.lengths.values()))
+        try:
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    _REFERENCE_PROCESS,
+                    str(limit),
+                    str(job),
+                    str(answer),
+                    str(root),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=seconds,
+            )
+        except subprocess.TimeoutExpired:
+            raise ReferenceTooLarge(
+                f"the NumPy reference `{spec.reference.function}` did not finish within "
+                f"{seconds:.0f} s at {', '.join(c.label for c in cases)}",
+                largest.label,
+            ) from None
         if not answer.is_file():
             last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
             if done.returncode < 0 or "MemoryError" in done.stderr:  # killed: the largest case's
-                largest = max(cases, key=lambda c: sum(c.lengths.values()))
                 raise ReferenceTooLarge(
                     f"the NumPy reference `{spec.reference.function}` ended without its outputs "
                     f"({last[:200]}) within {limit / 2**30:.0f} GiB",
