@@ -213,7 +213,6 @@ def evaluate(
             if not falls_back:
                 raise
             small = [min(spec.sizes, key=lambda z: sum(spec.case(z).lengths.values()))]
-    large = [s for s in spec.sizes if s not in small]
     opts = replace(opts, seeds=opts.seeds or fresh_seeds(spec.seeds))
 
     def timed(part: list[dict[str, int]]) -> bool:  # `time_all_sizes=False`: the first size only
@@ -235,7 +234,7 @@ def evaluate(
             if not over or len(small) == 1:
                 raise
             small = [s for s in small if s not in over]
-            large = [s for s in spec.sizes if s not in small]
+    large = [s for s in spec.sizes if s not in small]
     at = "; ".join(spec.case(s).label for s in small)
     said = f"checked against `{spec.reference.function}` at {at} (larger sizes against "
     said += f"`{kernel.name}` as written: too costly for the CPU)"

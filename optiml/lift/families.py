@@ -286,40 +286,23 @@ def _pattern(index: Expr) -> tuple[str, Affine | None]:
     return "affine: " + affine_text(f), f
 
 
-def induction_steps(loop: Loop) -> dict[int, Expr]:
+def induction_steps(loop: Loop, down: bool = False) -> dict[int, Expr]:
     """The loop's induction variables (updated by adding a value that does not change in the
-    loop) and their steps."""
+    loop) and their steps; `down`: those updated by subtracting such a value, their steps
+    negated."""
     own = {c.var.uid for c in loop.carried}
     out: dict[int, Expr] = {}
     for c in loop.carried:
         u = c.update
         while isinstance(u, Cast):
             u = u.a
-        if isinstance(u, Binary) and u.op == "+" and c.var.type in ("int", "long"):
-            for x, step in ((u.a, u.b), (u.b, u.a)):
-                if x == c.var and not any(
-                    isinstance(y, Var) and y.uid in own for y in walk_expr(step)
-                ):
-                    out[c.var.uid] = step
-    return out
-
-
-def _counting_down(loop: Loop) -> dict[int, Expr]:
-    """The loop's integer values updated by subtracting one (`--i`), with their step, -1."""
-    out: dict[int, Expr] = {}
-    for c in loop.carried:
-        u = c.update
-        while isinstance(u, Cast):
-            u = u.a
-        if (
-            isinstance(u, Binary)
-            and u.op == "-"
-            and c.var.type in ("int", "long")
-            and u.a == c.var
-            and isinstance(u.b, Const)
-            and u.b.value == 1
-        ):
-            out[c.var.uid] = Const(-1, c.var.type)
+        if not (isinstance(u, Binary) and u.op == ("-" if down else "+")):
+            continue
+        if c.var.type not in ("int", "long"):
+            continue
+        for x, step in ((u.a, u.b),) if down else ((u.a, u.b), (u.b, u.a)):
+            if x == c.var and not any(isinstance(y, Var) and y.uid in own for y in walk_expr(step)):
+                out[c.var.uid] = Unary("-", step, step.type) if down else step
     return out
 
 
@@ -334,7 +317,7 @@ def counted_reductions(
     32- or 64-bit type: (its counter, [(carried, op, operand)]); a `ValueError` that says what is
     not so. What a schedule that splits the loop's range among threads and combines the partial
     results needs."""
-    steps = induction_steps(loop) if step == 1 else _counting_down(loop)
+    steps = induction_steps(loop, down=step == -1)
     counters = [c for c in loop.carried if c.var.uid in steps]
     if len(counters) != 1 or affine(steps[counters[0].var.uid]) != {(): step}:
         raise ValueError("not a loop counting by one" if step == 1 else "not a loop counting down")
