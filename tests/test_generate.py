@@ -764,3 +764,69 @@ def test_the_generated_kernel_is_optimized_where_executor_says(tmp_path):
     assert (tmp_path / "rowsum.cu").exists()
     assert r.stderr.strip().splitlines()[-1].startswith("optiml: error: ")
     assert f"127.0.0.1:{port}" in r.stderr.strip().splitlines()[-1]
+
+
+def _reference_module(generated: Path, name: str):
+    module_spec = importlib.util.spec_from_file_location(name, generated / f"{name}_ref.py")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", IDS)
+def test_a_reference_looped_over_every_reduced_name_computes_the_same(generated, name, tmp_path):
+    """Where a factor of a reduction would span more than `_SPAN` elements whole, the reference
+    takes the reduced names one value at a time (a convolution's taps): with `_SPAN` at one
+    element every reduction of every formula loops, and agrees with the whole computation."""
+    _, _, spec = load(generated / f"{name}.cu", name)
+    sizes = dict(next(f[2] for f in FORMULAS if f[0] == name))
+    case = spec.case(sizes)
+    _, arrays = _inputs(spec, case, tmp_path, name)
+    args = [
+        arrays[p] if p in arrays else case.scalars.get(p, case.sizes.get(p)) for p in spec.params
+    ]
+    whole = _reference_module(generated, name)
+    looped = _reference_module(generated, name)
+    looped._SPAN = 1
+    for want, got in zip(getattr(whole, name)(*args), getattr(looped, name)(*args), strict=True):
+        assert np.allclose(got, want, rtol=1e-12, atol=1e-12, equal_nan=True), name
+
+
+def test_a_convolutions_reference_gathers_one_tap_at_a_time(tmp_path):
+    """A 3-D transposed convolution whose input gathered for every tap would be 302 M float64
+    (2.4 GB, and an int64 index array as large per dimension): the reference reads the input
+    one tap at a time, as views of it, its peak well under the whole gather's, and equals a
+    direct sum over the taps."""
+    import tracemalloc
+
+    formula = (
+        "float x[B, CI, D, H, W], w[CI, CO, KD, KH, KW]\n"
+        "y[b, o, d, h, v] = sum(k, k2, k3, i) x[b, i, d - k, h - k2, v - k3] * w[i, o, k, k2, k3]"
+        "   for d < OD, h < OH, v < OW\n"
+        "B = 4; CI = 16; D = 16; H = 32; W = 64; CO = 8; KD = 3; KH = 5; KW = 7;"
+        " OD = 18; OH = 36; OW = 70"
+    )
+    path, name, _ = on_disk(formula, "conv_t3d", tmp_path)
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-1, 1, (4, 16, 16, 32, 64))
+    w = rng.uniform(-1, 1, (16, 8, 3, 5, 7))
+    _, _, spec = load(path, name)
+    sizes = dict(B=4, CI=16, D=16, H=32, W=64, CO=8, KD=3, KH=5, KW=7, OD=18, OH=36, OW=70)
+    arrays = {"x": x.ravel(), "w": w.ravel(), "y": None}
+    args = [arrays[p] if p in arrays else sizes[p] for p in spec.params]
+    reference = getattr(_reference_module(tmp_path, name), name)
+    tracemalloc.start()
+    try:
+        (got,) = reference(*args)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    whole = 4 * 16 * 18 * 36 * 70 * 3 * 5 * 7 * 8
+    assert peak < whole / 8, (peak, whole)
+    want = np.zeros((4, 8, 18, 36, 70))
+    for k in range(3):
+        for k2 in range(5):
+            for k3 in range(7):
+                part = np.einsum("bidhv,io->bodhv", x[:, :, :16, :32, :64], w[:, :, k, k2, k3])
+                want[:, :, k : k + 16, k2 : k2 + 32, k3 : k3 + 64] += part
+    assert np.allclose(got.reshape(want.shape), want)

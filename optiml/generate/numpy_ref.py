@@ -11,9 +11,14 @@ from optiml.generate.check import SCANS
 from optiml.generate.model import Access, Binary, Call, Checked, Name, Node, Num, Reduce, Unary
 
 HELPERS = '''
+import itertools
 import math
 
 import numpy as np
+
+# The most elements one factor of a reduction may span before the reduction loops over the
+# reduced names in Python (a convolution's taps) rather than building the factor whole.
+_SPAN = 1 << 26
 
 
 class _V:
@@ -28,11 +33,15 @@ def _c(value):
     return _V(np.float64(value))
 
 
-def _index(name, n):
-    return _V(np.arange(n, dtype=np.float64), (name,))
+def _index(name, extents):
+    r = extents[name]
+    return _V(np.arange(r.start, r.stop, dtype=np.float64), (name,))
 
 
-def _at(array, *ax):
+def _at(array, extents, *ax):
+    """`array` read at index names: each dimension over its name's range (one element of it
+    where a reduction loops over that name)."""
+    array = array[tuple(slice(extents[x].start, extents[x].stop) for x in ax)]
     if len(set(ax)) < len(ax):  # a repeated index: the diagonal
         letters = "".join(chr(97 + sorted(set(ax), key=ax.index).index(x)) for x in ax)
         out = "".join(dict.fromkeys(letters))
@@ -60,44 +69,134 @@ def _full(v, names, extents):
     a, ax = v.a, list(v.ax)
     for n in names:
         if n not in ax:
-            a = np.broadcast_to(np.expand_dims(a, -1), (*a.shape, extents[n]))
+            a = np.broadcast_to(np.expand_dims(a, -1), (*a.shape, len(extents[n])))
             ax.append(n)
     return a, ax
 
 
-def _reduce(kind, v, names, extents):
-    a, ax = _full(v, names, extents)
-    axis = tuple(ax.index(n) for n in names)
-    rest = tuple(x for x in ax if x not in names)
+def _taps(names, extents, spans, taps):
+    """The reduced names to take one value at a time where a factor (`spans`: each factor's
+    index names) spans more than _SPAN elements: every tap (`taps`: reduced names that shift a
+    subscript of another name, a window's offsets, so that each read is a view), then, while a
+    factor is still too large, other reduced names, smallest range first."""
+    fixed = []
+
+    def size(ax):
+        return math.prod(1 if n in fixed else len(extents[n]) for n in set(ax))
+
+    if max(map(size, spans), default=0) > _SPAN:
+        fixed = [n for n in taps if n in names]
+    while True:
+        big = max(spans, key=size, default=())
+        free = sorted((n for n in names if n in big and n not in fixed), key=lambda n: len(extents[n]))
+        if size(big) <= _SPAN or not free:
+            return fixed
+        fixed.append(free[0])
+
+
+def _tapped(names, extents, spans, taps):
+    """The restricted extents of each step of a reduction's loop over its taps (one step, the
+    extents as they are, where no factor is too large)."""
+    fixed = _taps(names, extents, spans, taps)
+    for values in itertools.product(*(extents[n] for n in fixed)):
+        yield dict(extents, **{n: range(t, t + 1) for n, t in zip(fixed, values)})
+
+
+_COMBINE = {"sum": np.add, "mean": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _reduce(kind, body, names, extents, spans, taps):
+    """`kind` over `names` of `body` (a function of the extents: called once per tap where the
+    body would span too many elements whole)."""
     if kind in ("argmax", "argmin"):
+        a, ax = _full(body(extents), names, extents)
         f = np.argmax if kind == "argmax" else np.argmin
-        return _V(f(a, axis=axis[0]).astype(np.float64), rest)
-    f = {"sum": np.sum, "mean": np.mean, "prod": np.prod, "max": np.max, "min": np.min}[kind]
-    return _V(f(a, axis=axis), rest)
+        rest = tuple(x for x in ax if x not in names)
+        return _V(f(a, axis=ax.index(names[0])).astype(np.float64), rest)
+    f = {"sum": np.sum, "mean": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[kind]
+    total = rest = None
+    for e in _tapped(names, extents, [spans], taps):
+        a, ax = _full(body(e), names, e)
+        part = f(a, axis=tuple(ax.index(n) for n in names))
+        total = part if total is None else _COMBINE[kind](total, part)
+        rest = tuple(x for x in ax if x not in names)
+    if kind == "mean":
+        total = total / math.prod(len(extents[n]) for n in names)
+    return _V(total, rest)
 
 
 def _win(array, pad, subs, extents):
     """`array` read at affine subscripts, gathered with NumPy's advanced indexing: `subs` has per
     dimension ((coefficient, index or None), ...) and a divisor; a position outside the array,
-    or one the divisor does not divide, reads `pad`."""
+    or one the divisor does not divide, reads `pad`. Each dimension's positions span only the
+    names its subscript reads (broadcast by the indexing), so no index array is as large as the
+    window."""
     names = list(dict.fromkeys(n for terms, _ in subs for _, n in terms if n is not None))
-    shape = [extents[n] for n in names]
-    ok = np.ones(shape, dtype=bool)
-    where = []
+    sliced = _win_sliced(array, pad, subs, extents, names)
+    if sliced is not None:
+        return sliced
+    ok, where = True, []
     for dim, (terms, div) in enumerate(subs):
-        pos = np.zeros(shape, dtype=np.int64)
+        pos = np.zeros([1] * len(names), dtype=np.int64)
         for coef, n in terms:
             if n is None:
                 pos = pos + int(coef)
             else:
                 axis = [-1 if m == n else 1 for m in names]
-                pos = pos + int(coef) * np.arange(extents[n], dtype=np.int64).reshape(axis)
+                r = extents[n]
+                pos = pos + int(coef) * np.arange(r.start, r.stop, dtype=np.int64).reshape(axis)
         if div != 1:
-            ok &= pos % div == 0
+            ok = ok & (pos % div == 0)
             pos = pos // div
-        ok &= (pos >= 0) & (pos < array.shape[dim])
+        ok = ok & (pos >= 0) & (pos < array.shape[dim])
         where.append(np.clip(pos, 0, array.shape[dim] - 1))
-    return _V(np.where(ok, array[tuple(where)], np.float64(pad)), names)
+    a = array[tuple(where)]
+    shape = [len(extents[n]) for n in names]
+    if not np.all(ok):
+        a = np.where(ok, a, np.float64(pad))
+    return _V(np.broadcast_to(a, shape), names)
+
+
+def _win_sliced(array, pad, subs, extents, names):
+    """`_win` as slices, where each dimension's subscript varies with one name at most, no name
+    in two, and the positions it reads run forward: a view of `array` where no position falls
+    outside it, else the padded result with the view copied in. None where it is not so."""
+    free = [[n for _, n in terms if n is not None and len(extents[n]) > 1] for terms, _ in subs]
+    if any(len(f) > 1 for f in free) or len(sum(free, [])) != len(set(sum(free, []))):
+        return None
+    inner, outer, axes = [], [], []
+    for dim, ((terms, div), f) in enumerate(zip(subs, free)):
+        n = f[0] if f else None
+        pos = np.zeros(1 if n is None else len(extents[n]), dtype=np.int64)
+        for coef, m in terms:
+            if m is None:
+                pos = pos + int(coef)
+            elif m == n:
+                pos = pos + int(coef) * np.arange(extents[m].start, extents[m].stop, dtype=np.int64)
+            else:  # a name of one value here
+                pos = pos + int(coef) * extents[m].start
+        ok = pos % div == 0 if div != 1 else np.ones(pos.shape, dtype=bool)
+        pos = pos // div
+        at = np.flatnonzero(ok & (pos >= 0) & (pos < array.shape[dim]))
+        if at.size == 0:  # nothing of `array` is read: all padding
+            shape = [len(extents[m]) for m in names]
+            return _V(np.full(shape, np.float64(pad)), names)
+        step, read = (at[1] - at[0], pos[at[1]] - pos[at[0]]) if at.size > 1 else (1, 1)
+        if read <= 0 or np.any(np.diff(at) != step):
+            return None
+        outer.append(slice(at[0], at[-1] + 1, step))
+        inner.append(slice(pos[at[0]], pos[at[-1]] + 1, read))
+        axes.append((n, pos.size))
+    a = array[tuple(inner)]
+    shape = tuple(size for _, size in axes)
+    if a.shape != shape:  # some positions fall outside: padding around the view
+        full = np.full(shape, np.float64(pad))
+        full[tuple(outer)] = a
+        a = full
+    ax = [n for n, _ in axes if n is not None]
+    held = [m for m in names if m not in ax]  # names of one value: an axis of one element each
+    a = np.reshape(a, [len(extents[m]) for m in ax] + [1] * len(held))
+    return _V(a, (*ax, *held))
 
 
 def _gather(array, subs, extents):
@@ -111,7 +210,8 @@ def _gather(array, subs, extents):
     where = []
     for kind, v in subs:
         if kind == "i":
-            where.append(np.arange(extents[v]).reshape([-1 if m == v else 1 for m in names]))
+            r = extents[v]
+            where.append(np.arange(r.start, r.stop).reshape([-1 if m == v else 1 for m in names]))
             continue
         where.append(_placed(v, names).astype(np.int64))
     return _V(array[tuple(where)], tuple(names))
@@ -131,20 +231,24 @@ def _scan(kind, v, name, extents):
     return _V(f(a, axis=axis), ax)
 
 
-def _sum_of_product(names, extents, *factors, mean=False):
-    """sum over `names` of a product of factors, as one einsum (no product tensor is built)."""
-    letters = {}
-    subs = ["".join(letters.setdefault(x, chr(97 + len(letters))) for x in f.ax) for f in factors]
-    axes = list(dict.fromkeys(x for f in factors for x in f.ax))
-    rest = tuple(x for x in axes if x not in names)
-    out = "".join(letters[x] for x in rest)
-    r = np.einsum(",".join(subs) + "->" + out, *[f.a for f in factors], optimize=True)
-    count = 1
+def _sum_of_product(names, extents, spans, taps, *factors, mean=False):
+    """sum over `names` of a product of factors (each a function of the extents, `spans` their
+    index names), as one einsum (no product tensor is built), or one per tap where a factor
+    would span too many elements whole (a convolution's input gathered for every tap)."""
+    r = rest = None
+    for e in _tapped(names, extents, spans, taps):
+        vs = [f(e) for f in factors]
+        letters = {}
+        subs = ["".join(letters.setdefault(x, chr(97 + len(letters))) for x in v.ax) for v in vs]
+        axes = list(dict.fromkeys(x for v in vs for x in v.ax))
+        rest = tuple(x for x in axes if x not in names)
+        out = "".join(letters[x] for x in rest)
+        part = np.einsum(",".join(subs) + "->" + out, *[v.a for v in vs], optimize=True)
+        r = part if r is None else r + part
     for n in names:
         if n not in axes:
-            r = r * extents[n]
-        count *= extents[n]
-    return _V(r / count if mean else r, rest)
+            r = r * len(extents[n])
+    return _V(r / math.prod(len(extents[n]) for n in names) if mean else r, rest)
 
 
 def _result(v, ax, shape):
@@ -211,7 +315,7 @@ class _Ref:
         self.c = c
 
     def extents(self) -> str:
-        items = ", ".join(f"{i!r}: {py_name(b)}" for i, b in self.c.ranges.items())
+        items = ", ".join(f"{i!r}: range({py_name(b)})" for i, b in self.c.ranges.items())
         return "{" + items + "}"
 
     def expr(self, node: Node) -> str:
@@ -221,7 +325,7 @@ class _Ref:
             return f"_c({node.value!r})"
         if isinstance(node, Name):
             if node.kind == "index":
-                return f"_index({node.name!r}, {py_name(self.c.ranges[node.name])})"
+                return f"_index({node.name!r}, _E)"
             return f"_c({py_name(node.name)})"
         if isinstance(node, Access):
             return self.access(node, "0.0")
@@ -241,10 +345,14 @@ class _Ref:
             names = tuple(i.name for i in node.indices)
             factors = _product_factors(node.body)
             if node.op in ("sum", "mean") and factors is not None:
-                fs = ", ".join(self.expr(f) for f in factors)
+                fs = ", ".join(f"lambda _E: {self.expr(f)}" for f in factors)
+                spans = tuple(_index_names(f, self.c.ranges) for f in factors)
+                taps = _shifts(node.body, self.c.ranges)
                 mean = ", mean=True" if node.op == "mean" else ""
-                return f"_sum_of_product({names!r}, _E, {fs}{mean})"
-            return f"_reduce({node.op!r}, {self.expr(node.body)}, {names!r}, _E)"
+                return f"_sum_of_product({names!r}, _E, {spans!r}, {taps!r}, {fs}{mean})"
+            body, spans = self.expr(node.body), _index_names(node.body, self.c.ranges)
+            taps = _shifts(node.body, self.c.ranges)
+            return f"_reduce({node.op!r}, lambda _E: {body}, {names!r}, _E, {spans!r}, {taps!r})"
         raise AssertionError(node)
 
     def access(self, node: Access, pad: str) -> str:
@@ -258,7 +366,7 @@ class _Ref:
             return f"_gather({py_name(node.tensor)}, ({subs},), _E)"
         if not any(i.affine for i in node.indices):
             ax = ", ".join(repr(i.name) for i in node.indices)
-            return f"_at({py_name(node.tensor)}, {ax})"
+            return f"_at({py_name(node.tensor)}, _E, {ax})"
         subs = []
         for ix in node.indices:
             terms = [(1, [ix.name])] if not ix.affine else ix.terms
@@ -271,6 +379,64 @@ class _Ref:
             div = "1" if ix.div is None else ix.div if ix.div.isdigit() else py_name(ix.div)
             subs.append(f"(({', '.join(parts)},), {div})")
         return f"_win({py_name(node.tensor)}, {pad}, ({', '.join(subs)},), _E)"
+
+
+def _shifts(node: Node, ranges: dict[str, str]) -> tuple[str, ...]:
+    """The index names a node's subscripts read beside another index name in one dimension
+    (`o * S + k - P`: both), in order."""
+    names: list[str] = []
+
+    def walk(n: Node) -> None:
+        if isinstance(n, Access):
+            for ix in n.indices:
+                if ix.gather is not None:
+                    walk(ix.gather)
+                elif ix.affine:
+                    read = [f for _, factors in ix.terms for f in factors if f in ranges]
+                    if len(set(read)) > 1:
+                        names.extend(read)
+        for child in _children(n):
+            walk(child)
+
+    walk(node)
+    return tuple(dict.fromkeys(names))
+
+
+def _children(n: Node) -> list[Node]:
+    if isinstance(n, Unary):
+        return [n.operand]
+    if isinstance(n, Binary):
+        return [n.left, n.right]
+    if isinstance(n, Call):
+        return list(n.args)
+    if isinstance(n, Reduce):
+        return [n.body]
+    return []
+
+
+def _index_names(node: Node, ranges: dict[str, str]) -> tuple[str, ...]:
+    """The index names a node reads, in order (those of its subscripts and its index values)."""
+    names: list[str] = []
+
+    def index(ix) -> None:
+        if ix.gather is not None:
+            walk(ix.gather)
+        elif ix.affine:
+            names.extend(f for _, factors in ix.terms for f in factors if f in ranges)
+        else:
+            names.append(ix.name)
+
+    def walk(n: Node) -> None:
+        if isinstance(n, Name) and n.kind == "index":
+            names.append(n.name)
+        elif isinstance(n, Access):
+            for ix in n.indices:
+                index(ix)
+        for child in _children(n):
+            walk(child)
+
+    walk(node)
+    return tuple(dict.fromkeys(names))
 
 
 def _product_factors(node: Node) -> list[Node] | None:
