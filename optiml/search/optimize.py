@@ -726,22 +726,26 @@ def _computes(source: SourceFile, kernel, spec) -> str:
 def _next_to_judge(queue: list, rejected: list[Node], node_of: Callable[[Any], Node]):
     """The next of `queue` (best first; `node_of` its items' nodes) to judge, taken out of it, or
     None: a rejected candidate's descendants carry its edit and are dropped (the next one judged
-    is another line); of the rest, the first whose edits do not include a rejected one's last
-    edit (the same flags on another schedule), else the first."""
+    is another line); of the rest, the first whose edits include the fewest of the rejected
+    ones' last edits (none: another schedule without the flags that made the rejected wrong; one:
+    after the fast-math schedule and the cluster schedule were each turned down, the one that
+    has only one of them)."""
     queue[:] = [e for e in queue if not any(_descends(node_of(e), r) for r in rejected)]
     if not queue:
         return None
     suspect = {r.action.key for r in rejected if r.action is not None}
-    return queue.pop(next((i for i, e in enumerate(queue) if not _carries(node_of(e), suspect)), 0))
+    carried = [_carried(node_of(e), suspect) for e in queue]
+    return queue.pop(carried.index(min(carried)))
 
 
-def _carries(n: Node, keys: set[str]) -> bool:
-    """Whether an edit on `n`'s path from the input has one of `keys`."""
+def _carried(n: Node, keys: set[str]) -> int:
+    """How many of `keys` the edits on `n`'s path from the input have."""
+    found = set()
     while n is not None:
         if n.action is not None and n.action.key in keys:
-            return True
+            found.add(n.action.key)
         n = n.parent
-    return False
+    return len(found)
 
 
 def _descends(n: Node, ancestor: Node) -> bool:

@@ -634,6 +634,28 @@ def test_after_a_rejection_a_candidate_without_its_edit_is_judged_next(monkeypat
     )
     assert judged == [3, 4] and winner is ranked[1]
 
+    # KernelBench's L1 norm on an H100: fast math on the warp schedule (NaN on tiny inputs) and
+    # the cluster schedule (a launch error at another size) each turned down; every other line
+    # carries one of their edits: fast math on the cluster schedule reached another way carries
+    # both, fast math alone one; that one is judged next
+    judged.clear()
+    unrolled = node(5, root, "unroll", {"factor": 8})
+    again = node(7, unrolled, "warp_rows", {})
+    ranked = [node(3, rows, "fast_math", fast), cluster, node(8, again, "fast_math", fast)]
+    ranked.append(node(6, root, "fast_math", fast))
+
+    async def judge_two(executor, job, options, measured, **kw):
+        judged.append(job)
+        ok = job not in (3, 2)
+        return JudgeVerdict(accepted=ok, checks=[Check(name="checks", ok=ok, detail="NaN")])
+
+    monkeypatch.setattr(opt, "judge", judge_two)
+    confirmed = [(n, c, m) for n in ranked]
+    winner, _ = asyncio.run(
+        opt.judge_confirmed(confirmed, problem, None, None, OptimizeOptions(), run, None)
+    )
+    assert judged == [3, 2, 6] and winner is ranked[3]
+
 
 def test_among_candidates_as_fast_within_the_noise_the_fewest_edits_wins():
     """Timing noise does not choose between a rewrite and the same rewrite plus a no-op edit;
