@@ -471,6 +471,8 @@ def summary(rows: list[dict]) -> dict:
 
 def environment() -> dict:
     env = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "optiml": __version__}
+    # OPTIML_COMMIT where the tree was copied without its history
+    env["commit"] = os.environ.get("OPTIML_COMMIT") or _git_head()
     env["python"] = platform.python_version()
     try:
         import torch
@@ -487,6 +489,19 @@ def environment() -> dict:
     except (OSError, subprocess.TimeoutExpired):
         env["nvcc"] = None
     return env
+
+
+def _git_head() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(Path(__file__).parent), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
 
 
 def run(args: argparse.Namespace, gpu: bool = True) -> dict:

@@ -1259,7 +1259,7 @@ int main(int argc, char** argv) {
 
     // The oracle's say on an output that differs from the reference's beyond the tolerance (on
     // `inputs`): accepted where the candidate is within the tolerance of the exact result or,
-    // where the reference is not, within twice the reference's error (`within_exact_error`);
+    // where the reference is not, within four times the reference's error (`within_exact_error`);
     // failing both, where its error is within the tolerance widened by how far the exact result
     // itself moves when the inputs move by rounding (a sign, a comparison or a floor of a value
     // within rounding of its edge: no float computation can be held to more). `runs` keeps the oracle's outputs for the other buffers of these inputs.

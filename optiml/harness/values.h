@@ -260,12 +260,13 @@ OPTIML_HD static inline void fill_value(Code code, bool is_float, size_t size, u
 // correct. Where the reference itself is outside it, the tolerance is more than float reaches on
 // these inputs (a long sum of terms of both signs, its partial sums far larger than its result):
 // the candidate is held to the reference's own error instead, up to REORDERED_SPREAD times it,
-// what the same float sum in another order may come to (reordered convolutions' sums measured at
-// 1.2x to 1.7x the original's largest error: KernelBench's 62 and 64 on an H100,
-// benchmarks/results/kernelbench/kb-56-62-h100-reordered.json, kb-18-58-64-h100.json); a lower
-// precision than the reference's (TF32, half) is orders of magnitude past it. Where the
-// reference is within the tolerance, so must the candidate be.
-constexpr double REORDERED_SPREAD = 2.0;
+// what the same float sum in another order may come to: the largest error of one order against
+// another's is a ratio of two maxima over the buffer, and reordered convolutions' sums measured
+// 1.2x to 2.65x the original's (KernelBench's 62, 64 and 58 on an H100, wide and spiked inputs:
+// benchmarks/results/kernelbench/kb-56-62-h100-reordered.json, kb-18-58-64-h100.json,
+// kb-58-62-64-h100.json); a lower precision than the reference's (TF32, half) is orders of
+// magnitude past it. Where the reference is within the tolerance, so must the candidate be.
+constexpr double REORDERED_SPREAD = 4.0;
 static inline bool within_exact_error(double candidate, double reference) {
   return candidate <= 1.0 || (reference > 1.0 && candidate <= REORDERED_SPREAD * reference);
 }

@@ -48,7 +48,7 @@ class OracleCheck(BaseModel):
     (atol + rtol |exact|), the largest over the buffer): a candidate outside the tolerance of the
     reference is still correct where it is within the tolerance of the exact result, or, where
     the reference itself is not (the tolerance is more than float reaches on these inputs),
-    within twice the reference's error (values.h's `within_exact_error`). Failing both,
+    within four times the reference's error (values.h's `within_exact_error`). Failing both,
     `conditioned` is the candidate's error against the tolerance widened, element by element, by
     how far the exact result itself moves when the inputs move by a few units in the last place
     of float (a sign, a comparison or a rounding of a value within rounding of its edge): the
