@@ -35,6 +35,7 @@ FIXTURES = (
 
 
 STEPS = ("compile_s", "run_s", "profile_s")
+WAITS = ("build_s", "gpu_wait_s")  # an evaluation's build (nvcc and its queue), its GPU wait
 
 
 def rate(trajectory: dict) -> dict:
@@ -87,7 +88,7 @@ def rate(trajectory: dict) -> dict:
                 "params": n["edit"].get("params"),
                 "depth": n.get("depth"),
                 "status": n["measurement"].get("status"),
-                **{k: n["measurement"].get(k) for k in STEPS},
+                **{k: n["measurement"].get(k) for k in (*STEPS, *WAITS)},
                 "message": (n["measurement"].get("message") or "")[:200],
             }
             for n in trajectory.get("nodes", [])

@@ -134,7 +134,7 @@ def test_a_precompile_and_the_evaluation_after_it_share_one_build(monkeypatch):
         return None
 
     monkeypatch.setattr(local, "build_candidate", slow_build)
-    monkeypatch.setattr(local, "evaluate", lambda *a, **k: "verdict")
+    monkeypatch.setattr(local, "evaluate", lambda *a, **k: _verdict("verdict"))
     ex = LocalExecutor([0], device_count=1, compile_workers=4)
     options = EvalOptions(arch="sm_90")
 
@@ -147,9 +147,72 @@ def test_a_precompile_and_the_evaluation_after_it_share_one_build(monkeypatch):
         await ex.precompile(broken, options)  # no exception
         return verdict
 
-    assert asyncio.run(main()) == "verdict"
+    assert asyncio.run(main()).message == "verdict"
     assert built.count(job.candidate.text) == 1
     assert ex._building == {}  # nothing left behind
+
+
+def _verdict(message: str, compile_s: float = 0.0):
+    from optiml.harness.verdict import Verdict
+
+    return Verdict(
+        status="ok",
+        message=message,
+        compile_s=compile_s,
+        file="saxpy.cu",
+        kernel="saxpy",
+        reference="self",
+        arch="sm_90",
+        nvcc_version="13.0",
+        date="2026-12-07",
+    )
+
+
+def test_an_evaluation_says_where_it_waited(monkeypatch):
+    """Two candidates on one compile worker and one GPU, a 0.4 s run already holding the GPU:
+    the second's build waited for the first's (its build 0.6 s, its nvcc 0.3 s), and the first's
+    run for the GPU; a verdict names both waits, which its steps do not count."""
+    from types import SimpleNamespace
+
+    import optiml.executors.local as local
+    from optiml.executors.base import Job
+
+    source, kernel, spec = load(FIXTURES / "saxpy.cu", "saxpy")
+    ctx = Context.of(Variant(source.text), source.path, "saxpy")
+    jobs = [
+        Job.of_variant(source, kernel, spec, p.variant)
+        for p in CATALOG["vector_map"].propose(ctx)[:2]
+    ]
+    assert jobs[0].candidate.text != jobs[1].candidate.text
+
+    def build(*a):
+        time.sleep(0.3)
+        return SimpleNamespace(seconds=0.3)
+
+    def run(*a, **k):
+        time.sleep(0.1)
+        return _verdict("run", compile_s=0.01)
+
+    monkeypatch.setattr(local, "build_candidate", build)
+    monkeypatch.setattr(local, "evaluate", run)
+    ex = LocalExecutor([0], device_count=1, compile_workers=1)
+    options = EvalOptions(arch="sm_90")
+
+    async def main():
+        held = asyncio.create_task(ex.run_on_gpu(lambda env: time.sleep(0.4)))
+        await asyncio.sleep(0.01)
+        return await asyncio.gather(*(ex.evaluate(j, options) for j in jobs)), await held
+
+    (first, second), _ = asyncio.run(main())
+    assert first.compile_s == second.compile_s == 0.3
+    assert first.build_s >= 0.28 and second.build_s >= first.build_s + 0.25  # queued behind it
+    assert second.build_s - second.compile_s >= 0.25  # a wait that nvcc's time does not hold
+    assert first.gpu_wait_s >= 0.05  # the held run's last 0.1 s
+    # in the trajectory's measurement too
+    from optiml.search.trajectory import Measurement
+
+    m = Measurement.of(second)
+    assert (m.build_s, m.gpu_wait_s) == (second.build_s, second.gpu_wait_s)
 
 
 def test_an_evaluation_says_what_its_candidates_compile_took(monkeypatch):

@@ -9,6 +9,7 @@ import contextlib
 import logging
 import os
 import re
+import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -106,11 +107,16 @@ class LocalExecutor(Executor):
     async def evaluate(self, job: Job, options: EvalOptions, *, pinned: bool = False) -> Verdict:
         opts = replace(options, candidate_flags=job.flags)
         build = None
+        asked = time.perf_counter()
         if job.candidate is not None:
             # compile first, on the CPU pool: the GPU stays free for another candidate meanwhile
             build = await self._build(job, opts)
+        built = time.perf_counter()
+        acquired = built
 
         def run(env: dict[str, str]) -> Verdict:
+            nonlocal acquired
+            acquired = time.perf_counter()
             return evaluate(
                 job.source,
                 job.kernel,
@@ -120,6 +126,8 @@ class LocalExecutor(Executor):
             )
 
         verdict = await self.run_on_gpu(run, pinned=pinned)
+        verdict.build_s = round(built - asked, 3) if build is not None else None
+        verdict.gpu_wait_s = round(acquired - built, 3)
         if build is not None and build.seconds > verdict.compile_s:
             # the candidate's nvcc time, where it compiled before the run found it cached
             verdict.compile_s = build.seconds

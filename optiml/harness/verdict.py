@@ -225,6 +225,10 @@ class Verdict(BaseModel):
     compile_s: float = 0.0
     run_s: float = 0.0
     wall_s: float = 0.0
+    # where an executor ran it: from the request to the candidate's build done (its nvcc time and
+    # any wait for a compile worker), and then the wait for a free GPU
+    build_s: float | None = None
+    gpu_wait_s: float | None = None
     date: str
     log_tail: str = ""
 

@@ -125,6 +125,10 @@ class Measurement(BaseModel):
     compile_s: float = 0.0
     run_s: float = 0.0
     profile_s: float = 0.0
+    # the executor's: request to build done (nvcc and any wait for a compile worker), then the
+    # wait for a free GPU (None where the executor does not say)
+    build_s: float | None = None
+    gpu_wait_s: float | None = None
     # seconds into the optimize run at which the search's evaluation began (asked the executor),
     # its verdict came in, and it ended (profiled or not): with 8 in flight, where each waited
     started_s: float | None = None
@@ -137,6 +141,7 @@ class Measurement(BaseModel):
     @classmethod
     def of(cls, v: Verdict) -> Measurement:
         m = cls(status=v.status, message=v.message, compile_s=v.compile_s, run_s=v.run_s)
+        m.build_s, m.gpu_wait_s = v.build_s, v.gpu_wait_s
         if v.device is not None:
             m.device, m.sm_count = v.device.name, v.device.sm_count
             m.memory_bytes = v.device.memory_bytes
