@@ -133,3 +133,36 @@ def test_a_reference_slower_than_its_limit_names_the_largest_size(tmp_path):
     with pytest.raises(ReferenceTooLarge) as e:
         _numpy_expected(spec, cases, plans, (3,), seconds=5.0)
     assert e.value.label == cases[0].label and "did not finish within 5 s" in str(e.value)
+
+
+def test_optimize_bounds_the_inputs_reference_by_its_wall_time_budget(tmp_path, monkeypatch):
+    """`optimize --time 90`: the input's NumPy reference gets a tenth of the budget (9 s) at a
+    step's sizes where a smaller size is left, so a slow reference leaves the search its time;
+    without a budget, REFERENCE_SECONDS; evaluate's fallback uses the limit it is given."""
+    from optiml.search import optimize as opt
+
+    assert opt.reference_limit(90.0, ev.EvalOptions()) == pytest.approx(9.0)
+    assert opt.reference_limit(None, ev.EvalOptions()) == ev.REFERENCE_SECONDS
+    assert opt.reference_limit(1200.0, ev.EvalOptions()) == ev.REFERENCE_SECONDS
+
+    spec, cases, _ = _spec(tmp_path, "greedy")
+    source, kernel, _ = load(tmp_path / "greedy.cu", "twice")
+    limits = []
+
+    def stand_in(source, kernel, spec, candidate, opts):
+        limits.append(opts.reference_seconds)
+        return ev.Verdict(
+            status="ok",
+            check="outputs",
+            message="ok",
+            file="f",
+            kernel="twice",
+            reference="r",
+            arch="sm_90",
+            nvcc_version="13.0",
+            date="2026-12-07",
+        )
+
+    monkeypatch.setattr(ev, "_evaluate", stand_in)
+    ev.evaluate(source, kernel, spec, options=ev.EvalOptions(time=False, reference_limit_s=9.0))
+    assert limits == [9.0]

@@ -157,8 +157,11 @@ class EvalOptions:
     # has passed at the others (`evaluate`). None: the function at every size.
     numpy_elements: int | None = NUMPY_ELEMENTS
     # the NumPy reference's time limit, set by `evaluate` where a smaller size is left to fall
-    # back to (REFERENCE_SECONDS); None: none
+    # back to (`reference_limit_s`); None: none
     reference_seconds: float | None = None
+    # ... and the limit it sets there: REFERENCE_SECONDS, or less where a caller's time is short
+    # (`optimize` within its wall-time budget)
+    reference_limit_s: float = REFERENCE_SECONDS
     # Run in a runner started ahead of the job, whose exit is not waited for (optiml.harness.ahead):
     # ~0.3 s of a ~0.9 s evaluation of a small kernel is a runner opening and closing the GPU.
     # Off by default until measured on a GPU (benchmarks/eval_phases.py runs both ways); a GPU in
@@ -204,7 +207,7 @@ def evaluate(
     )
     small = numpy_sizes(spec, opts.numpy_elements) if falls_back else None
     if small is None:
-        limit = REFERENCE_SECONDS if falls_back and len(spec.sizes) > 1 else None
+        limit = opts.reference_limit_s if falls_back and len(spec.sizes) > 1 else None
         try:
             return _evaluate(
                 source, kernel, spec, candidate, replace(opts, reference_seconds=limit)
@@ -220,7 +223,7 @@ def evaluate(
 
     while True:
         try:
-            limit = REFERENCE_SECONDS if len(small) > 1 else None
+            limit = opts.reference_limit_s if len(small) > 1 else None
             checked = _evaluate(
                 source,
                 kernel,

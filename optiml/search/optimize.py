@@ -56,6 +56,21 @@ FINISH_SHARE = 0.25
 # gemv (5.5 s) and for LogSoftmax (8.3 s), 48 s and 72 s against the quarter's 22.5 s of 90.
 FINISH_RUNS = 9.0
 FINISH_MAX_SHARE = 0.6  # the search keeps the rest, however slow the input
+# Of a run's wall-time budget, the most the input's NumPy reference may take at a step's sizes
+# where a smaller size is left: past it, the larger sizes are checked against the input as
+# written once it has passed against the function at the smaller (`evaluate`'s fallback). On an
+# H100 the input's measurement of KernelBench's transposed 3-D convolutions 58 and 72 (their
+# generated references at the declared sizes) took 40 s and 66 s of a 90 s run, the search then
+# 17 s and 1.7 s (kb-58-62-64-h100.json, kb-72-74-76-h100.json).
+REFERENCE_SHARE = 0.1
+
+
+def reference_limit(max_seconds: float | None, options: EvalOptions) -> float:
+    """The input's NumPy reference's time limit at a step's sizes where a smaller is left: the
+    options' own, or `REFERENCE_SHARE` of a run's budget where less."""
+    if max_seconds is None:
+        return options.reference_limit_s
+    return min(options.reference_limit_s, REFERENCE_SHARE * max_seconds)
 
 
 def finish_seconds(max_seconds: float, input_run_s: float | None = None) -> float:
@@ -203,10 +218,15 @@ async def optimize(
             precompile_first(executor, policy, base_job, search_eval, run.background)
         )
         try:
+            base_eval = replace(
+                search_eval,
+                kernel_reference=False,
+                reference_limit_s=reference_limit(opts.max_seconds, search_eval),
+            )
             baseline = await measure_baseline(
                 executor,
                 base_job,
-                replace(problem_opts, eval=replace(search_eval, kernel_reference=False)),
+                replace(problem_opts, eval=base_eval),
                 full=not isinstance(policy, OfflinePolicy),
             )
         finally:

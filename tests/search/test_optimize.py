@@ -1028,3 +1028,22 @@ def test_each_evaluation_says_when_it_began_got_its_verdict_and_ended():
     rows = load_script("benchmarks/throughput.py", "throughput_bench").rate(t.model_dump())
     assert len(rows["evaluations_s"]) == len(searched)
     assert [r[0] for r in rows["evaluations_s"]] == sorted(m.started_s for m in searched)
+
+
+def test_the_inputs_reference_is_bounded_by_the_runs_time():
+    """With a wall-time budget the input's measurement (against its NumPy function, where it
+    has one) may give that function a tenth of it before a smaller size is checked instead;
+    the search's candidates are checked against the input on the GPU."""
+
+    class Options(StandInExecutor):
+        seen: list[tuple[bool, float]] = []
+
+        async def evaluate(self, job, options, *, pinned=False):
+            self.seen.append((options.kernel_reference, options.reference_limit_s))
+            return await super().evaluate(job, options, pinned=pinned)
+
+    ex = Options()
+    run(ex, budget=2, max_seconds=40.0)
+    (first_ref, first_limit), *rest = ex.seen
+    assert not first_ref and first_limit == pytest.approx(4.0)
+    assert rest and all(kernel_reference for kernel_reference, _ in rest)
