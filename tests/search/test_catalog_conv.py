@@ -294,6 +294,38 @@ def test_hand_written_convolutions_compute_what_the_original_does(ctx, sizes, tm
 
 @needs_kb
 @needs_gxx
+def test_eight_output_channels_a_group_fill_half_a_tile_and_compute_what_the_original_does(
+    tmp_path,
+):
+    """KernelBench's grouped transposed 3-D convolution has 8 output channels per group (M = 8):
+    a 16-row tile, its second half guarded off, computes what the original does."""
+    (path,) = KB.glob("72_*.py")
+    small = {**SMALL[72], "out_channels": 32}  # 4 groups of 8
+    t = translate(path.read_text(), path.name, overrides=small)
+    g = generate(t.formula, t.name, ref_file=f"{t.name}_ref.py")
+    (tmp_path / f"{t.name}_ref.py").write_text(g.reference)
+    cu = tmp_path / f"{t.name}.cu"
+    cu.write_text(g.kernel)
+    ctx = Context.of(Variant(g.kernel), str(cu), t.name)
+    assert ctx.spec.case(ctx.spec.sizes[0]).sizes["out_per_group"] == 8
+    proposals = propose(ctx)
+    assert proposals and all(p.params["bm"] == 16 for p in proposals), ig.why_not(ctx)
+    candidates = [variant(ctx, p) for p in proposals]
+    assert run_against(ctx, candidates, ctx.spec.sizes, tmp_path) == [0] * len(candidates)
+    # four output channels a group are still declined
+    small = {**SMALL[72], "out_channels": 16}
+    t = translate(path.read_text(), path.name, overrides=small)
+    g = generate(t.formula, t.name, ref_file=f"{t.name}_ref.py")
+    (tmp_path / "four").mkdir()
+    (tmp_path / "four" / f"{t.name}_ref.py").write_text(g.reference)
+    cu = tmp_path / "four" / f"{t.name}.cu"
+    cu.write_text(g.kernel)
+    ctx = Context.of(Variant(g.kernel), str(cu), t.name)
+    assert propose(ctx) == [] and "M = 4" in ig.why_not(ctx)
+
+
+@needs_kb
+@needs_gxx
 def test_a_wrong_tile_is_caught(tmp_path):
     """The host comparison can fail: a proposal whose im2col reads the next input column."""
     ctx = task(56)
@@ -366,7 +398,6 @@ def test_tiles_are_no_taller_than_m():
 # What the 18 KernelBench convolutions get at their real sizes: None where proposals are made,
 # else what the reason says.
 DECLINED = {
-    72: "M = 8",  # 8 output channels per group: too few to share B's elements
     82: "depthwise",
     84: "depthwise",
 }
