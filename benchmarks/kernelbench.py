@@ -240,7 +240,11 @@ def search_summary(t: dict) -> dict:
         "evaluations": t.get("evaluations"),
         "wall_s": t.get("wall_s"),
         "phase_s": t.get("phase_s"),
-        "baseline": split(baseline),
+        # the input's steps, and when its measurement began and ended (of the baseline phase)
+        "baseline": {
+            **split(baseline),
+            **{k: baseline.get(k) for k in ("started_s", "ended_s") if baseline.get(k) is not None},
+        },
         "nodes": nodes,
         "rejected_before_evaluation": len(t.get("rejected") or []),
         # each of the judge's checks' seconds (where its time went)

@@ -223,12 +223,17 @@ async def optimize(
                 kernel_reference=False,
                 reference_limit_s=reference_limit(opts.max_seconds, search_eval),
             )
+            asked = time.perf_counter() - run.started
             baseline = await measure_baseline(
                 executor,
                 base_job,
                 replace(problem_opts, eval=base_eval),
                 full=not isinstance(policy, OfflinePolicy),
             )
+            # when the input's measurement began and ended, as a candidate's are recorded: the
+            # baseline phase beyond it is the wait for the first edits' proposals
+            baseline.started_s = round(asked, 3)
+            baseline.ended_s = round(time.perf_counter() - run.started, 3)
         finally:
             await early  # its compiles go on in the executor's pool; the policy is the search's now
         run.phase("baseline")
