@@ -94,6 +94,20 @@ def test_a_reference_that_raises_is_still_a_reference_failure(tmp_path):
     assert "ValueError: no such axis" in str(e.value)
 
 
+def _ok() -> ev.Verdict:
+    return ev.Verdict(
+        status="ok",
+        check="outputs",
+        message="ok",
+        file="f",
+        kernel="twice",
+        reference="r",
+        arch="sm_90",
+        nvcc_version="13.0",
+        date="2026-12-07",
+    )
+
+
 def test_evaluate_moves_a_size_numpy_cannot_hold_to_the_kernels_sizes(tmp_path, monkeypatch):
     spec, cases, _ = _spec(tmp_path, "greedy")
     source, kernel, _ = load(tmp_path / "greedy.cu", "twice")
@@ -104,17 +118,7 @@ def test_evaluate_moves_a_size_numpy_cannot_hold_to_the_kernels_sizes(tmp_path, 
         calls.append((tuple(s["n"] for s in sizes), opts.kernel_reference, opts.reference_seconds))
         if not opts.kernel_reference and any(s["n"] > 2000 for s in sizes):
             raise ReferenceTooLarge("needs more memory", cases[0].label)
-        return ev.Verdict(
-            status="ok",
-            check="outputs",
-            message="ok",
-            file="f",
-            kernel="twice",
-            reference="r",
-            arch="sm_90",
-            nvcc_version="13.0",
-            date="2026-12-07",
-        )
+        return _ok()
 
     monkeypatch.setattr(ev, "_evaluate", stand_in)
     v = ev.evaluate(source, kernel, spec, options=ev.EvalOptions(time=False))
@@ -151,17 +155,7 @@ def test_optimize_bounds_the_inputs_reference_by_its_wall_time_budget(tmp_path, 
 
     def stand_in(source, kernel, spec, candidate, opts):
         limits.append(opts.reference_seconds)
-        return ev.Verdict(
-            status="ok",
-            check="outputs",
-            message="ok",
-            file="f",
-            kernel="twice",
-            reference="r",
-            arch="sm_90",
-            nvcc_version="13.0",
-            date="2026-12-07",
-        )
+        return _ok()
 
     monkeypatch.setattr(ev, "_evaluate", stand_in)
     ev.evaluate(source, kernel, spec, options=ev.EvalOptions(time=False, reference_limit_s=9.0))

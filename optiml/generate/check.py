@@ -27,6 +27,7 @@ from optiml.generate.model import (
     Statement,
     Tensor,
     Unary,
+    children,
 )
 from optiml.generate.parser import FormulaSource
 
@@ -817,24 +818,11 @@ def _node_pos(node: Node) -> Pos:
     return node.pos
 
 
-def _children(node: Node) -> list[Node]:
-    """The expressions right below `node` (a reduction's body, a call's arguments, ...)."""
-    if isinstance(node, Unary):
-        return [node.operand]
-    if isinstance(node, Binary):
-        return [node.left, node.right]
-    if isinstance(node, Call):
-        return list(node.args)
-    if isinstance(node, Reduce):
-        return [node.body]
-    return []
-
-
 def _accesses(node: Node):
     if isinstance(node, Access):
         yield node
         return
-    for child in _children(node):
+    for child in children(node):
         yield from _accesses(child)
 
 
@@ -843,7 +831,7 @@ def top_reductions(node: Node):
     if isinstance(node, Reduce):
         yield node
         return
-    for child in _children(node):
+    for child in children(node):
         yield from top_reductions(child)
 
 
@@ -861,7 +849,7 @@ def _names(node: Node):
     if isinstance(node, Name):
         yield node
         return
-    for child in _children(node):
+    for child in children(node):
         yield from _names(child)
 
 

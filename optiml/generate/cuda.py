@@ -26,6 +26,7 @@ from optiml.generate.model import (
     Reduce,
     Statement,
     Unary,
+    children,
 )
 from optiml.generate.numpy_ref import _product_factors
 
@@ -467,7 +468,7 @@ def _shared_indices(c: Checked, node: Node, names: set[str], k: int) -> set[str]
                 out |= _shared_indices(c, ix.gather, names, k)
         return out
     out = set()
-    for child in _children(node):
+    for child in children(node):
         out |= _shared_indices(c, child, names, k)
     return out
 
@@ -489,7 +490,7 @@ def _free(node: Node, names: set[str]) -> set[str]:
     if isinstance(node, Reduce):
         return _free(node.body, names - {i.name for i in node.indices})
     out = set()
-    for child in _children(node):
+    for child in children(node):
         out |= _free(child, names)
     return out
 
@@ -520,21 +521,9 @@ def _flat_serves(c: Checked, node: Reduce) -> bool:
                 for ix, name in zip(tail, names, strict=True)
             )
             return plain and not _free(Access(n.tensor, n.indices[:cut], n.pos), wanted)
-        return all(served(ch) for ch in _children(n))
+        return all(served(ch) for ch in children(n))
 
     return served(node.body)
-
-
-def _children(node: Node) -> list[Node]:
-    if isinstance(node, Unary):
-        return [node.operand]
-    if isinstance(node, Binary):
-        return [node.left, node.right]
-    if isinstance(node, Call):
-        return list(node.args)
-    if isinstance(node, Reduce):
-        return [node.body]
-    return []
 
 
 def _rows_body(c: Checked, k: _Kernel, names, cvars, rows: list[str]) -> list[str]:

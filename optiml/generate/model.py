@@ -92,6 +92,20 @@ class Reduce:
 Node = Num | Name | Access | Unary | Binary | Call | Reduce
 
 
+def children(node: Node) -> list[Node]:
+    """The expressions right below `node` (a reduction's body, a call's arguments, ...); an
+    access's subscripts are not expressions of this kind."""
+    if isinstance(node, Unary):
+        return [node.operand]
+    if isinstance(node, Binary):
+        return [node.left, node.right]
+    if isinstance(node, Call):
+        return list(node.args)
+    if isinstance(node, Reduce):
+        return [node.body]
+    return []
+
+
 @dataclass
 class Range:
     index: str

@@ -8,7 +8,18 @@ import keyword
 import math
 
 from optiml.generate.check import SCANS
-from optiml.generate.model import Access, Binary, Call, Checked, Name, Node, Num, Reduce, Unary
+from optiml.generate.model import (
+    Access,
+    Binary,
+    Call,
+    Checked,
+    Name,
+    Node,
+    Num,
+    Reduce,
+    Unary,
+    children,
+)
 
 HELPERS = '''
 import itertools
@@ -395,23 +406,11 @@ def _shifts(node: Node, ranges: dict[str, str]) -> tuple[str, ...]:
                     read = [f for _, factors in ix.terms for f in factors if f in ranges]
                     if len(set(read)) > 1:
                         names.extend(read)
-        for child in _children(n):
+        for child in children(n):
             walk(child)
 
     walk(node)
     return tuple(dict.fromkeys(names))
-
-
-def _children(n: Node) -> list[Node]:
-    if isinstance(n, Unary):
-        return [n.operand]
-    if isinstance(n, Binary):
-        return [n.left, n.right]
-    if isinstance(n, Call):
-        return list(n.args)
-    if isinstance(n, Reduce):
-        return [n.body]
-    return []
 
 
 def _index_names(node: Node, ranges: dict[str, str]) -> tuple[str, ...]:
@@ -432,7 +431,7 @@ def _index_names(node: Node, ranges: dict[str, str]) -> tuple[str, ...]:
         elif isinstance(n, Access):
             for ix in n.indices:
                 index(ix)
-        for child in _children(n):
+        for child in children(n):
             walk(child)
 
     walk(node)
