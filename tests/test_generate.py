@@ -793,40 +793,41 @@ def test_a_reference_looped_over_every_reduced_name_computes_the_same(generated,
 
 
 def test_a_convolutions_reference_gathers_one_tap_at_a_time(tmp_path):
-    """A 3-D transposed convolution whose input gathered for every tap would be 302 M float64
-    (2.4 GB, and an int64 index array as large per dimension): the reference reads the input
-    one tap at a time, as views of it, its peak well under the whole gather's, and equals a
-    direct sum over the taps."""
+    """A 3-D transposed convolution whose input gathered for every tap would span more than the
+    reference's `_SPAN` (here lowered to 2^20 elements: the gather whole is 12.8 M, 102 MB, and an
+    int64 index array as large per dimension): the reference reads the input one tap at a time, as
+    views of it, its peak well under the whole gather's, and equals a direct sum over the taps."""
     import tracemalloc
 
     formula = (
         "float x[B, CI, D, H, W], w[CI, CO, KD, KH, KW]\n"
         "y[b, o, d, h, v] = sum(k, k2, k3, i) x[b, i, d - k, h - k2, v - k3] * w[i, o, k, k2, k3]"
         "   for d < OD, h < OH, v < OW\n"
-        "B = 4; CI = 16; D = 16; H = 32; W = 64; CO = 8; KD = 3; KH = 5; KW = 7;"
-        " OD = 18; OH = 36; OW = 70"
+        "B = 2; CI = 8; D = 8; H = 16; W = 32; CO = 4; KD = 3; KH = 5; KW = 7;"
+        " OD = 10; OH = 20; OW = 38"
     )
     path, name, _ = on_disk(formula, "conv_t3d", tmp_path)
     rng = np.random.default_rng(5)
-    x = rng.uniform(-1, 1, (4, 16, 16, 32, 64))
-    w = rng.uniform(-1, 1, (16, 8, 3, 5, 7))
+    x = rng.uniform(-1, 1, (2, 8, 8, 16, 32))
+    w = rng.uniform(-1, 1, (8, 4, 3, 5, 7))
     _, _, spec = load(path, name)
-    sizes = dict(B=4, CI=16, D=16, H=32, W=64, CO=8, KD=3, KH=5, KW=7, OD=18, OH=36, OW=70)
+    sizes = dict(B=2, CI=8, D=8, H=16, W=32, CO=4, KD=3, KH=5, KW=7, OD=10, OH=20, OW=38)
     arrays = {"x": x.ravel(), "w": w.ravel(), "y": None}
     args = [arrays[p] if p in arrays else sizes[p] for p in spec.params]
-    reference = getattr(_reference_module(tmp_path, name), name)
+    module = _reference_module(tmp_path, name)
+    module._SPAN = 1 << 20
     tracemalloc.start()
     try:
-        (got,) = reference(*args)
+        (got,) = getattr(module, name)(*args)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    whole = 4 * 16 * 18 * 36 * 70 * 3 * 5 * 7 * 8
+    whole = 2 * 8 * 10 * 20 * 38 * 3 * 5 * 7 * 8
     assert peak < whole / 8, (peak, whole)
-    want = np.zeros((4, 8, 18, 36, 70))
+    want = np.zeros((2, 4, 10, 20, 38))
     for k in range(3):
         for k2 in range(5):
             for k3 in range(7):
-                part = np.einsum("bidhv,io->bodhv", x[:, :, :16, :32, :64], w[:, :, k, k2, k3])
-                want[:, :, k : k + 16, k2 : k2 + 32, k3 : k3 + 64] += part
+                part = np.einsum("bidhv,io->bodhv", x, w[:, :, k, k2, k3])
+                want[:, :, k : k + 8, k2 : k2 + 16, k3 : k3 + 32] += part
     assert np.allclose(got.reshape(want.shape), want)
