@@ -332,12 +332,14 @@ def test_a_slow_input_gives_way_to_its_first_verified_faster_candidate(monkeypat
     # confirmation and judge check against the input
     assert all(against for _, against in ex.against[confirming:])
     # evaluations against the slow input take its time from its measurement (50 ms) instead of
-    # timing it beside each candidate; those against the surrogate, the input's own measurement,
-    # the confirmation and the judge time their reference
+    # timing it beside each candidate, as does the confirmation of a candidate found 2x faster;
+    # those against the surrogate, the input's own measurement and the judge time their reference
     before = [ms for ms in ex.reference_ms if ms is not None]
     assert before and all(ms == pytest.approx(50.0) for ms in before)
     assert ex.reference_ms[0] is None and len(before) < len(ex.reference_ms) - 1
-    assert ex.pinned_reference_ms and set(ex.pinned_reference_ms) == {None}
+    assert ex.pinned_reference_ms == [pytest.approx(50.0)]
+    judged = ex.reference_ms[confirming + 1 :]
+    assert judged and set(judged) == {None}
     # every speedup is over the input, whichever reference it was timed beside
     for n in t.nodes[1:]:
         m = n.measurement
