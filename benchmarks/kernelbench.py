@@ -475,8 +475,7 @@ def summary(rows: list[dict]) -> dict:
 
 def environment() -> dict:
     env = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "optiml": __version__}
-    # OPTIML_COMMIT where the tree was copied without its history
-    env["commit"] = os.environ.get("OPTIML_COMMIT") or _git_head()
+    env["commit"] = commit()
     env["python"] = platform.python_version()
     try:
         import torch
@@ -495,7 +494,11 @@ def environment() -> dict:
     return env
 
 
-def _git_head() -> str | None:
+def commit() -> str | None:
+    """The commit the tree is at: OPTIML_COMMIT where the tree was copied without its history
+    (a GPU machine), else git's."""
+    if os.environ.get("OPTIML_COMMIT"):
+        return os.environ["OPTIML_COMMIT"]
     try:
         out = subprocess.run(
             ["git", "-C", str(Path(__file__).parent), "rev-parse", "--short", "HEAD"],

@@ -34,7 +34,6 @@ import functools
 import importlib.util
 import json
 import math
-import os
 import platform
 import subprocess
 import sys
@@ -44,6 +43,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from kernelbench import commit  # noqa: E402
 
 from optiml import __version__  # noqa: E402
 from optiml.errors import OptimlError  # noqa: E402
@@ -304,9 +306,7 @@ def environment() -> dict:
     return {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "optiml": __version__,
-        # OPTIML_COMMIT where the tree was copied without its history
-        "commit": os.environ.get("OPTIML_COMMIT")
-        or tool(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]),
+        "commit": commit(),
         "gpu": gpu.splitlines()[0] if gpu else None,
         "nvcc": nvcc.splitlines()[-1] if nvcc else None,
         "torch": torch_version,

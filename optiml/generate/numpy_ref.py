@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import keyword
 import math
+from collections.abc import Iterator
 
 from optiml.generate.check import SCANS
 from optiml.generate.model import (
@@ -392,50 +393,34 @@ class _Ref:
         return f"_win({py_name(node.tensor)}, {pad}, ({', '.join(subs)},), _E)"
 
 
+def _reads(node: Node, ranges: dict[str, str]) -> Iterator[list[str]]:
+    """The index names each read of a node takes: one list per subscript dimension (through the
+    subscripts of a gather), and one for an index used as a value."""
+    if isinstance(node, Name) and node.kind == "index":
+        yield [node.name]
+    elif isinstance(node, Access):
+        for ix in node.indices:
+            if ix.gather is not None:
+                yield from _reads(ix.gather, ranges)
+            elif ix.affine:
+                yield [f for _, factors in ix.terms for f in factors if f in ranges]
+            else:
+                yield [ix.name]
+    for child in children(node):
+        yield from _reads(child, ranges)
+
+
 def _shifts(node: Node, ranges: dict[str, str]) -> tuple[str, ...]:
     """The index names a node's subscripts read beside another index name in one dimension
     (`o * S + k - P`: both), in order."""
-    names: list[str] = []
-
-    def walk(n: Node) -> None:
-        if isinstance(n, Access):
-            for ix in n.indices:
-                if ix.gather is not None:
-                    walk(ix.gather)
-                elif ix.affine:
-                    read = [f for _, factors in ix.terms for f in factors if f in ranges]
-                    if len(set(read)) > 1:
-                        names.extend(read)
-        for child in children(n):
-            walk(child)
-
-    walk(node)
-    return tuple(dict.fromkeys(names))
+    return tuple(
+        dict.fromkeys(n for read in _reads(node, ranges) if len(set(read)) > 1 for n in read)
+    )
 
 
 def _index_names(node: Node, ranges: dict[str, str]) -> tuple[str, ...]:
     """The index names a node reads, in order (those of its subscripts and its index values)."""
-    names: list[str] = []
-
-    def index(ix) -> None:
-        if ix.gather is not None:
-            walk(ix.gather)
-        elif ix.affine:
-            names.extend(f for _, factors in ix.terms for f in factors if f in ranges)
-        else:
-            names.append(ix.name)
-
-    def walk(n: Node) -> None:
-        if isinstance(n, Name) and n.kind == "index":
-            names.append(n.name)
-        elif isinstance(n, Access):
-            for ix in n.indices:
-                index(ix)
-        for child in children(n):
-            walk(child)
-
-    walk(node)
-    return tuple(dict.fromkeys(names))
+    return tuple(dict.fromkeys(n for read in _reads(node, ranges) for n in read))
 
 
 def _product_factors(node: Node) -> list[Node] | None:

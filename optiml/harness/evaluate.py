@@ -66,7 +66,8 @@ class ReferenceFailed(OptimlError):
 
 class ReferenceTooLarge(ReferenceFailed):
     """The NumPy reference needs more memory at a case than its process may take
-    (`REFERENCE_MEMORY`), or more time than `REFERENCE_SECONDS`; `label` names the case."""
+    (`REFERENCE_MEMORY`), or more time than it was given (`EvalOptions.reference_seconds`);
+    `label` names the case."""
 
     def __init__(self, message: str, label: str):
         super().__init__(message)
