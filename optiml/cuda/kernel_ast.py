@@ -63,6 +63,19 @@ def inside(node: Node, outer: Node) -> bool:
     return outer.start_byte <= node.start_byte and node.end_byte <= outer.end_byte
 
 
+def condition(stmt: Node) -> Node | None:
+    """An `if`'s or `while`'s condition, its `condition_clause` (C++'s `(init; cond)`) unwrapped
+    where it holds the condition alone."""
+    cond = stmt.child_by_field_name("condition")
+    if cond is None:
+        return None
+    cond = unparen(cond)
+    if cond.type == "condition_clause":
+        inner = [c for c in cond.named_children if c.type != "comment"]
+        return unparen(inner[0]) if len(inner) == 1 else cond
+    return cond
+
+
 def unparen(node: Node) -> Node:
     while node.type == "parenthesized_expression" and node.named_child_count == 1:
         node = node.named_children[0]
