@@ -1,11 +1,13 @@
 """A loop whose every effect needs `(r + c*v) % S == 0` (a transposed convolution's taps under a
 stride: output `oh` takes input `(oh + pad - kh) / S` only where the division is exact) starts at
 the first `v` that passes and steps by S, rather than visiting every `v` and discarding all but
-one in S: a 3-D transposed convolution with stride 2 visits an eighth of its taps.
+one in S: a 3-D transposed convolution with stride 2 visits an eighth of its taps. Where c shares
+a factor g with S (a dilation of 2 under a stride of 2) the step is S/g, and the loop runs not at
+all where no `v` can pass (g does not divide `r + c*start`).
 
 Read from the kernel's tree: the loop counts `v` up by one under `v < bound` (or `<=`), and the
-divisibility test is affine in `v` with a literal coefficient c prime to S (±1 in a convolution),
-`r` invariant in the loop (locals declared in the loop are read through to their definitions:
+divisibility test is affine in `v` with a literal coefficient (±1 where S is not a literal), `r`
+invariant in the loop (locals declared in the loop are read through to their definitions:
 `int t = oh + pad - kh; if (t % stride) continue;`). S is a literal or a value the loop does not
 change; where S is not a literal the step is `S` only when it is positive, else 1 (the original
 loop). The test stays in the body: it holds for every `v` the loop now visits.
@@ -112,6 +114,7 @@ class Counted:
     init: Node  # the initializer's value
     update: Node
     body: Node
+    past: str  # a start at which the loop runs no iteration
 
 
 class StrideTaps(Transformation):
@@ -133,7 +136,7 @@ class StrideTaps(Transformation):
             for test in _tests(ast, loop):
                 if _covered(ast, loop.body, test.key, loop.body):
                     edits.update(_step(loop, test))
-                    stepped.append(f"{loop.v} by {test.s}")
+                    stepped.append(_said(loop, test))
                     break
         if not edits:
             return []
@@ -175,14 +178,16 @@ def _counted(ast: KernelAST, loop: Node) -> Counted | None:
         return None
     left, right = (unparen(cond.child_by_field_name(f)) for f in ("left", "right"))
     op = operator_of(cond)
-    if not (
-        (op in ("<", "<=") and ast.text(left) == v and v not in ast.identifiers(right))
-        or (op in (">", ">=") and ast.text(right) == v and v not in ast.identifiers(left))
-    ):
+    if op in ("<", "<=") and ast.text(left) == v and v not in ast.identifiers(right):
+        bound = right
+    elif op in (">", ">=") and ast.text(right) == v and v not in ast.identifiers(left):
+        bound = left
+    else:
         return None
     if not _steps_by_one(ast, update, v) or v in ast.assigned(body):
         return None
-    return Counted(loop, v, ast.text(value), value, update, body)
+    past = ast.text(bound) if op in ("<", ">") else f"({ast.text(bound)}) + 1"
+    return Counted(loop, v, ast.text(value), value, update, body, past)
 
 
 def _steps_by_one(ast: KernelAST, update: Node, v: str) -> bool:
@@ -201,8 +206,8 @@ def _steps_by_one(ast: KernelAST, update: Node, v: str) -> bool:
 
 
 def _tests(ast: KernelAST, loop: Counted) -> list[Test]:
-    """Every `x % s` in the body whose x is affine in v (literal coefficient prime to s, the
-    rest invariant in the loop) and whose s the loop does not change."""
+    """Every `x % s` in the body whose x is affine in v (a literal coefficient, ±1 where s is not
+    a literal, the rest invariant in the loop) and whose s the loop does not change."""
     changed = ast.assigned(loop.body) | set(ast.local_declarations(loop.body)) | {loop.v}
     env = _local_forms(ast, loop)
     found = []
@@ -218,12 +223,19 @@ def _tests(ast: KernelAST, loop: Counted) -> list[Test]:
         if not c or any(loop.v in m or set(m) & changed for m in rest):
             continue
         literal = _literal(ast, s)
-        if literal is not None and (literal < 2 or gcd(c, literal) != 1):
+        if literal is not None and literal < 2:
             continue
         if literal is None and c not in (1, -1):
             continue
         found.append(Test(_key(ast, n), _render(rest), c, ast.text(s), literal))
     return found
+
+
+def _said(loop: Counted, test: Test) -> str:
+    if test.literal is None:
+        return f"{loop.v} by {test.s}"
+    step = test.literal // gcd(test.c, test.literal)
+    return f"{loop.v} by {step}" if step > 1 else f"{loop.v} only where a tap passes"
 
 
 def _local_forms(ast: KernelAST, loop: Counted) -> dict:
@@ -277,9 +289,18 @@ def _render(form: dict) -> str:
 
 
 def _step(loop: Counted, test: Test) -> dict[tuple[int, int], str]:
-    """The loop's start (the first v >= start that passes) and its step (S)."""
-    s = str(test.literal) if test.literal is not None else f"({test.s} > 0 ? {test.s} : 1)"
-    # (r + c*v) % S == 0 for v = start + d: c*d = -(r + c*start) (mod S), d = -t * c^-1 (mod S)
+    """The loop's start (the first v >= start that passes) and its step.
+
+    (r + c*v) % S == 0 at v = start + d: with t = r + c*start and g = gcd(c, S), no v passes
+    unless g divides t (the loop then starts past its end); else (c/g)*d = -t/g (mod S/g), so
+    d = -(t/g) * (c/g)^-1 (mod S/g), and every S/g-th v after passes."""
+    g = gcd(test.c, test.literal) if test.literal is not None else 1
+    if test.literal is not None:
+        step = str(test.literal // g)
+        inverse = pow(test.c // g, -1, test.literal // g) if test.literal // g > 1 else 0
+    else:
+        step = f"({test.s} > 0 ? {test.s} : 1)"
+        inverse = 1 if test.c == 1 else -1
     start = loop.start.strip()
     if start == "0":
         t = test.rest
@@ -287,18 +308,22 @@ def _step(loop: Counted, test: Test) -> dict[tuple[int, int], str]:
         t = f"({test.rest}) {'+' if test.c == 1 else '-'} ({start})"
     else:
         t = f"({test.rest}) + {test.c} * ({start})"
-    inverse = pow(test.c, -1, test.literal) if test.literal is not None else test.c
-    if inverse == 1:
-        d = f"(({s} - ({t}) % {s}) % {s})"
-    elif inverse == -1 or (test.literal is not None and inverse == test.literal - 1):
-        d = f"((({t}) % {s} + {s}) % {s})"
+    q = f"({t}) / {g}" if g > 1 else f"({t})"
+    if step == "1":
+        d = "0"
+    elif inverse == 1:
+        d = f"(({step} - {q} % {step}) % {step})"
+    elif inverse == -1 or str(inverse + 1) == step:
+        d = f"(({q} % {step} + {step}) % {step})"
     else:
-        d = f"((({s} - ({t}) % {s}) % {s}) * {inverse} % {s})"
-    start = d if start == "0" else f"{start} + {d}"
-    return {
-        (loop.init.start_byte, loop.init.end_byte): start,
-        (loop.update.start_byte, loop.update.end_byte): f"{loop.v} += {s}",
-    }
+        d = f"((({step} - {q} % {step}) % {step}) * {inverse} % {step})"
+    first = start if d == "0" else (d if start == "0" else f"{start} + {d}")
+    if g > 1:
+        first = f"(({t}) % {g} == 0 ? {first} : {loop.past})"
+    edits = {(loop.init.start_byte, loop.init.end_byte): first}
+    if step != "1":
+        edits[(loop.update.start_byte, loop.update.end_byte)] = f"{loop.v} += {step}"
+    return edits
 
 
 # ---- what a skipped iteration would have done ---------------------------------------------------
