@@ -705,12 +705,13 @@ def test_no_profile_is_begun_that_would_end_after_the_search():
             return await super().evaluate(job, options, pinned=pinned)
 
         async def profile(self, job, *, full=False):
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(2.0)
             return await super().profile(job, full=full)
 
-    # 10 s: the input's real compile and checks take 2 s here and more under a loaded CI; the
-    # search needs a few rounds of verdicts before its last second
-    outcome, _ = run(SlowProfiles(), budget=200, max_seconds=10, judge=False)
+    # 12 s: the input's real compile and checks take 2 s here and more under a loaded CI; the
+    # search needs a few rounds of verdicts before its last 2 s (a profile's time: under load a
+    # verdict can take a second, and with 1 s profiles none came in that window once)
+    outcome, _ = run(SlowProfiles(), budget=200, max_seconds=12, judge=False)
     t = outcome.trajectory
     assert t.stop == "time"
     late = [

@@ -1,6 +1,6 @@
 """Property-based fuzzing of the language server over stdio (tests/server/fuzz.py): after any
 sequence of valid, malformed and garbage messages the server still answers, answered every
-well-formed request once, exited only when told to, and sent no traceback. Sized for CI (about 50
+well-formed request once, exited only when told to, and sent no traceback. Sized for CI (about 30
 sequences on a few server processes); benchmarks/fuzz_lsp.py runs thousands."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from tests.server.fuzz import (
     size_expressions,
 )
 
-EXAMPLES = 50
+EXAMPLES = 30
 
 
 @pytest.fixture(scope="module")
