@@ -135,6 +135,21 @@ FORMULAS = [
         {"R": 7, "C": 33},
     ),
     ("rcummin", "float x[R, C]; y[r, c] = rcummin(c) x[r, c]", {"R": 7, "C": 33}),
+    # a batch norm: the channel's statistics over the indices around it, one flat loop each
+    (
+        "batchnorm",
+        "float x[B, F, H, W]; eps = 1e-5\n"
+        "mu[f] = mean(b, h, w) x[b, f, h, w]\n"
+        "var[f] = mean(b, h, w) (x[b, f, h, w] - mu[f]) ** 2\n"
+        "y[b, f, h, w] = (x[b, f, h, w] - mu[f]) * rsqrt(var[f] + eps)",
+        {"B": 3, "F": 5, "H": 7, "W": 6},
+    ),
+    # divided by the whole tensor's norm: one row, its sum computed once
+    (
+        "frobenius",
+        "float x[B, F]; y[b, f] = x[b, f] / sqrt(sum(b2, f2) x[b2, f2] * x[b2, f2])",
+        {"B": 9, "F": 31},
+    ),
     # results of one number
     (
         "mse",
@@ -365,6 +380,21 @@ def test_a_windows_offsets_are_loops_of_their_own_and_a_rows_elements_one_flat_l
     ).kernel.split("__global__", 1)[1]
     assert re.search(r"for \(long long (r\d+) = 0; \1 < \(long long\)F \* H; \+\+\1\)", norm)
     assert "for (int f" not in norm
+
+
+def test_statistics_around_a_kept_index_are_flat_loops_and_a_whole_norm_one_row():
+    # a batch norm's channel statistics over (b, h, w), the channel between them: a thread per
+    # channel whose sums each walk one flat counter (the row schedules split one counter)
+    norm = generate(dict((n, f) for n, f, _ in FORMULAS)["batchnorm"], "bn").kernel
+    body = norm.split("__global__", 1)[1]
+    assert "grid = cdiv(F, 256)" in norm
+    assert len(re.findall(r"for \(long long r\d+ = 0; r\d+ < \(long long\)B \* H \* W;", body)) == 2
+    assert "for (int b" not in body
+    # a tensor over its whole norm: one thread computes the sum once, then every element
+    whole = generate(dict((n, f) for n, f, _ in FORMULAS)["frobenius"], "fro").kernel
+    body = whole.split("__global__", 1)[1]
+    assert "grid = cdiv(1, 256)" in whole
+    assert body.count("sqrtf") == 1 and body.count("for (") == 2
 
 
 def test_defaults_are_said_and_given_sizes_are_used():

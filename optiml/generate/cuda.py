@@ -110,6 +110,11 @@ class _Kernel:
         # index variables taken apart from one flat variable (`_decode`): their tuple -> (the flat
         # variable, their extents); a subscript ending in them is that flat variable's offset
         self.flat: dict[tuple[str, ...], tuple[str, tuple[str, ...]]] = {}
+        # a thread per row (`_rows_body`): a reduction over several indices that every read takes
+        # as plain subscripts runs as one flat loop, its indices taken apart at each step (a batch
+        # norm's (b, h, w) around its channel): one counter walks the row, as the row schedules
+        # read it, where a nest of loops would leave them nothing to split over a warp or block
+        self.flat_rows = False
 
     def offset(self, dims: list[str], idx: list[str]) -> str:
         """`_offset`, with indices taken apart from a flat variable put back together as it:
@@ -265,7 +270,9 @@ class _Kernel:
         loops = []
         names = [self.fresh(f"{ix.name}_") for ix in node.indices]
         dims = [self.c.ranges[ix.name] for ix in node.indices]
-        if len(names) > 1 and _flat_serves(self.c, node):
+        if len(names) > 1 and (
+            _flat_serves(self.c, node) or (self.flat_rows and _plain_reads(self.c, node))
+        ):
             # one loop over all the reduced indices: every read of them is at the flat one
             flat = self.fresh("r")
             loops.append(f"for (long long {flat} = 0; {flat} < {_total(dims)}; ++{flat}) {{")
@@ -434,16 +441,34 @@ def row_indices(c: Checked, names: list[str]) -> list[str] | None:
     some of the output's indices but not all (softmax's row `b`, not its column `d`): a thread
     then computes them once for its row and loops over the other indices, instead of every
     element's thread computing its row's reductions again. None where every index is needed
-    (a matrix product's sum depends on both) or none is (a map)."""
+    (a matrix product's sum depends on both) or there is no reduction (a map). [] where the
+    reductions depend on none of the output's indices (a tensor divided by its whole norm): one
+    row, the whole output, its reductions computed once rather than once per element."""
     used: set[str] = set()
+    reduced = False
     for o in c.outputs:
         st = c.statement_of(o)
         targets = [i.name for i in st.target.indices]
         if targets != names:
             return None
         used |= _shared_indices(c, st.rhs, set(names), c.tensors[o].statement)
+        reduced = reduced or _reduces(c, st.rhs, c.tensors[o].statement)
     rows = [n for n in names if n in used]
-    return rows if rows and len(rows) < len(names) else None
+    if not rows:
+        return [] if reduced else None
+    return rows if len(rows) < len(names) else None
+
+
+def _reduces(c: Checked, node: Node, k: int) -> bool:
+    """Whether `node` holds a reduction, itself or through a temporary it reads."""
+    if isinstance(node, Reduce):
+        return True
+    if isinstance(node, Access):
+        t = c.tensors[node.tensor]
+        if t.statement is not None and t.statement < k:
+            return _reduces(c, c.formula.statements[t.statement].rhs, t.statement)
+        return any(ix.gather is not None and _reduces(c, ix.gather, k) for ix in node.indices)
+    return any(_reduces(c, child, k) for child in children(node))
 
 
 def _shared_indices(c: Checked, node: Node, names: set[str], k: int) -> set[str]:
@@ -495,6 +520,30 @@ def _free(node: Node, names: set[str]) -> set[str]:
     return out
 
 
+def _plain_reads(c: Checked, node: Reduce) -> bool:
+    """Whether every read of the reduction's indices is an input's plain subscript (no window,
+    no gather, no index used as a value, no temporary at them)."""
+    wanted = {i.name for i in node.indices}
+
+    def plain(n: Node) -> bool:
+        if isinstance(n, Name):
+            return n.name not in wanted or n.kind != "index"
+        if isinstance(n, Access):
+            if not _free(n, wanted):
+                return True
+            if c.tensors[n.tensor].statement is not None:
+                return False
+            return all(
+                ix.gather is None and not ix.affine
+                if ix.name in wanted or _free(Access(n.tensor, [ix], n.pos), wanted)
+                else True
+                for ix in n.indices
+            )
+        return all(plain(ch) for ch in children(n))
+
+    return plain(node.body)
+
+
 def _flat_serves(c: Checked, node: Reduce) -> bool:
     """Whether one flat loop serves a reduction over several indices: every read that uses them
     reads an input at them as its last indices, in order, over those extents, so that its address
@@ -529,6 +578,7 @@ def _flat_serves(c: Checked, node: Reduce) -> bool:
 def _rows_body(c: Checked, k: _Kernel, names, cvars, rows: list[str]) -> list[str]:
     """A thread per row (the indices the reductions depend on): the row's reductions and
     temporaries once, then a loop over the row's elements (the other indices, flattened)."""
+    k.flat_rows = True
     dims = dict(zip(names, c.domain, strict=True))
     cv = dict(zip(names, cvars, strict=True))
     cols = [n for n in names if n not in rows]
@@ -536,7 +586,7 @@ def _rows_body(c: Checked, k: _Kernel, names, cvars, rows: list[str]) -> list[st
     lines = [
         f"const long long {row} = (long long)blockIdx.x * blockDim.x + threadIdx.x;",
         f"if ({row} >= {_total([dims[n] for n in rows])}) return;",
-        *_decode(k, row, [cv[n] for n in rows], [dims[n] for n in rows]),
+        *(_decode(k, row, [cv[n] for n in rows], [dims[n] for n in rows]) if rows else []),
     ]
     top, inner = _Block(), _Block()
     col = k.fresh("col")

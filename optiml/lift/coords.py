@@ -357,3 +357,83 @@ def _stmt_walk(s: Stmt):
             if isinstance(x, LoopOut):
                 for y in _loop_exprs(x.loop):
                     yield from _walk(y)
+
+
+def distinct_per_value(index: Expr, var: Expr) -> bool:
+    """Whether `index` differs for every two values >= 0 of `var` (the sizes it names taken as
+    positive): affine in `var` with a constant non-zero coefficient, or a sum of `var`'s digits
+    (`(var % hi) / lo`, as a flat counter taken apart by `/` and `%`) each times a place value,
+    the digits chained from the units to the top and each place value a multiple of the span of
+    the ones below it (`((b * F + f) * H + h) * W + w` with `(b, h, w)` the digits of `var`: a
+    batch norm's element of its channel)."""
+
+    def is_var(e: Expr) -> bool:
+        return e == var
+
+    def atom(i: int) -> str:
+        return f"optiml.digit{i}"
+
+    digits: list[tuple[Mono, Mono | None]] = []
+
+    def sub(e: Expr) -> Expr:
+        try:
+            d = digit_range(e, is_var, "counter")
+        except NotSplit:
+            raise _NotDistinct from None
+        if d is not None:
+            if d not in digits:
+                digits.append(d)
+            return Param(atom(digits.index(d)), INT)
+        if isinstance(e, Binary):
+            return replace(e, a=sub(e.a), b=sub(e.b))
+        if isinstance(e, Cast):
+            return replace(e, a=sub(e.a))
+        return e
+
+    try:
+        f = affine(sub(index))
+    except _NotDistinct:
+        return False
+    if f is None:
+        return False
+    names = {atom(i) for i in range(len(digits))}
+    weights: dict[str, Mono] = {}
+    for mono, coef in f.items():
+        found = [a for a in mono if a in names]
+        if len(found) > 1 or (found and mono.count(found[0]) > 1):
+            return False
+        if found:
+            if found[0] in weights:
+                return False
+            weights[found[0]] = (coef, tuple(sorted(a for a in mono if a != found[0])))
+    if len(weights) != len(digits) or not digits:
+        return False
+    # the units first, each digit's top the next one's unit, the last unbounded
+    by_lo = {lo: i for i, (lo, _) in enumerate(digits)}
+    order: list[int] = []
+    lo: Mono | None = ONE
+    while lo is not None and len(order) <= len(digits):
+        if lo not in by_lo:
+            return False
+        order.append(by_lo[lo])
+        lo = digits[order[-1]][1]
+    if len(order) != len(digits):
+        return False
+    if len(order) == 1:
+        return weights[atom(order[0])][0] != 0
+    span: Mono = ONE  # the place value the next digit's weight must be a multiple of
+    for i in order:
+        lo, hi = digits[i]
+        w = weights[atom(i)]
+        if w[0] <= 0 or over(w, span) is None:
+            return False
+        if hi is not None:
+            extent = over(hi, lo)
+            if extent is None:
+                return False
+            span = times(w, extent)
+    return True
+
+
+class _NotDistinct(Exception):
+    pass

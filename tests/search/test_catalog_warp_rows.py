@@ -216,6 +216,64 @@ def test_a_generated_instance_norm_gets_a_warp_per_row_of_two_indices(tmp_path):
     assert run_against(ctx, candidates, sizes, tmp_path) == [0, 0]
 
 
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+@pytest.mark.parametrize(
+    "name,formula,sizes",
+    [
+        # a channel's statistics over the batch and the pixels around it: its elements are the
+        # flat counter's digits in a row-major layout, each stored once
+        (
+            "bnorm",
+            "float x[B, F, H, W]; eps = 1e-5\nmu[f] = mean(b, h, w) x[b, f, h, w]\n"
+            "var[f] = mean(b, h, w) (x[b, f, h, w] - mu[f]) ** 2\n"
+            "y[b, f, h, w] = (x[b, f, h, w] - mu[f]) * rsqrt(var[f] + eps)",
+            [{"B": 3, "F": 2, "H": 5, "W": 7}, {"B": 2, "F": 3, "H": 4, "W": 9}],
+        ),
+        # a tensor over its whole norm: one row
+        (
+            "whole",
+            "float x[B, F]; y[b, f] = x[b, f] / sqrt(sum(b2, f2) x[b2, f2] * x[b2, f2])",
+            [{"B": 3, "F": 37}, {"B": 5, "F": 70}],
+        ),
+    ],
+)
+def test_a_batch_norm_and_a_whole_norm_as_generated_get_a_warp_block_and_cluster(
+    name, formula, sizes, tmp_path
+):
+    from optiml.generate import generate
+
+    g = generate(formula, name, ref_file=f"{name}_ref.py")
+    path = tmp_path / f"{name}.cu"
+    path.write_text(g.kernel)
+    (tmp_path / f"{name}_ref.py").write_text(g.reference)
+    ctx = Context.of(Variant(g.kernel), str(path), name, sm_count=132)
+    by = {p.params["per_row"]: p for p in WARP.propose(ctx)}
+    assert set(by) == {"warp", "block", "cluster"}
+    assert by["cluster"].params["cluster"] == 8
+    candidates = [Context.of(by[k].variant, str(path), name) for k in by]
+    assert run_against(ctx, candidates, sizes, tmp_path) == [0, 0, 0]
+
+
+def test_a_store_that_two_of_the_counters_values_share_is_refused(tmp_path):
+    # the batch norm's output element moved from (h, w) to (h, h): the iterations along w share
+    # one element, and the row may not be split over lanes
+    from optiml.generate import generate
+
+    g = generate(
+        "float x[B, F, H, W]\nmu[f] = mean(b, h, w) x[b, f, h, w]\n"
+        "y[b, f, h, w] = x[b, f, h, w] - mu[f]",
+        "bn",
+        ref_file="bn_ref.py",
+    )
+    (tmp_path / "bn_ref.py").write_text(g.reference)
+    path = str(tmp_path / "bn.cu")
+    assert WARP.propose(Context.of(Variant(g.kernel), path, "bn", sm_count=132))
+    store = "y[((((long long)b * F + f) * H + h) * W + w)] ="
+    assert store in g.kernel, g.kernel
+    text = g.kernel.replace(store, store.replace("+ w)]", "+ h)]"))
+    assert WARP.propose(Context.of(Variant(text), path, "bn", sm_count=132)) == []
+
+
 # Few, long rows (a layer norm over all but the batch axis): warps would leave the GPU idle.
 FEW_ROWS = """
 /* @optiml

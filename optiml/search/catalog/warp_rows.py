@@ -25,6 +25,7 @@ from dataclasses import replace
 from optiml.expr import Expr as SizeExpr
 from optiml.expr import ExprError
 from optiml.lift import Lifted, lift
+from optiml.lift.coords import distinct_per_value
 from optiml.lift.emit import C_TYPES, CEmitter, NotEmittable
 from optiml.lift.families import (
     affine,
@@ -760,9 +761,12 @@ class _Writer:
                 raise _NoPlan("a loop inside the row loop, or an atomic")
             # each iteration its own element (lanes write different ones): k with a constant,
             # non-zero coefficient in an affine index
+            # (or the digits of k in a row-major layout: a batch norm's element of its channel)
             f = affine(s.index)
             coefficient = [c for m, c in (f or {}).items() if m == (f"{k.var.name}#{k.var.uid}",)]
-            if not coefficient or any(k.var.name + "#" in a for m in f for a in m if len(m) > 1):
+            if (
+                not coefficient or any(k.var.name + "#" in a for m in f for a in m if len(m) > 1)
+            ) and not distinct_per_value(s.index, k.var):
                 raise _NoPlan("a store that several iterations may share")
             text = self._store(s)
             self.lines.append(
