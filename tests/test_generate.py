@@ -162,6 +162,20 @@ FORMULAS = [
         " abs(p[i] - t[i]) - 0.25)",
         {"N": 999},
     ),
+    # a loss over rows of their own reductions: a warp per row, its lanes splitting the row
+    (
+        "cosine_loss",
+        "float p[B, D], t[B, D]; eps = 1e-8\n"
+        "cs[b] = (sum(i) p[b, i] * t[b, i]) / (max(sqrt(sum(i) p[b, i] ** 2), eps) * "
+        "max(sqrt(sum(i) t[b, i] ** 2), eps))\n"
+        "loss = mean(b) (1 - cs[b])",
+        {"B": 45, "D": 77},
+    ),
+    (
+        "row_max_loss",
+        "float x[B, D]; loss = sum(b) (max(i) x[b, i] - min(i2) x[b, i2])",
+        {"B": 33, "D": 50},
+    ),
     (
         "value_range",
         "float x[N, M]; r = max(i, j) x[i, j] - min(i2, j2) x[i2, j2]",
@@ -395,6 +409,19 @@ def test_statistics_around_a_kept_index_are_flat_loops_and_a_whole_norm_one_row(
     body = whole.split("__global__", 1)[1]
     assert "grid = cdiv(1, 256)" in whole
     assert body.count("sqrtf") == 1 and body.count("for (") == 2
+
+
+def test_a_loss_over_rows_of_their_own_reductions_takes_a_warp_per_row():
+    formulas = dict((n, f) for n, f, _ in FORMULAS)
+    for name in ("cosine_loss", "row_max_loss"):
+        kernel = generate(formulas[name], name).kernel
+        assert "grid = min(cdiv(B, 32), 4 * sm_count)" in kernel
+        body = kernel.split("__global__", 1)[1]
+        assert "= optiml_lane; i" in body and "+= 32)" in body
+        assert "__shfl_xor_sync" in body and "if (optiml_lane == 0)" in body
+    # a loss of elements alone keeps a thread per element
+    mse = generate(formulas["mse"], "mse").kernel
+    assert "optiml_lane" not in mse and "grid = min(cdiv(N * M, 1024), 4 * sm_count)" in mse
 
 
 def test_defaults_are_said_and_given_sizes_are_used():

@@ -100,6 +100,9 @@ def _affine_text(ix, env) -> str:
     return f"({text})"
 
 
+LANES = 32  # a warp's threads
+
+
 class _Kernel:
     def __init__(self, c: Checked):
         self.c = c
@@ -115,6 +118,9 @@ class _Kernel:
         # norm's (b, h, w) around its channel): one counter walks the row, as the row schedules
         # read it, where a nest of loops would leave them nothing to split over a warp or block
         self.flat_rows = False
+        # a warp per element of a grid's sum (`_spread_body`): the reductions computed in this
+        # block (each element's own) are split over the warp's lanes and all-reduced by shuffles
+        self.lane_block: _Block | None = None
 
     def offset(self, dims: list[str], idx: list[str]) -> str:
         """`_offset`, with indices taken apart from a flat variable put back together as it:
@@ -270,16 +276,23 @@ class _Kernel:
         loops = []
         names = [self.fresh(f"{ix.name}_") for ix in node.indices]
         dims = [self.c.ranges[ix.name] for ix in node.indices]
+        lanes = self.lane_block is not None and target is self.lane_block
+        first, step = ("optiml_lane", f"{LANES}") if lanes else ("0", "1")
         if len(names) > 1 and (
             _flat_serves(self.c, node) or (self.flat_rows and _plain_reads(self.c, node))
         ):
             # one loop over all the reduced indices: every read of them is at the flat one
             flat = self.fresh("r")
-            loops.append(f"for (long long {flat} = 0; {flat} < {_total(dims)}; ++{flat}) {{")
+            loops.append(
+                f"for (long long {flat} = {first}; {flat} < {_total(dims)}; "
+                + (f"++{flat}) {{" if step == "1" else f"{flat} += {step}) {{")
+            )
             inner_block.lines += _decode(self, flat, names, dims)
         else:  # a loop each (a window's offsets, a convolution's taps: no division per step)
             loops += [
-                f"for (int {n} = 0; {n} < {d}; ++{n}) {{" for n, d in zip(names, dims, strict=True)
+                f"for (int {n} = {first if j == 0 else '0'}; {n} < {d}; "
+                + (f"{n} += {step}) {{" if j == 0 and step != "1" else f"++{n}) {{")
+                for j, (n, d) in enumerate(zip(names, dims, strict=True))
             ]
         for ix, var in zip(node.indices, names, strict=True):
             inner_env[ix.name] = (var, level + 1)
@@ -322,6 +335,18 @@ class _Kernel:
         lines += [pad * len(loops) + line for line in body]
         for depth in reversed(range(len(loops))):
             lines.append(pad * depth + "}")
+        if lanes:  # every lane's part combined, the result in every lane
+            shuffled = f"__shfl_xor_sync(0xffffffffu, {acc}, optiml_o)"
+            combine = {
+                "sum": f"{acc} += {shuffled};",
+                "mean": f"{acc} += {shuffled};",
+                "prod": f"{acc} *= {shuffled};",
+                "max": f"{acc} = {_MATH['max'][self.f]}({acc}, {shuffled});",
+                "min": f"{acc} = {_MATH['min'][self.f]}({acc}, {shuffled});",
+            }[op]
+            lines.append(
+                f"for (int optiml_o = {LANES // 2}; optiml_o > 0; optiml_o >>= 1) {combine}"
+            )
         target.lines += lines
         if op == "mean":
             extent = " * ".join(self.c.ranges[i.name] for i in node.indices)
@@ -660,6 +685,31 @@ def spread_reduction(c: Checked) -> Reduce | None:
     return found[0]
 
 
+def warp_per_element(c: Checked, node: Reduce) -> bool:
+    """Whether the grid's sum takes a warp per element: each element holds reductions of its own
+    (a loss over rows of a cosine similarity or a norm), all of them sums, means, products,
+    maxima or minima, which the lanes split and combine by shuffles; a thread per element would
+    walk its row alone, a warp's threads 32 rows apart."""
+    found = _inner_reductions(c, node.body, c.tensors[c.outputs[0]].statement)
+    return bool(found) and all(r.op in ("sum", "mean", "prod", "max", "min") for r in found)
+
+
+def _inner_reductions(c: Checked, node: Node, k: int) -> list[Reduce]:
+    """The reductions under `node`, through the temporaries it reads, outermost first."""
+    if isinstance(node, Reduce):
+        return [node, *_inner_reductions(c, node.body, k)]
+    if isinstance(node, Access):
+        t = c.tensors[node.tensor]
+        if t.statement is not None and t.statement < k:
+            return _inner_reductions(c, c.formula.statements[t.statement].rhs, t.statement)
+        out: list[Reduce] = []
+        for ix in node.indices:
+            if ix.gather is not None:
+                out += _inner_reductions(c, ix.gather, k)
+        return out
+    return [r for child in children(node) for r in _inner_reductions(c, child, k)]
+
+
 def device_state(c: Checked, name: str) -> list[str]:
     """File-scope state of a spread reduction: the grid's total and its blocks' arrivals, which
     the last block to arrive reads and resets for the next launch."""
@@ -683,20 +733,36 @@ def _spread_body(c: Checked, k: _Kernel, node: Reduce, name: str) -> list[str]:
     dims = [c.ranges[i.name] for i in node.indices]
     env = {i.name: (v, 1) for i, v in zip(node.indices, names, strict=True)}
     top, inner = _Block(), _Block()
+    warps = warp_per_element(c, node)
+    if warps:
+        k.lane_block = inner
     decode = _decode(k, flat, names, dims)  # first: the element's reads are then at `flat`
     value = k.emit(node.body, env, [top, inner], c.tensors[c.outputs[0]].statement)
+    k.lane_block = None
     tid = "threadIdx.x"
     total = f"{name}_total"
+    if warps:  # a warp per element, its lanes splitting the element's own reductions
+        head = [
+            f"const int optiml_lane = {tid} % {LANES};",
+            f"for (long long {flat} = ((long long)blockIdx.x * blockDim.x + {tid}) / {LANES}; "
+            f"{flat} < {_total(dims)}; {flat} += (long long)gridDim.x * blockDim.x / {LANES}) {{",
+        ]
+        add = f"    if (optiml_lane == 0) {acc} += (double)({value});"
+    else:
+        head = [
+            f"for (long long {flat} = (long long)blockIdx.x * blockDim.x + {tid}; "
+            f"{flat} < {_total(dims)}; {flat} += (long long)gridDim.x * blockDim.x) {{"
+        ]
+        add = f"    {acc} += (double)({value});"
     lines = [
         f"__shared__ double {red}[{BLOCK}];",
         "__shared__ bool optiml_last;",
         *top.lines,
         f"double {acc} = 0.0;",
-        f"for (long long {flat} = (long long)blockIdx.x * blockDim.x + {tid}; "
-        f"{flat} < {_total(dims)}; {flat} += (long long)gridDim.x * blockDim.x) {{",
+        *head,
         *(f"    {line}" for line in decode),
         *(f"    {line}" for line in inner.lines),
-        f"    {acc} += (double)({value});",
+        add,
         "}",
         f"{red}[{tid}] = {acc};",
         "__syncthreads();",
@@ -905,7 +971,8 @@ def spec_comment(
         grid = f"cdiv({' * '.join(thread_dims(c)) or '1'}, {BLOCK})"
     elif spread is not None:  # the grid shares the sum: a few blocks per SM, a stride apart
         extent = " * ".join(c.ranges[i.name] for i in spread.indices)
-        grid = f"min(cdiv({extent}, {BLOCK * 4}), 4 * sm_count)"
+        per = BLOCK // LANES if warp_per_element(c, spread) else BLOCK  # elements a block takes
+        grid = f"min(cdiv({extent}, {per * 4}), 4 * sm_count)"
     else:
         grid = "1"
     if len(names) == 1:
