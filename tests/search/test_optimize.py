@@ -9,9 +9,11 @@ import asyncio
 import json
 import os
 import re
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -694,24 +696,27 @@ def test_among_candidates_as_fast_within_the_noise_the_fewest_edits_wins():
     assert rank_confirmed([], 0.01) == []
 
 
-def test_no_profile_is_begun_that_would_end_after_the_search():
+def test_no_profile_is_begun_that_would_end_after_the_search(monkeypatch):
     """A node is recorded only once its profile is in, and the search's stop cancels what is in
     flight: a candidate whose verdict comes within a profile's time of the stop is not profiled
     (its message says so) and is kept."""
 
     class SlowProfiles(StandInExecutor):
         async def evaluate(self, job, options, *, pinned=False):
-            await asyncio.sleep(0.15)
+            await asyncio.sleep(0.4)
             return await super().evaluate(job, options, pinned=pinned)
 
         async def profile(self, job, *, full=False):
             await asyncio.sleep(2.0)
             return await super().profile(job, full=full)
 
-    # 12 s: the input's real compile and checks take 2 s here and more under a loaded CI; the
-    # search needs a few rounds of verdicts before its last 2 s (a profile's time: under load a
-    # verdict can take a second, and with 1 s profiles none came in that window once)
-    outcome, _ = run(SlowProfiles(), budget=200, max_seconds=12, judge=False)
+    # Verdicts paced by the clock alone (every candidate compiles, as far as this test is
+    # concerned): with real builds a loaded machine left no verdict in the search's last
+    # profile's time, and the test failed twice
+    monkeypatch.setattr(
+        sys.modules[__name__], "build_candidate", lambda *a, **k: SimpleNamespace(ok=True)
+    )
+    outcome, _ = run(SlowProfiles(), budget=200, max_seconds=10, judge=False)
     t = outcome.trajectory
     assert t.stop == "time"
     late = [
