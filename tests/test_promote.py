@@ -71,9 +71,13 @@ def test_every_kernel_promotes_and_its_copy_compiles(entry, promoted):
         return
     assert isinstance(result, Promoted), str(result)
     source, original, spec = load(FIXTURES / entry["file"], entry["kernel"])
-    # Built as the runner will build it (the promotion's own build, from the cache).
+    # The promotion's own build of the device code, from the cache.
     build = build_kernel(
-        result.source, result.definition, instantiation=result.instantiation, arch=ARCH
+        result.source,
+        result.definition,
+        instantiation=result.instantiation,
+        arch=ARCH,
+        mode="cubin",
     )
     assert build.ok, build.log[-2000:]
     assert build.cached

@@ -1279,12 +1279,18 @@ def _check_copy(
 
 
 def _compiled_smem(promoted: Promoted, arch: str) -> int:
-    """Build the copy (as the runner will, through the cache); its static shared memory."""
+    """Build the copy's device code (the launcher's kernel at its instantiation, no host compile
+    or link: a third of the runner's build, which the runner makes when it runs the copy); its
+    static shared memory."""
     from optiml.harness.build import build_kernel, kernel_resources
     from optiml.harness.nvcc import parse_resources
 
     build = build_kernel(
-        promoted.source, promoted.definition, instantiation=promoted.instantiation, arch=arch
+        promoted.source,
+        promoted.definition,
+        instantiation=promoted.instantiation,
+        arch=arch,
+        mode="cubin",
     )
     # ptxas reports the resources of a kernel whose static shared memory is too large, and fails.
     found = build.resources or kernel_resources(parse_resources(build.log), promoted.definition)

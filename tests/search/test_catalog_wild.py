@@ -54,11 +54,12 @@ def test_expected_transformations_propose(entry):
 @needs_nvcc
 @pytest.mark.parametrize("entry", WILD, ids=fixture_ids(WILD))
 def test_every_transformation_compiles_without_spills(entry):
-    """The first two proposals of each transformation that applies (the ones the search tries
-    first) compile for sm_90 with no spill and no stack."""
+    """The first proposal of each transformation that applies (the one the search tries first)
+    compiles for sm_90 with no spill and no stack; the schedules' other configurations have
+    tests of their own (register budgets, spills) on these kernels' families."""
     ctx = context(entry)
     variants = [
-        (f"{name}:{p.params}", p.variant) for name, ps in proposals(entry).items() for p in ps[:2]
+        (f"{name}:{p.params}", p.variant) for name, ps in proposals(entry).items() for p in ps[:1]
     ]
     assert variants
 
