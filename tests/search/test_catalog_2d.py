@@ -35,7 +35,9 @@ def propose(name: str, ctx: Context):
 def compiled(ctx: Context, proposal) -> Context:
     """The proposal's context, after checking that it compiles for sm_90 with no spills."""
     out = Context.of(proposal.variant, ctx.source.path, ctx.kernel.name)
-    build = build_kernel(out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90")
+    build = build_kernel(
+        out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90", mode="cubin"
+    )
     assert build.ok, build.log
     assert build.resources.spill_store_bytes == 0 and build.resources.spill_load_bytes == 0
     assert build.resources.stack_bytes == 0
@@ -527,7 +529,7 @@ def test_smem_padding_pads_the_fixture_tile():
     assert "tile[TILE_DIM][TILE_DIM + 1]" in p.variant.text
     assert "32-way -> 1-way" in p.summary
     out = compiled(ctx, p)
-    build = build_kernel(out.source, out.kernel, instantiation="", arch="sm_90")
+    build = build_kernel(out.source, out.kernel, instantiation="", arch="sm_90", mode="cubin")
     assert build.resources.static_smem_bytes == 32 * 33 * 4
 
 
@@ -545,7 +547,9 @@ def test_smem_padding_on_other_kernels(text, kernel, padded, size):
     (p,) = propose("smem_padding", ctx)
     assert padded in p.variant.text
     out = compiled(ctx, p)
-    build = build_kernel(out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90")
+    build = build_kernel(
+        out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90", mode="cubin"
+    )
     assert build.resources.static_smem_bytes == size
 
 

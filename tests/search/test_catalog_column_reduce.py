@@ -148,6 +148,8 @@ def test_proposals_compile_for_sm90_without_spills(file, kernel):
     for p in COLUMNS.propose(context(file, kernel))[:1]:
         v = SourceFile(p.variant.text, str(ROOT / file))
         k = v.kernel(kernel)
-        b = build_kernel(v, k, instantiation=parse_spec(v, k).instantiation, arch="sm_90")
+        b = build_kernel(
+            v, k, instantiation=parse_spec(v, k).instantiation, arch="sm_90", mode="cubin"
+        )
         assert b.ok, b.log[-2000:]
         assert b.resources.spill_store_bytes == 0 and b.resources.spill_load_bytes == 0

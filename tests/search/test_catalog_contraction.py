@@ -216,7 +216,7 @@ def test_proposals_compile_without_spills(ctx):
     for proposal in propose(ctx)[:2]:
         out = variant(ctx, proposal)
         build = build_kernel(
-            out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90"
+            out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90", mode="cubin"
         )
         assert build.ok, build.log
         r = build.resources
@@ -225,7 +225,9 @@ def test_proposals_compile_without_spills(ctx):
 
 def compiled_clean(out: Context):
     """`out` built for sm_90 without spills or a stack: its resources."""
-    build = build_kernel(out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90")
+    build = build_kernel(
+        out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90", mode="cubin"
+    )
     assert build.ok, build.log
     r = build.resources
     assert r.spill_store_bytes == 0 and r.stack_bytes == 0

@@ -472,7 +472,7 @@ def test_proposals_compile_without_spills(ctx):
     for proposal in propose(ctx):
         out = variant(ctx, proposal)
         build = build_kernel(
-            out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90"
+            out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90", mode="cubin"
         )
         assert build.ok, build.log
         r = build.resources

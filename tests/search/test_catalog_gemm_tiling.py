@@ -373,7 +373,9 @@ def test_fixture_proposals_fit_their_register_budget(ctx, proposal):
     """ptxas: no spills, no stack, and the registers that `__launch_bounds__` promised, so that the
     blocks per SM it asked for fit in the 64K registers of an SM."""
     out = variant(ctx, proposal)
-    build = build_kernel(out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90")
+    build = build_kernel(
+        out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90", mode="cubin"
+    )
     assert build.ok, build.log
     r = build.resources
     print(f"{_label(proposal)}: {r.registers} registers, {r.static_smem_bytes} B smem, spills 0")
@@ -388,7 +390,9 @@ def test_fixture_proposals_fit_their_register_budget(ctx, proposal):
 def test_other_kernels_compile_without_spills(text, kernel):
     ctx = context(text, kernel)
     out = variant(ctx, propose(ctx)[0])
-    build = build_kernel(out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90")
+    build = build_kernel(
+        out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90", mode="cubin"
+    )
     assert build.ok, build.log
     assert build.resources.spill_store_bytes == 0 and build.resources.stack_bytes == 0
 

@@ -112,6 +112,8 @@ def test_the_proposals_compile_for_sm90_without_spills(file, kernel):
     for p in PERMUTE.propose(context(file, kernel)):
         v = SourceFile(p.variant.text, str(ROOT / file))
         k = v.kernel(kernel)
-        b = build_kernel(v, k, instantiation=parse_spec(v, k).instantiation, arch="sm_90")
+        b = build_kernel(
+            v, k, instantiation=parse_spec(v, k).instantiation, arch="sm_90", mode="cubin"
+        )
         assert b.ok, b.log[-2000:]
         assert b.resources.spill_store_bytes == 0 and b.resources.spill_load_bytes == 0

@@ -41,7 +41,9 @@ def variant(ctx: Context, proposal) -> Context:
 def compiled(ctx: Context, proposal) -> Context:
     """The proposal's context, after checking that it compiles for sm_90 with no spills."""
     out = variant(ctx, proposal)
-    build = build_kernel(out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90")
+    build = build_kernel(
+        out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90", mode="cubin"
+    )
     assert build.ok, build.log
     assert build.resources.spill_store_bytes == 0 and build.resources.spill_load_bytes == 0
     assert build.resources.stack_bytes == 0

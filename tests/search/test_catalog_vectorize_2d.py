@@ -48,7 +48,7 @@ def test_jacobi_loads_each_row_segment_once():
     for p in proposals:
         out = Context.of(p.variant, ctx.source.path, ctx.kernel.name)
         build = build_kernel(
-            out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90"
+            out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90", mode="cubin"
         )
         assert build.ok, build.log
         assert "warning" not in build.log.lower(), build.log
@@ -133,7 +133,7 @@ def test_every_proposal_compiles_clean(text, kernel):
     for p in propose(original):
         out = Context.of(p.variant, original.source.path, kernel)
         build = build_kernel(
-            out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90"
+            out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90", mode="cubin"
         )
         assert build.ok, build.log
         assert "warning" not in build.log.lower(), build.log

@@ -185,7 +185,9 @@ def test_the_first_proposal_compiles_without_spills(file, kernel):
     for p in WARP.propose(context(file, kernel))[:1]:
         v = SourceFile(p.variant.text, str(ROOT / file))
         k = v.kernel(kernel)
-        b = build_kernel(v, k, instantiation=parse_spec(v, k).instantiation, arch="sm_90")
+        b = build_kernel(
+            v, k, instantiation=parse_spec(v, k).instantiation, arch="sm_90", mode="cubin"
+        )
         assert b.ok, b.log[-2000:]
         assert b.resources.spill_store_bytes == 0 and b.resources.spill_load_bytes == 0
 
@@ -316,7 +318,7 @@ def test_a_cluster_per_row_compiles_for_sm90_without_spills():
     (p,) = [p for p in WARP.propose(ctx) if p.params["per_row"] == "cluster"]
     v = SourceFile(p.variant.text, str(ROOT / "kernel.cu"))
     k = v.kernel("norm_rows")
-    b = build_kernel(v, k, instantiation="", arch="sm_90")
+    b = build_kernel(v, k, instantiation="", arch="sm_90", mode="cubin")
     assert b.ok, b.log[-2000:]
     assert b.resources.spill_store_bytes == 0 and b.resources.spill_load_bytes == 0
 
@@ -538,7 +540,7 @@ def test_the_one_pass_per_block_and_cluster_compiles_for_sm90_without_spills(kin
         if p.params["per_row"] == "warp":
             continue
         v = SourceFile(p.variant.text, ctx.source.path)
-        b = build_kernel(v, v.kernel(ctx.kernel.name), instantiation="", arch="sm_90")
+        b = build_kernel(v, v.kernel(ctx.kernel.name), instantiation="", arch="sm_90", mode="cubin")
         assert b.ok, b.log[-2000:]
         assert b.resources.spill_store_bytes == 0 and b.resources.spill_load_bytes == 0
 
@@ -605,6 +607,6 @@ def test_a_kept_row_compiles_for_sm90_without_spills():
     assert len(found) == 2
     for kept in found:
         v = SourceFile(kept.variant.text, ctx.source.path)
-        b = build_kernel(v, v.kernel("softmax_rows"), instantiation="", arch="sm_90")
+        b = build_kernel(v, v.kernel("softmax_rows"), instantiation="", arch="sm_90", mode="cubin")
         assert b.ok, b.log[-2000:]
         assert b.resources.spill_store_bytes == 0 and b.resources.spill_load_bytes == 0

@@ -454,7 +454,7 @@ def test_proposals_compile_for_sm_90(n):
     for p in propose(ctx):
         out = variant(ctx, p)
         build = build_kernel(
-            out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90"
+            out.source, out.kernel, instantiation=out.spec.instantiation, arch="sm_90", mode="cubin"
         )
         assert build.ok, build.log
         r = build.resources
