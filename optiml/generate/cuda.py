@@ -477,23 +477,11 @@ def row_indices(c: Checked, names: list[str]) -> list[str] | None:
         if targets != names:
             return None
         used |= _shared_indices(c, st.rhs, set(names), c.tensors[o].statement)
-        reduced = reduced or _reduces(c, st.rhs, c.tensors[o].statement)
+        reduced = reduced or bool(_inner_reductions(c, st.rhs, c.tensors[o].statement))
     rows = [n for n in names if n in used]
     if not rows:
         return [] if reduced else None
     return rows if len(rows) < len(names) else None
-
-
-def _reduces(c: Checked, node: Node, k: int) -> bool:
-    """Whether `node` holds a reduction, itself or through a temporary it reads."""
-    if isinstance(node, Reduce):
-        return True
-    if isinstance(node, Access):
-        t = c.tensors[node.tensor]
-        if t.statement is not None and t.statement < k:
-            return _reduces(c, c.formula.statements[t.statement].rhs, t.statement)
-        return any(ix.gather is not None and _reduces(c, ix.gather, k) for ix in node.indices)
-    return any(_reduces(c, child, k) for child in children(node))
 
 
 def _shared_indices(c: Checked, node: Node, names: set[str], k: int) -> set[str]:

@@ -479,9 +479,8 @@ def _requires(ast: KernelAST, cond: Node, test: str) -> bool:
     cond = unparen(cond)
     if cond.type == "binary_expression" and operator_of(cond) == "&&":
         return any(_requires(ast, cond.child_by_field_name(f), test) for f in ("left", "right"))
-    if cond.type == "binary_expression" and operator_of(cond) == "==":
-        a, b = (unparen(cond.child_by_field_name(f)) for f in ("left", "right"))
-        return (_is(ast, a, test) and _is_zero(ast, b)) or (_is(ast, b, test) and _is_zero(ast, a))
+    if _against_zero(ast, cond, "==", test):
+        return True
     if cond.type == "unary_expression" and operator_of(cond) == "!":
         return _is(ast, cond.child_by_field_name("argument"), test)
     return False
@@ -495,12 +494,19 @@ def _fails(ast: KernelAST, cond: Node, test: str) -> bool:
         return True
     if cond.type == "binary_expression" and operator_of(cond) == "||":
         return any(_fails(ast, cond.child_by_field_name(f), test) for f in ("left", "right"))
-    if cond.type == "binary_expression" and operator_of(cond) == "!=":
-        a, b = (unparen(cond.child_by_field_name(f)) for f in ("left", "right"))
-        return (_is(ast, a, test) and _is_zero(ast, b)) or (_is(ast, b, test) and _is_zero(ast, a))
+    if _against_zero(ast, cond, "!=", test):
+        return True
     if cond.type == "unary_expression" and operator_of(cond) == "!":
         return _requires(ast, cond.child_by_field_name("argument"), test)
     return False
+
+
+def _against_zero(ast: KernelAST, cond: Node, op: str, test: str) -> bool:
+    """`test op 0` or `0 op test`."""
+    if cond.type != "binary_expression" or operator_of(cond) != op:
+        return False
+    a, b = (unparen(cond.child_by_field_name(f)) for f in ("left", "right"))
+    return (_is(ast, a, test) and _is_zero(ast, b)) or (_is(ast, b, test) and _is_zero(ast, a))
 
 
 def _skips(ast: KernelAST, stmt: Node, test: str) -> bool:
