@@ -403,9 +403,11 @@ def distinct_per_value(index: Expr, var: Expr) -> bool:
         if len(found) > 1 or (found and mono.count(found[0]) > 1):
             return False
         if found:
-            if found[0] in weights:
+            rest = tuple(sorted(a for a in mono if a != found[0]))
+            # a place value of sizes alone (a thread's index or a loop's value may be 0)
+            if found[0] in weights or any("." in a or "#" in a for a in rest):
                 return False
-            weights[found[0]] = (coef, tuple(sorted(a for a in mono if a != found[0])))
+            weights[found[0]] = (coef, rest)
     if len(weights) != len(digits) or not digits:
         return False
     # the units first, each digit's top the next one's unit, the last unbounded

@@ -126,3 +126,52 @@ def test_refused(old, new, why):
     assert old in FLAT_MM
     with pytest.raises(NotSplit, match=why):
         delinearize(lifted(FLAT_MM.replace(old, new)))
+
+
+# ---- distinct_per_value: a store at a counter's digits, one element per value ----------------
+
+
+def _index(text: str):
+    """The model's expression of `text` (Python's `//` and `%`) over a long counter `k`, int
+    sizes B, F, H, W and a thread index `t`."""
+    import ast
+
+    from optiml.lift.model import LONG, Binary, Builtin, Cast, Const, Param, Var
+
+    k = Var("k", LONG)
+    names = {n: Param(n, "int") for n in "BFHW"} | {"k": k, "t": Builtin("threadIdx.x")}
+    ops = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "/", ast.Mod: "%"}
+
+    def parse(node):
+        if isinstance(node, ast.Name):
+            return names[node.id]
+        if isinstance(node, ast.Constant):
+            return Const(node.value, LONG)
+        a, b = parse(node.left), parse(node.right)
+        return Binary(ops[type(node.op)], a, b if b.type == LONG else Cast(b, LONG), LONG)
+
+    return parse(ast.parse(text, mode="eval").body), k
+
+
+@pytest.mark.parametrize(
+    "text,distinct",
+    [
+        ("k", True),
+        ("3 * k + F", True),
+        # a batch norm's element of channel F: (b, h, w) the digits of k
+        ("((k // W // H * F + 2) * H + k // W % H) * W + k % W", True),
+        # the digits' place values not multiples of the spans below them: (h, w) and (h + 1, w - W)
+        ("(k // W % H) * W + (k // W // H) * W + k % W", False),
+        # a digit left out: every h shares its element
+        ("(k // W // H) * H * W + k % W", False),
+        # a place value that is a thread's index (it may be 0)
+        ("(k // W) * t + k % W", False),
+        # a division that cuts across digits
+        ("k // 3 % W * 7 + k % 2", False),
+    ],
+)
+def test_a_store_at_a_counters_digits_is_one_element_per_value(text, distinct):
+    from optiml.lift.coords import distinct_per_value
+
+    index, k = _index(text)
+    assert distinct_per_value(index, k) is distinct
