@@ -236,3 +236,24 @@ def test_a_kernel_with_no_stride_is_left_alone():
     path = FIXTURES / "saxpy.cu"
     ctx = Context.of(Variant(path.read_text()), str(path), "saxpy")
     assert STRIDE_TAPS.propose(ctx) == []
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+def test_a_generated_strided_dilated_grouped_transposed_convolution_steps_exactly(tmp_path):
+    """fixtures/kb_extra's task 75 as `optiml generate --from-torch` writes it: rows at stride 2
+    under a dilation of 2 (every tap or none), columns at stride 3; at the spec's second size the
+    stepped kernel computes bit for bit what the generated one does."""
+    from optiml.generate import generate
+    from optiml.generate.from_torch import translate
+
+    task = next((FIXTURES / "kb_extra").glob("75_*.py"))
+    t = translate(task.read_text(), str(task))
+    g = generate(t.formula, t.name, ref_file=f"{t.name}_ref.py")
+    path = tmp_path / f"{t.name}.cu"
+    path.write_text(g.kernel)
+    (tmp_path / f"{t.name}_ref.py").write_text(g.reference)
+    ctx = Context.of(Variant(g.kernel), str(path), t.name)
+    (proposal,) = STRIDE_TAPS.propose(ctx)
+    assert "only where a tap passes" in proposal.summary and "by 3" in proposal.summary
+    cand = Context.of(proposal.variant, str(path), t.name)
+    assert run_against(ctx, [cand], [dict(ctx.spec.sizes[1])], tmp_path, exact=True) == [0]
