@@ -548,9 +548,8 @@ def _plain_reads(c: Checked, node: Reduce) -> bool:
                 return False
             return all(
                 ix.gather is None and not ix.affine
-                if ix.name in wanted or _free(Access(n.tensor, [ix], n.pos), wanted)
-                else True
                 for ix in n.indices
+                if _free(Access(n.tensor, [ix], n.pos), wanted)
             )
         return all(plain(ch) for ch in children(n))
 

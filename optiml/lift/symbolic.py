@@ -119,6 +119,10 @@ _CONVERSIONS = {
     "__float2int_rz": INT,
     "__double2float_rn": FLOAT,
 }
+_CACHED_LOADS = ("__ldg", "__ldcs", "__ldca", "__ldcg", "__ldlu", "__ldcv")
+# Calls the lifting reads as values (math, conversions, cached loads): none changes anything but
+# its result.
+PURE_CALLS = frozenset([*_MATH, *_CONVERSIONS, *_CACHED_LOADS])
 _ATOMICS = {
     "atomicAdd": "add",
     "atomicSub": "sub",
@@ -1025,7 +1029,7 @@ class Lifter:
             value = self._scalar(arg_nodes[1], st)
             self._store(p, value, st, node, _ATOMICS[name])
             return value
-        if name in ("__ldg", "__ldcs", "__ldca", "__ldcg", "__ldlu", "__ldcv"):
+        if name in _CACHED_LOADS:
             p = self._expr(arg_nodes[0], st)
             if not isinstance(p, Ptr):
                 raise Opaque(node, f"`{name}` of something that is not a pointer into a parameter")

@@ -140,8 +140,14 @@ class Measurement(BaseModel):
 
     @classmethod
     def of(cls, v: Verdict) -> Measurement:
-        m = cls(status=v.status, message=v.message, compile_s=v.compile_s, run_s=v.run_s)
-        m.build_s, m.gpu_wait_s = v.build_s, v.gpu_wait_s
+        m = cls(
+            status=v.status,
+            message=v.message,
+            compile_s=v.compile_s,
+            run_s=v.run_s,
+            build_s=v.build_s,
+            gpu_wait_s=v.gpu_wait_s,
+        )
         if v.device is not None:
             m.device, m.sm_count = v.device.name, v.device.sm_count
             m.memory_bytes = v.device.memory_bytes

@@ -30,65 +30,16 @@ from tree_sitter import Node
 from optiml.cuda.kernel_ast import (
     KernelAST,
     _declared_name,
+    _int_literal,
     condition,
     for_header,
     operator_of,
     unparen,
     walk,
 )
+from optiml.lift.symbolic import PURE_CALLS
+from optiml.search.catalog._gemm import render
 from optiml.search.catalog.base import Context, Rewrite, Transformation
-
-# Calls that change nothing but their result (anything else in a loop's body is an effect).
-PURE_CALLS = frozenset(
-    [
-        "expf",
-        "exp",
-        "logf",
-        "log",
-        "sqrtf",
-        "sqrt",
-        "rsqrtf",
-        "rsqrt",
-        "tanhf",
-        "tanh",
-        "erff",
-        "erf",
-        "fabsf",
-        "fabs",
-        "abs",
-        "fminf",
-        "fmin",
-        "fmaxf",
-        "fmax",
-        "min",
-        "max",
-        "powf",
-        "pow",
-        "fmaf",
-        "fma",
-        "floorf",
-        "floor",
-        "ceilf",
-        "ceil",
-        "sinf",
-        "sin",
-        "cosf",
-        "cos",
-        "exp2f",
-        "exp2",
-        "log2f",
-        "log2",
-        "__expf",
-        "__logf",
-        "__fdividef",
-        "__ldg",
-        "__float2half",
-        "__half2float",
-        "__float2bfloat16",
-        "__bfloat162float",
-        "static_cast",
-    ]
-)
 
 
 @dataclass(frozen=True)
@@ -102,6 +53,14 @@ class Test:
     c: int
     s: str
     literal: int | None
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The loop's body, and the names declared in it (each iteration's own)."""
+
+    body: Node
+    local: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -133,8 +92,9 @@ class StrideTaps(Transformation):
             loop = _counted(ast, node) if node.type == "for_statement" else None
             if loop is None:
                 continue
-            for test in _tests(ast, loop):
-                if _covered(ast, loop.body, test.key, loop.body):
+            scope = Scope(loop.body, frozenset(ast.local_declarations(loop.body)))
+            for test in _tests(ast, loop, scope):
+                if _covered(ast, loop.body, test.key, scope):
                     edits.update(_step(loop, test))
                     stepped.append(_said(loop, test))
                     break
@@ -205,10 +165,10 @@ def _steps_by_one(ast: KernelAST, update: Node, v: str) -> bool:
     return False
 
 
-def _tests(ast: KernelAST, loop: Counted) -> list[Test]:
+def _tests(ast: KernelAST, loop: Counted, scope: Scope) -> list[Test]:
     """Every `x % s` in the body whose x is affine in v (a literal coefficient, ±1 where s is not
     a literal, the rest invariant in the loop) and whose s the loop does not change."""
-    changed = ast.assigned(loop.body) | set(ast.local_declarations(loop.body)) | {loop.v}
+    changed = ast.assigned(loop.body) | scope.local | {loop.v}
     env = _local_forms(ast, loop)
     found = []
     for n in walk(loop.body):
@@ -227,7 +187,7 @@ def _tests(ast: KernelAST, loop: Counted) -> list[Test]:
             continue
         if literal is None and c not in (1, -1):
             continue
-        found.append(Test(_key(ast, n), _render(rest), c, ast.text(s), literal))
+        found.append(Test(_key(ast, n), render(rest), c, ast.text(s), literal))
     return found
 
 
@@ -260,29 +220,7 @@ def _local_forms(ast: KernelAST, loop: Counted) -> dict:
 
 def _literal(ast: KernelAST, node: Node) -> int | None:
     node = unparen(node)
-    if node.type != "number_literal":
-        return None
-    text = ast.text(node).rstrip("uUlL")
-    try:
-        return int(text, 0)
-    except ValueError:
-        return None
-
-
-def _render(form: dict) -> str:
-    """An affine form's C text (atoms are the kernel's own names)."""
-    terms = []
-    for mono, k in sorted(form.items(), key=lambda t: (len(t[0]), t[0])):
-        atoms = "*".join(mono)
-        if not atoms:
-            terms.append(str(k))
-        elif k == 1:
-            terms.append(atoms)
-        elif k == -1:
-            terms.append(f"-{atoms}")
-        else:
-            terms.append(f"{k}*{atoms}")
-    return " + ".join(terms).replace("+ -", "- ") if terms else "0"
+    return _int_literal(ast.text(node)) if node.type == "number_literal" else None
 
 
 # ---- the step -----------------------------------------------------------------------------------
@@ -329,15 +267,15 @@ def _step(loop: Counted, test: Test) -> dict[tuple[int, int], str]:
 # ---- what a skipped iteration would have done ---------------------------------------------------
 
 
-def _covered(ast: KernelAST, stmt: Node, test: str, body: Node) -> bool:
-    """Whether `stmt` (inside the loop's `body`) changes nothing outside the iteration where the
+def _covered(ast: KernelAST, stmt: Node, test: str, scope: Scope) -> bool:
+    """Whether `stmt` (inside the loop's body) changes nothing outside the iteration where the
     test fails."""
     t = stmt.type
     if t == "compound_statement":
         for s in ast.statements(stmt):
             if _skips(ast, s, test):
                 return True  # the rest of this block is not reached where the test fails
-            if not _covered(ast, s, test, body):
+            if not _covered(ast, s, test, scope):
                 return False
         return True
     if t == "if_statement":
@@ -351,41 +289,39 @@ def _covered(ast: KernelAST, stmt: Node, test: str, body: Node) -> bool:
         if other is not None and other.type == "else_clause":
             other = other.named_children[0] if other.named_children else None
         if _requires(ast, cond, test):
-            return other is None or _covered(ast, other, test, body)
-        return _covered(ast, then, test, body) and (
-            other is None or _covered(ast, other, test, body)
+            return other is None or _covered(ast, other, test, scope)
+        return _covered(ast, then, test, scope) and (
+            other is None or _covered(ast, other, test, scope)
         )
     if t == "for_statement":
         header = for_header(stmt)
         if header is None:
             return False
         init, cond, update, inner = header
-        own = set(ast.local_declarations(init)) if init.type == "declaration" else set()
-        local = own | set(ast.local_declarations(body))
         return (
             _pure(ast, cond)
-            and ast.assigned(update) <= local
+            and ast.assigned(update) <= scope.local
             and (
                 _initializers_pure(ast, init)
                 if init.type == "declaration"
-                else ast.assigned(init) <= local and _pure(ast, init, allow_assign=True)
+                else ast.assigned(init) <= scope.local and _pure(ast, init, allow_assign=True)
             )
-            and _covered(ast, inner, test, body)
+            and _covered(ast, inner, test, scope)
         )
     if t in ("while_statement", "do_statement"):
         cond = condition(stmt)
-        return _pure(ast, cond) and _covered(ast, stmt.child_by_field_name("body"), test, body)
+        return _pure(ast, cond) and _covered(ast, stmt.child_by_field_name("body"), test, scope)
     if t == "declaration":
         return _initializers_pure(ast, stmt)
     if t == "expression_statement":
-        return not stmt.named_children or _neutral(ast, stmt.named_children[0], test, body)
+        return not stmt.named_children or _neutral(ast, stmt.named_children[0], test, scope)
     if t == "continue_statement":
         return True
     if t == "break_statement":
         # leaves an inner loop (the loop's own break would end it early: an effect)
         return any(
             p.type in ("for_statement", "while_statement", "do_statement")
-            for p in _ancestors(stmt, body)
+            for p in _ancestors(stmt, scope.body)
         )
     return t in ("comment", ";")
 
@@ -397,16 +333,15 @@ def _ancestors(node: Node, stop: Node):
         p = p.parent
 
 
-def _neutral(ast: KernelAST, e: Node, test: str, body: Node) -> bool:
+def _neutral(ast: KernelAST, e: Node, test: str, scope: Scope) -> bool:
     """An expression statement that changes nothing outside the iteration where the test fails."""
     e = unparen(e)
-    local = set(ast.local_declarations(body))
     if e.type == "assignment_expression":
         left = unparen(e.child_by_field_name("left"))
         right = e.child_by_field_name("right")
         if not _pure(ast, right) or not _pure(ast, left):
             return False
-        if left.type == "identifier" and ast.text(left) in local:
+        if left.type == "identifier" and ast.text(left) in scope.local:
             return True  # the iteration's own variable
         op = operator_of(e)
         if op in ("+=", "-="):
@@ -426,7 +361,7 @@ def _neutral(ast: KernelAST, e: Node, test: str, body: Node) -> bool:
         return False
     if e.type == "update_expression":
         arg = unparen(e.child_by_field_name("argument"))
-        return arg.type == "identifier" and ast.text(arg) in local
+        return arg.type == "identifier" and ast.text(arg) in scope.local
     if e.type == "call_expression":
         name = ast.text(e.child_by_field_name("function"))
         args = e.child_by_field_name("arguments").named_children
@@ -437,7 +372,7 @@ def _neutral(ast: KernelAST, e: Node, test: str, body: Node) -> bool:
             and _zero(ast, args[1], test)
         )
     if e.type == "comma_expression":
-        return all(_neutral(ast, c, test, body) for c in e.named_children)
+        return all(_neutral(ast, c, test, scope) for c in e.named_children)
     return _pure(ast, e)
 
 
