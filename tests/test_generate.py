@@ -888,3 +888,37 @@ def test_a_convolutions_reference_gathers_one_tap_at_a_time(tmp_path):
                 part = np.einsum("bidhv,io->bodhv", x, w[:, :, k, k2, k3])
                 want[:, :, k : k + 8, k2 : k2 + 16, k3 : k3 + 32] += part
     assert np.allclose(got.reshape(want.shape), want)
+
+
+def test_rows_too_few_and_long_get_a_cluster_each_and_plain_keeps_the_thread(tmp_path):
+    """KernelBench's BatchNorm as `--from-torch` translates it: 64 channels of 2 M elements, a
+    thread each would walk 6 M reads alone (1.9 s a launch on an H100): the file written holds a
+    cluster of 8 blocks per channel and says why; `--plain` writes the thread per channel, and
+    `--arch sm_80` a block per channel. LogSoftmax's 4,096 rows of 393 K stay a thread each."""
+    from click.testing import CliRunner
+
+    from optiml.cli import main
+
+    root = Path(__file__).resolve().parents[1]
+    bn = root / "fixtures" / "kb_extra" / "33_BatchNorm.py"
+
+    def written(task: Path, out: str, *extra: str) -> tuple[str, str]:
+        args = ["generate", "--from-torch", str(task), "--out", str(tmp_path / out)]
+        r = CliRunner().invoke(main, [*args, "--no-optimize", *extra])
+        assert r.exit_code == 0, r.stderr
+        return (tmp_path / f"{out}.cu").read_text(), r.stderr
+
+    text, said = written(bn, "bn")
+    assert "grid = (features) * 8, block = 512" in text and "cluster_dims(8, 1, 1)" in text
+    assert "a cluster of 8 blocks per row" in said
+    plain, said = written(bn, "bn_plain", "--plain")
+    assert "grid = cdiv(features, 256), block = 256" in plain and "per row:" not in said
+    block, _ = written(bn, "bn_80", "--arch", "sm_80")
+    assert "grid = (features) * 1, block = 512" in block and "cluster_dims" not in block
+    # LogSoftmax's size in KernelBench: 4,096 rows of 393 K, a thread each walks 1.2 M reads
+    soft = generate(
+        "float x[B, D]; B = 4096; D = 393216\ny[b, d] = x[b, d] - log(sum(d2) exp(x[b, d2]))",
+        "log_softmax",
+    )
+    assert "grid = cdiv(B, 256), block = 256" in soft.kernel
+    assert not any("per row" in note for note in soft.notes)

@@ -1003,6 +1003,13 @@ def _check_summary(data: dict) -> None:
     "the task file's name without its number, e.g. `LeakyReLU`).",
 )
 @click.option("--no-optimize", is_flag=True, help="Do not optimize the kernel afterwards.")
+@click.option(
+    "--plain",
+    is_flag=True,
+    help="Write the kernel as the formula's structure gives it: one thread per row even where the "
+    "rows are too few for a warp each to fill a GPU (by default those get a block, or on sm_90 a "
+    "cluster of blocks, per row).",
+)
 @mot_options
 @arch_option
 @search_executor_option
@@ -1015,6 +1022,7 @@ def generate(
     out_path: str | None,
     name: str | None,
     no_optimize: bool,
+    plain: bool,
     mot: bool,
     experts: int,
     repairs: int,
@@ -1050,7 +1058,9 @@ def generate(
     if line is not None and mot:
         raise click.UsageError("--mot takes FORMULA or --from-torch TASK.py, not --line")
     options = collect(mot, experts, repairs, replay)
-    result = run_generate(formula, line, out_path, name, arch, from_torch=from_torch, mot=options)
+    result = run_generate(
+        formula, line, out_path, name, arch, from_torch=from_torch, mot=options, plain=plain
+    )
     notes = [*result.notes]
     if result.printed is not None:
         click.echo(result.printed, nl=False)

@@ -7,9 +7,11 @@ its `@optiml` spec and a NumPy reference computed in float64 (docs/generate.md).
 from __future__ import annotations
 
 import re
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from optiml.errors import FormulaError
+from optiml.errors import FormulaError, OptimlError
 from optiml.generate.check import check
 from optiml.generate.cuda import headers, kernel_text, params, size_cases
 from optiml.generate.model import Checked
@@ -78,10 +80,15 @@ def generate(
     name: str = "generated",
     ref_file: str | None = None,
     checked: Checked | None = None,
+    schedule: bool = True,
+    arch: str | None = None,
 ) -> Generated:
     """The kernel, spec and reference of a formula; `FormulaError` at the first problem.
     `ref_file` is the reference module's file name next to the kernel's (`NAME_ref.py`);
-    `checked`: the formula's checked model, where the caller has it already."""
+    `checked`: the formula's checked model, where the caller has it already. `schedule`: rows
+    too few for a thread each to fill a GPU get a block or a cluster of blocks each
+    (`few_rows`; clusters of blocks for `arch` sm_90 and later, the default); False: the plain
+    kernel as the formula's structure gives it."""
     if isinstance(source, str):
         source = FormulaSource(source)
     if not _IDENT.fullmatch(name) or len(name) > 100:
@@ -109,4 +116,62 @@ def generate(
     )
     names = [n for n, _ in params(checked)]
     reference = reference_text(checked, name, names, formula)
-    return Generated(name, kernel, reference, checked, list(checked.notes))
+    notes = list(checked.notes)
+    if schedule:
+        clusters = arch is None or _arch_number(arch) >= 90
+        scheduled = few_rows(kernel, name, ref_file or f"{name}_ref.py", reference, clusters)
+        if scheduled is not None:
+            kernel, note = scheduled
+            notes.append(note)
+    return Generated(name, kernel, reference, checked, notes)
+
+
+# The SMs a generated kernel is scheduled to fill: the H100's and the H200's (a GPU with fewer is
+# filled sooner; the search measures on the GPU it runs on).
+SM_COUNT = 132
+_PLAIN_LINE = "// A plain kernel: one thread per output element"
+
+
+def _arch_number(arch: str) -> int:
+    digits = re.sub(r"[^0-9]", "", arch)
+    return int(digits) if digits else 0
+
+
+def few_rows(
+    kernel: str, name: str, ref_file: str, reference: str, clusters: bool = True
+) -> tuple[str, str] | None:
+    """The generated file with its kernel of one thread per row rewritten to a block or a cluster
+    of blocks per row where its rows at the spec's first size are too few for a warp each to
+    fill the GPU (BatchNorm's 64 channels, LayerNorm's 16 rows, a whole-tensor norm's one row),
+    by the search catalog's `warp_rows` from the lifted model; and a note saying so. None where
+    the rows are enough or the kernel is not one thread per row. The spec is read beside its
+    reference (`ref_file`, whose text is `reference`), as a file's would be."""
+    from optiml.search.catalog.base import Context
+    from optiml.search.catalog.warp_rows import few_rows_schedule
+    from optiml.search.variant import Variant
+
+    with tempfile.TemporaryDirectory(prefix="optiml-generate-") as tmp:
+        (Path(tmp) / ref_file).write_text(reference)
+        try:
+            ctx = Context.of(
+                Variant(kernel), str(Path(tmp) / f"{name}.cu"), name, sm_count=SM_COUNT
+            )
+        except OptimlError:
+            return None
+        rewrite = few_rows_schedule(ctx, clusters)
+    if rewrite is None:
+        return None
+    cluster = rewrite.params.get("cluster", 1)
+    whose = f"a cluster of {cluster} blocks" if cluster > 1 else "a block"
+    why = (
+        f"// Its rows are too few at the spec's first size for a warp each to fill a GPU of "
+        f"{SM_COUNT} SMs: {whose} of {rewrite.params['threads']} threads per row"
+        + (" (sm_90: thread block clusters)" if cluster > 1 else "")
+        + "; `optiml generate --plain` writes the thread per row."
+    )
+    lines = rewrite.variant.text.split("\n")
+    at = next((i for i, line in enumerate(lines) if line.startswith(_PLAIN_LINE)), None)
+    if at is not None:
+        lines.insert(at + 1, why)
+    note = f"{whose} per row: the rows are too few for a thread or a warp each to fill the GPU"
+    return "\n".join(lines), note

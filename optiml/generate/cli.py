@@ -8,6 +8,7 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from optiml.errors import FormulaError, InputFileError, UsageError
 from optiml.generate import FormulaSource, Generated, generate
@@ -103,11 +104,13 @@ def translate_task(path: str) -> tuple[Translation, FormulaSource]:
     return t, FormulaSource(text, "<translated formula>", 0)
 
 
-def _generate_translated(t: Translation, source: FormulaSource, name: str, ref_file: str):
+def _generate_translated(
+    t: Translation, source: FormulaSource, name: str, ref_file: str, **kw: Any
+):
     """`generate` of a translated formula; a formula the notation's checker refuses (a size past
     what an `int` holds, say) is an error at forward's return, not in a formula nobody wrote."""
     try:
-        return generate(source, name, ref_file)
+        return generate(source, name, ref_file, **kw)
     except FormulaError as e:
         if e.position is None:  # the kernel's name, not the formula
             raise
@@ -124,11 +127,13 @@ def run_generate(
     arch: str | None,
     from_torch: str | None = None,
     mot: MotOptions | None = None,
+    plain: bool = False,
 ) -> GenerateResult:
     from optiml.check import check_file
     from optiml.cuda.source import read_text
 
     mot = mot or MotOptions()
+    scheduling: dict[str, Any] = {"schedule": not plain, "arch": arch}
     if line is None and (mot.enabled or (from_torch is None and not is_formula(formula))):
         return run_mot(formula, out, name, arch, from_torch, mot)
     translation = None
@@ -140,7 +145,7 @@ def run_generate(
     if translation is not None:
         base = _stem(out) if out and out != "-" else Path(kernel_name)
         ref_file = f"{base.name}_ref.py"
-        g = _generate_translated(translation, source, kernel_name, ref_file)
+        g = _generate_translated(translation, source, kernel_name, ref_file, **scheduling)
         one_line = "; ".join(translation.formula.splitlines())
         where = f"{translation.position.path}:{translation.position.line}"
         g.notes = [f"forward ({where}) as a formula: {one_line}", *translation.notes, *g.notes]
@@ -158,13 +163,13 @@ def run_generate(
             else user_file.with_name(f"{user_file.stem}.{kernel_name}")
         )
         ref_file = f"{base.name}_ref.py"
-        g = generate(source, kernel_name, ref_file)
+        g = generate(source, kernel_name, ref_file, **scheduling)
         lines = text.split("\n")
         cu = "\n".join([*lines[:after], "", g.kernel.rstrip("\n"), *lines[after:]])
     else:
         base = _stem(out) if out and out != "-" else Path(kernel_name)
         ref_file = f"{base.name}_ref.py"
-        g = generate(FormulaSource(formula), kernel_name, ref_file)
+        g = generate(FormulaSource(formula), kernel_name, ref_file, **scheduling)
         cu = g.kernel
         user_file = None
     if out == "-":
@@ -251,14 +256,16 @@ def run_mot(
     if from_torch is not None:
         translation, source = translate_task(from_torch)
         kernel_name = name or translation.name
-        formula = _generate_translated(translation, source, kernel_name, f"{kernel_name}_ref.py")
+        formula = _generate_translated(
+            translation, source, kernel_name, f"{kernel_name}_ref.py", arch=arch
+        )
         task = f"the PyTorch module's forward, as this formula: {translation.formula}"
     else:
         assert task is not None
         problem = formula_problem(task)
         kernel_name = name or (_kernel_name(None, out) if out else "generated")
         if problem is None:
-            formula = generate(FormulaSource(task), kernel_name, f"{kernel_name}_ref.py")
+            formula = generate(FormulaSource(task), kernel_name, f"{kernel_name}_ref.py", arch=arch)
     settings = load_settings({"replay": True if mot.replay else None}, start_dir=Path.cwd())
     if settings.provider == "offline":
         if formula is None:

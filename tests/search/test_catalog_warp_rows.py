@@ -204,6 +204,7 @@ def test_a_generated_instance_norm_gets_a_warp_per_row_of_two_indices(tmp_path):
         "y[n, c, h, w] = (x[n, c, h, w] - mu[n, c]) / sqrt(v[n, c] + 1e-5)",
         "inorm",
         ref_file="inorm_ref.py",
+        schedule=False,  # the thread per row; by default too few rows get a cluster each
     )
     path = tmp_path / "inorm.cu"
     path.write_text(g.kernel)
@@ -226,7 +227,8 @@ def test_a_generated_instance_norm_gets_a_warp_per_row_of_two_indices(tmp_path):
         # flat counter's digits in a row-major layout, each stored once
         (
             "bnorm",
-            "float x[B, F, H, W]; eps = 1e-5\nmu[f] = mean(b, h, w) x[b, f, h, w]\n"
+            "float x[B, F, H, W]; B = 32; F = 64; H = 256; W = 256; eps = 1e-5\n"
+            "mu[f] = mean(b, h, w) x[b, f, h, w]\n"
             "var[f] = mean(b, h, w) (x[b, f, h, w] - mu[f]) ** 2\n"
             "y[b, f, h, w] = (x[b, f, h, w] - mu[f]) * rsqrt(var[f] + eps)",
             [{"B": 3, "F": 2, "H": 5, "W": 7}, {"B": 2, "F": 3, "H": 4, "W": 9}],
@@ -234,7 +236,8 @@ def test_a_generated_instance_norm_gets_a_warp_per_row_of_two_indices(tmp_path):
         # a tensor over its whole norm: one row
         (
             "whole",
-            "float x[B, F]; y[b, f] = x[b, f] / sqrt(sum(b2, f2) x[b2, f2] * x[b2, f2])",
+            "float x[B, F]; B = 4096; F = 2048\n"
+            "y[b, f] = x[b, f] / sqrt(sum(b2, f2) x[b2, f2] * x[b2, f2])",
             [{"B": 3, "F": 37}, {"B": 5, "F": 70}],
         ),
     ],
@@ -244,7 +247,7 @@ def test_a_batch_norm_and_a_whole_norm_as_generated_get_a_warp_block_and_cluster
 ):
     from optiml.generate import generate
 
-    g = generate(formula, name, ref_file=f"{name}_ref.py")
+    g = generate(formula, name, ref_file=f"{name}_ref.py", schedule=False)
     path = tmp_path / f"{name}.cu"
     path.write_text(g.kernel)
     (tmp_path / f"{name}_ref.py").write_text(g.reference)
@@ -254,6 +257,15 @@ def test_a_batch_norm_and_a_whole_norm_as_generated_get_a_warp_block_and_cluster
     assert by["cluster"].params["cluster"] == 8
     candidates = [Context.of(by[k].variant, str(path), name) for k in by]
     assert run_against(ctx, candidates, sizes, tmp_path) == [0, 0, 0]
+    # what `optiml generate` writes by default: its rows (64 channels of 2 M elements, one of 8 M)
+    # too few for a warp each to fill 132 SMs and too long for a thread to walk in a second, the
+    # cluster per row; before sm_90, the block per row
+    for arch, kind in ((None, "cluster"), ("sm_80", "block")):
+        scheduled = generate(formula, name, ref_file=f"{name}_ref.py", arch=arch)
+        lines = scheduled.kernel.split("\n")
+        (why,) = [line for line in lines if line.startswith("// Its rows are too few")]
+        assert "\n".join(line for line in lines if line != why) == by[kind].variant.text
+        assert any(kind in note for note in scheduled.notes)
 
 
 def test_a_store_that_two_of_the_counters_values_share_is_refused(tmp_path):

@@ -184,6 +184,47 @@ class WarpRows(Transformation):
         return out
 
 
+# A thread walking its row alone takes about this long an element of each pass over it on an
+# H100: KernelBench's plain kernels of a thread per row took 300 ns (BatchNorm, 2 M elements and 3
+# passes in 1.88 s), 220 ns (LogSoftmax, 393 K and 3 in 259 ms) and 63 ns (LayerNorm, 4.2 M and 3
+# in 792 ms) (benchmarks/results/kernelbench).
+SERIAL_NS = 200
+# A plain kernel expected to take longer than this a launch is too slow for a search to start
+# from within its time: measuring BatchNorm's (1.9 s) left none of 90 s; LayerNorm's (0.8 s)
+# left 15 evaluations.
+SLOW_INPUT_S = 1.0
+
+
+def few_rows_schedule(ctx: Context, clusters: bool = True) -> Rewrite | None:
+    """For a kernel of one thread per row whose rows are too few for a warp each to fill the GPU
+    (`ctx.sm_count` SMs of `BUSY_THREADS_PER_SM` threads) and so long that a thread walking its
+    row alone takes `SLOW_INPUT_S` or more (`SERIAL_NS` an element of each loop over it): the
+    widest of the block- and cluster-per-row rewrites `propose` makes (a block where not
+    `clusters`: before sm_90), the row read as the kernel reads it. None where the rows are
+    enough or short, or the kernel is not one this transformation rewrites. `optiml generate`
+    writes it for such rows."""
+    try:
+        lifted = lift(ctx.source, ctx.kernel, ctx.spec)
+        if not isinstance(lifted, Lifted):
+            return None
+        rows, _ = _Writer(lifted).write()
+        _check_launch(ctx, rows)
+        count = _row_count(ctx, rows)
+    except (_NoPlan, NotEmittable, ExprError, KeyError, ValueError):
+        return None
+    serial_s = _row_elements(ctx, count) * len(loops_of(lifted)) * SERIAL_NS * 1e-9
+    if count * 32 >= ctx.sm_count * BUSY_THREADS_PER_SM or serial_s < SLOW_INPUT_S:
+        return None
+    wide = [
+        r
+        for r in WarpRows().propose(ctx)
+        if r.params.get("per_row") in ("block", "cluster")
+        and "keep" not in r.params
+        and (clusters or r.params.get("cluster", 1) == 1)
+    ]
+    return max(wide, key=lambda r: r.params.get("cluster", 1), default=None)
+
+
 def _kept_row(
     ctx: Context,
     lifted: Lifted,
