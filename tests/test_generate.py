@@ -419,6 +419,10 @@ def test_a_loss_over_rows_of_their_own_reductions_takes_a_warp_per_row():
         body = kernel.split("__global__", 1)[1]
         assert "= optiml_lane; i" in body and "+= 32)" in body
         assert "__shfl_xor_sync" in body and "if (optiml_lane == 0)" in body
+    # the cosine's three sums over the same row: one loop of the lanes, three accumulators
+    body = generate(formulas["cosine_loss"], "cos").kernel.split("__global__", 1)[1]
+    assert len(re.findall(r"for \(int i_\d+ = optiml_lane; ", body)) == 1
+    assert len(re.findall(r"float acc\d+ = 0\.0f;", body)) == 3
     # a loss of elements alone keeps a thread per element
     mse = generate(formulas["mse"], "mse").kernel
     assert "optiml_lane" not in mse and "grid = min(cdiv(N * M, 1024), 4 * sm_count)" in mse

@@ -187,6 +187,7 @@ class _Kernel:
         if isinstance(node, Unary):
             return f"(-{self.emit(node.operand, env, stack, k)})"
         if isinstance(node, Binary):
+            self.fuse(node, env, stack, k)
             a = self.emit(node.left, env, stack, k)
             b = self.emit(node.right, env, stack, k)
             if node.op == "**":
@@ -199,6 +200,7 @@ class _Kernel:
                 return self.access(
                     node.args[0], env, stack, k, self.emit(node.args[1], env, stack, k)
                 )
+            self.fuse(node, env, stack, k)
             args = [self.emit(a, env, stack, k) for a in node.args]
             if node.func == "where":
                 return f"({args[0]} ? {args[1]} : {args[2]})"
@@ -264,70 +266,136 @@ class _Kernel:
         target.memo[key] = var
         return var
 
+    def _reduce_key(self, node: Reduce, env) -> tuple:
+        return ("r", id(node), tuple(sorted((n, v[0]) for n, v in env.items())))
+
     def reduce(self, node: Reduce, env, stack: list[_Block], k: int) -> str:
-        T = self.T
-        level = self.level(node, env)
-        target = stack[level]
-        key = ("r", id(node), tuple(sorted((n, v[0]) for n, v in env.items())))
-        if key in target.memo:
-            return target.memo[key]
-        inner_block = _Block()
-        inner_env = dict(env)
-        loops = []
-        names = [self.fresh(f"{ix.name}_") for ix in node.indices]
-        dims = [self.c.ranges[ix.name] for ix in node.indices]
-        lanes = self.lane_block is not None and target is self.lane_block
-        first, step = ("optiml_lane", f"{LANES}") if lanes else ("0", "1")
-        if len(names) > 1 and (
+        target = stack[self.level(node, env)]
+        key = self._reduce_key(node, env)
+        if key not in target.memo:
+            self._reductions([node], env, stack, k)
+        return target.memo[key]
+
+    def _flat(self, node: Reduce) -> bool:
+        """Whether the reduction's indices run as one flat loop (see `flat_rows`)."""
+        return len(node.indices) > 1 and (
             _flat_serves(self.c, node) or (self.flat_rows and _plain_reads(self.c, node))
-        ):
+        )
+
+    def fuse(self, node: Node, env, stack: list[_Block], k: int) -> None:
+        """The reductions `node` holds (not those inside a reduction or a temporary) that share a
+        level, the extents of their indices and their loops' form, whose bodies read inputs only,
+        run as one loop, each with its own accumulator: a cosine similarity's three sums read
+        the two rows once, not three times. Each sum adds the same terms in the same order as
+        its own loop would."""
+        found: list[Reduce] = []
+
+        def walk(n: Node) -> None:
+            if isinstance(n, Reduce):
+                found.append(n)
+            elif not isinstance(n, Access):
+                for child in children(n):
+                    walk(child)
+
+        walk(node)
+        if len(found) < 2:
+            return
+        groups: dict[tuple, list[Reduce]] = {}
+        for r in found:
+            if r.op in ("argmax", "argmin") or not _reads_inputs_only(self.c, r.body, k):
+                continue
+            level = self.level(r, env)
+            if self._reduce_key(r, env) in stack[level].memo:
+                continue
+            dims = tuple(self.c.ranges[ix.name] for ix in r.indices)
+            groups.setdefault((level, dims, self._flat(r)), []).append(r)
+        for group in groups.values():
+            if len(group) > 1:
+                self._reductions(group, env, stack, k)
+
+    def _reductions(self, nodes: list[Reduce], env, stack: list[_Block], k: int) -> None:
+        """One loop (or nest) over the first reduction's indices computing every one of `nodes`
+        (their levels, extents and loop forms the same), each result memoized in its block."""
+        T = self.T
+        first = nodes[0]
+        level = self.level(first, env)
+        target = stack[level]
+        inner_block = _Block()
+        loops = []
+        names = [self.fresh(f"{ix.name}_") for ix in first.indices]
+        dims = [self.c.ranges[ix.name] for ix in first.indices]
+        lanes = self.lane_block is not None and target is self.lane_block
+        start, step = ("optiml_lane", f"{LANES}") if lanes else ("0", "1")
+        if self._flat(first):
             # one loop over all the reduced indices: every read of them is at the flat one
             flat = self.fresh("r")
             loops.append(
-                f"for (long long {flat} = {first}; {flat} < {_total(dims)}; "
+                f"for (long long {flat} = {start}; {flat} < {_total(dims)}; "
                 + (f"++{flat}) {{" if step == "1" else f"{flat} += {step}) {{")
             )
             inner_block.lines += _decode(self, flat, names, dims)
         else:  # a loop each (a window's offsets, a convolution's taps: no division per step)
             loops += [
-                f"for (int {n} = {first if j == 0 else '0'}; {n} < {d}; "
+                f"for (int {n} = {start if j == 0 else '0'}; {n} < {d}; "
                 + (f"{n} += {step}) {{" if j == 0 and step != "1" else f"++{n}) {{")
                 for j, (n, d) in enumerate(zip(names, dims, strict=True))
             ]
-        for ix, var in zip(node.indices, names, strict=True):
-            inner_env[ix.name] = (var, level + 1)
-        v = self.emit(node.body, inner_env, stack[: level + 1] + [inner_block], k)
-        acc = self.fresh("acc")
-        op = node.op
-        init = {
-            "sum": self.lit(0.0),
-            "mean": self.lit(0.0),
-            "prod": self.lit(1.0),
-            "max": "-INFINITY",
-            "min": "INFINITY",
-            "argmax": "-INFINITY",
-            "argmin": "INFINITY",
-        }[op]
-        head = [f"{T} {acc} = {init};"]
-        result = acc
-        if op in ("sum", "mean"):
-            update = [f"{acc} += {v};"]
-        elif op == "prod":
-            update = [f"{acc} *= {v};"]
-        elif op in ("max", "min"):
-            update = [f"{acc} = {_MATH[op][self.f]}({acc}, {v});"]
-        else:
-            arg = self.fresh("arg")
-            head.append(f"int {arg} = 0;")
-            cmp = ">" if op == "argmax" else "<"
-            val = self.fresh("v")
-            loop_var = inner_env[node.indices[0].name][0]
-            update = [
-                f"const {T} {val} = {v};",
-                f"if ({val} {cmp} {acc}) {{ {acc} = {val}; {arg} = {loop_var}; }}",
-            ]
-            result = arg
-        body = inner_block.lines + update
+        head: list[str] = []
+        updates: list[str] = []
+        after: list[str] = []
+        results: list[str] = []
+        for node in nodes:
+            inner_env = dict(env)
+            for ix, var in zip(node.indices, names, strict=True):
+                inner_env[ix.name] = (var, level + 1)
+            v = self.emit(node.body, inner_env, stack[: level + 1] + [inner_block], k)
+            acc = self.fresh("acc")
+            op = node.op
+            init = {
+                "sum": self.lit(0.0),
+                "mean": self.lit(0.0),
+                "prod": self.lit(1.0),
+                "max": "-INFINITY",
+                "min": "INFINITY",
+                "argmax": "-INFINITY",
+                "argmin": "INFINITY",
+            }[op]
+            head.append(f"{T} {acc} = {init};")
+            result = acc
+            if op in ("sum", "mean"):
+                updates.append(f"{acc} += {v};")
+            elif op == "prod":
+                updates.append(f"{acc} *= {v};")
+            elif op in ("max", "min"):
+                updates.append(f"{acc} = {_MATH[op][self.f]}({acc}, {v});")
+            else:
+                arg = self.fresh("arg")
+                head.append(f"int {arg} = 0;")
+                cmp = ">" if op == "argmax" else "<"
+                val = self.fresh("v")
+                loop_var = inner_env[node.indices[0].name][0]
+                updates += [
+                    f"const {T} {val} = {v};",
+                    f"if ({val} {cmp} {acc}) {{ {acc} = {val}; {arg} = {loop_var}; }}",
+                ]
+                result = arg
+            if lanes:  # every lane's part combined, the result in every lane
+                shuffled = f"__shfl_xor_sync(0xffffffffu, {acc}, optiml_o)"
+                combine = {
+                    "sum": f"{acc} += {shuffled};",
+                    "mean": f"{acc} += {shuffled};",
+                    "prod": f"{acc} *= {shuffled};",
+                    "max": f"{acc} = {_MATH['max'][self.f]}({acc}, {shuffled});",
+                    "min": f"{acc} = {_MATH['min'][self.f]}({acc}, {shuffled});",
+                }[op]
+                after.append(
+                    f"for (int optiml_o = {LANES // 2}; optiml_o > 0; optiml_o >>= 1) {combine}"
+                )
+            if op == "mean":
+                extent = " * ".join(self.c.ranges[i.name] for i in node.indices)
+                result = f"({acc} / ({T})({extent}))"
+            results.append(result)
+        body = inner_block.lines + updates
         pad = "    "
         lines = list(head)
         for depth, loop in enumerate(loops):
@@ -335,24 +403,20 @@ class _Kernel:
         lines += [pad * len(loops) + line for line in body]
         for depth in reversed(range(len(loops))):
             lines.append(pad * depth + "}")
-        if lanes:  # every lane's part combined, the result in every lane
-            shuffled = f"__shfl_xor_sync(0xffffffffu, {acc}, optiml_o)"
-            combine = {
-                "sum": f"{acc} += {shuffled};",
-                "mean": f"{acc} += {shuffled};",
-                "prod": f"{acc} *= {shuffled};",
-                "max": f"{acc} = {_MATH['max'][self.f]}({acc}, {shuffled});",
-                "min": f"{acc} = {_MATH['min'][self.f]}({acc}, {shuffled});",
-            }[op]
-            lines.append(
-                f"for (int optiml_o = {LANES // 2}; optiml_o > 0; optiml_o >>= 1) {combine}"
-            )
-        target.lines += lines
-        if op == "mean":
-            extent = " * ".join(self.c.ranges[i.name] for i in node.indices)
-            result = f"({acc} / ({T})({extent}))"
-        target.memo[key] = result
-        return result
+        target.lines += lines + after
+        for node, result in zip(nodes, results, strict=True):
+            target.memo[self._reduce_key(node, env)] = result
+
+
+def _reads_inputs_only(c: Checked, node: Node, k: int) -> bool:
+    """Whether `node` holds no reduction and reads no earlier statement's result."""
+    if isinstance(node, Reduce):
+        return False
+    if isinstance(node, Access):
+        t = c.tensors[node.tensor]
+        if t.statement is not None and t.statement < k:
+            return False
+    return all(_reads_inputs_only(c, child, k) for child in children(node))
 
 
 def params(c: Checked) -> list[tuple[str, str]]:
