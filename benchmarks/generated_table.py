@@ -7,6 +7,8 @@ the device, dates and versions of the runs. No GPU.
     python3 benchmarks/generated_table.py kernelbench RUN.json ... --out kernelbench-h200.json \\
         --md kernelbench-h200.md
     python3 benchmarks/generated_table.py intents RUN.json ... --out intents-h200.json --md ...
+
+`--tasks DIR` keeps the rows of the task files in DIR (a run may hold tasks of both folders).
 """
 
 from __future__ import annotations
@@ -141,8 +143,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("runs", type=Path, nargs="+")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--md", type=Path, required=True)
+    ap.add_argument(
+        "--tasks",
+        type=Path,
+        default=None,
+        help="only the rows whose task file is in this folder (KernelBench's level 1 of "
+        "../shared, apart from this project's own tasks in fixtures/kb_extra run beside them)",
+    )
     args = ap.parse_args(argv)
-    table = merge(args.kind, [json.loads(p.read_text()) for p in args.runs])
+    runs = [json.loads(p.read_text()) for p in args.runs]
+    if args.tasks is not None:
+        names = {p.name for p in args.tasks.iterdir()}
+        key = KEYS[args.kind]
+        runs = [{**r, "rows": [w for w in r.get("rows", []) if w[key] in names]} for r in runs]
+    table = merge(args.kind, runs)
     args.out.write_text(json.dumps(table, indent=1) + "\n")
     args.md.write_text(markdown(args.kind, table))
     print(json.dumps(table["summary"]))

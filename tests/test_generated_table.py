@@ -67,6 +67,33 @@ def test_a_kernelbench_row_that_did_not_translate_says_why(tmp_path):
     assert "| `19_ReLU.py` | 0.5 | 0.6 |" in text and "1.20×" in text
 
 
+def test_tasks_keeps_the_rows_of_one_folders_task_files(tmp_path):
+    """A run over tasks of two folders (../shared's level 1 and this project's own) makes a table
+    of each with `--tasks`."""
+    row = {"number": 19, "translated": True, "delivered_ms": 0.5, "eager_ms": 0.6}
+    run = {
+        "date": "2026-12-07T00:00:00+00:00",
+        "device": "NVIDIA H100",
+        "args": {"budget": 48, "time": 90},
+        "rows": [
+            row | {"task": "19_ReLU.py", "speedup_vs_eager": 1.2},
+            row | {"task": "33_BatchNorm.py", "number": 33, "speedup_vs_eager": 0.5},
+        ],
+    }
+    shared, own = tmp_path / "shared", tmp_path / "own"
+    for folder, task in ((shared, "19_ReLU.py"), (own, "33_BatchNorm.py")):
+        folder.mkdir()
+        (folder / task).write_text("")
+    path = _write(tmp_path / "run.json", run)
+    for folder, task in ((shared, "19_ReLU.py"), (own, "33_BatchNorm.py")):
+        out, md = tmp_path / f"{folder.name}.json", tmp_path / f"{folder.name}.md"
+        table.main(["kernelbench", str(path), "--out", str(out), "--md", str(md),
+                    "--tasks", str(folder)])  # fmt: skip
+        merged = json.loads(out.read_text())
+        assert [r["task"] for r in merged["rows"]] == [task]
+        assert merged["summary"]["tasks"] == 1
+
+
 def _write(path: Path, data: dict) -> Path:
     path.write_text(json.dumps(data))
     return path
