@@ -13,7 +13,7 @@ from pathlib import Path
 
 from optiml.errors import FormulaError, OptimlError
 from optiml.generate.check import check
-from optiml.generate.cuda import headers, kernel_text, params, size_cases
+from optiml.generate.cuda import headers, kernel_text, params, size_cases, thread_per_row
 from optiml.generate.model import Checked
 from optiml.generate.numpy_ref import reference_text
 from optiml.generate.parser import FormulaSource, parse
@@ -117,7 +117,7 @@ def generate(
     names = [n for n, _ in params(checked)]
     reference = reference_text(checked, name, names, formula)
     notes = list(checked.notes)
-    if schedule:
+    if schedule and thread_per_row(checked):
         clusters = arch is None or _arch_number(arch) >= 90
         scheduled = few_rows(kernel, name, ref_file or f"{name}_ref.py", reference, clusters)
         if scheduled is not None:

@@ -525,6 +525,14 @@ def kernel_body(c: Checked, name: str = "kernel") -> list[str]:
     return lines + top.lines + stores
 
 
+def thread_per_row(c: Checked) -> bool:
+    """Whether the plain kernel is a thread per row (`_rows_body`)."""
+    if not c.domain or scan_of(c) is not None:
+        return False
+    first = c.statement_of(c.outputs[0])
+    return row_indices(c, [i.name for i in first.target.indices]) is not None
+
+
 def row_indices(c: Checked, names: list[str]) -> list[str] | None:
     """The output indices that the outputs' reductions and temporaries depend on, where they are
     some of the output's indices but not all (softmax's row `b`, not its column `d`): a thread
