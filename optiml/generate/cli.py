@@ -256,8 +256,9 @@ def run_mot(
     if from_torch is not None:
         translation, source = translate_task(from_torch)
         kernel_name = name or translation.name
+        # the formula's plain kernel: the interface the experts keep, and its float64 reference
         formula = _generate_translated(
-            translation, source, kernel_name, f"{kernel_name}_ref.py", arch=arch
+            translation, source, kernel_name, f"{kernel_name}_ref.py", schedule=False
         )
         task = f"the PyTorch module's forward, as this formula: {translation.formula}"
     else:
@@ -265,7 +266,9 @@ def run_mot(
         problem = formula_problem(task)
         kernel_name = name or (_kernel_name(None, out) if out else "generated")
         if problem is None:
-            formula = generate(FormulaSource(task), kernel_name, f"{kernel_name}_ref.py", arch=arch)
+            formula = generate(
+                FormulaSource(task), kernel_name, f"{kernel_name}_ref.py", schedule=False
+            )
     settings = load_settings({"replay": True if mot.replay else None}, start_dir=Path.cwd())
     if settings.provider == "offline":
         if formula is None:
