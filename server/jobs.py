@@ -413,7 +413,7 @@ def generate_work(
     folder.mkdir(parents=True, exist_ok=True)
     text, path = snapshot.text, snapshot.path
     if formula_in_comment(text, path, line) is not None:
-        g = generate_from_comment(text, path, line, taken)
+        g = generate_from_comment(text, path, line, taken, settings.arch or None)
     else:  # prose: the LLM's experts draft, vote and aggregate (their work in the job's folder)
         on_event(Event(phase="generate", last="the LLM's experts are drafting"))
         llm = settings.llm_section() or None

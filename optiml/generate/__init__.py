@@ -11,6 +11,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from optiml.arch import arch_number
 from optiml.errors import FormulaError, OptimlError
 from optiml.generate.check import check
 from optiml.generate.cuda import headers, kernel_text, params, size_cases, thread_per_row
@@ -118,7 +119,7 @@ def generate(
     reference = reference_text(checked, name, names, formula)
     notes = list(checked.notes)
     if schedule and thread_per_row(checked):
-        clusters = arch is None or _arch_number(arch) >= 90
+        clusters = arch is None or (arch_number(arch) or 0) >= 90
         scheduled = few_rows(kernel, name, ref_file or f"{name}_ref.py", reference, clusters)
         if scheduled is not None:
             kernel, note = scheduled
@@ -130,11 +131,6 @@ def generate(
 # filled sooner; the search measures on the GPU it runs on).
 SM_COUNT = 132
 _PLAIN_LINE = "// A plain kernel: one thread per output element"
-
-
-def _arch_number(arch: str) -> int:
-    digits = re.sub(r"[^0-9]", "", arch)
-    return int(digits) if digits else 0
 
 
 def few_rows(

@@ -118,7 +118,7 @@ def _formula_source(text: str, path: str, line: int) -> tuple[FormulaSource, int
 
 
 def generate_from_comment(
-    text: str, path: str, line: int, taken: set[str] | None = None
+    text: str, path: str, line: int, taken: set[str] | None = None, arch: str | None = None
 ) -> GeneratedKernel:
     """The kernel of the formula in the comment that `line` (0-based) of the file's `text` is
     in; a `FormulaError` at the formula's position where it is wrong. `taken`: names the kernel
@@ -137,7 +137,7 @@ def generate_from_comment(
     names = set(taken or ()) | set(checked.tensors) | set(checked.sizes) | set(checked.scalars)
     name = _free(f"{checked.outputs[0]}_kernel", names, Path(path).parent, path != "<memory>")
     ref_file = f"{name}_ref.py"
-    g = generate(source, name, ref_file, checked)
+    g = generate(source, name, ref_file, checked, arch=arch)  # `arch`: the target (clusters)
     found = GeneratedKernel(
         name=name,
         formula=source.text,

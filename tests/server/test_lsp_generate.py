@@ -147,3 +147,22 @@ def test_the_reference_file_and_kernel_name_never_clash(tmp_path):
     g = generate_from_comment(FILE, str(path), 2, taken={"y_kernel_2"})  # a kernel of the file
     assert g.name == "y_kernel_3" and g.reference_file == "y_kernel_3_ref.py"
     assert (tmp_path / "y_kernel_ref.py").read_text() == "# the user's\n"
+
+
+def test_a_comment_of_few_long_rows_gets_the_editors_target(tmp_path):
+    """A batch norm's comment (64 channels of 2 M elements): the kernel proposed is a cluster of
+    blocks per channel for the default target (sm_90) and a block per channel for the editor's
+    `optiml.arch` of sm_80, which has no clusters."""
+    from optiml.api import generate_from_comment
+
+    text = (
+        "// float x[B, F, H, W]; B = 32; F = 64; H = 256; W = 256; eps = 1e-5\n"
+        "// mu[f] = mean(b, h, w) x[b, f, h, w]\n"
+        "// var[f] = mean(b, h, w) (x[b, f, h, w] - mu[f]) ** 2\n"
+        "// y[b, f, h, w] = (x[b, f, h, w] - mu[f]) * rsqrt(var[f] + eps)\n"
+    )
+    path = str(tmp_path / "bn.cu")
+    cluster = generate_from_comment(text, path, 1).standalone
+    block = generate_from_comment(text, path, 1, arch="sm_80").standalone
+    assert "cluster_dims(8, 1, 1)" in cluster and "grid = (F) * 8, block = 512" in cluster
+    assert "cluster_dims" not in block and "grid = (F) * 1, block = 512" in block
