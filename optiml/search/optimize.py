@@ -860,4 +860,12 @@ def _outcome(t: Trajectory, confirmed, verdict) -> str:
             if best.speedup > 1
             else f"no improvement: the best candidate re-measured at {best.speedup:.2f}x"
         )
+    if t.stop == "time" and t.evaluations == 0 and t.max_seconds:
+        b = t.baseline
+        launch = f", {b.candidate_ms:.4g} ms a launch" if b.candidate_ms else ""
+        return (
+            f"nothing was evaluated: measuring the input took {b.ended_s or 0:.0f} s{launch}, and "
+            f"of the {t.max_seconds:g} s budget the rest is kept for confirming and judging a "
+            "winner beside so slow an input; give the run more time (--time)"
+        )
     return "no correct candidate faster than the input was found"

@@ -824,6 +824,18 @@ def test_a_slow_inputs_run_keeps_more_for_confirming_and_judging():
     assert e.search_done() == pytest.approx(0.5)
 
 
+def test_a_run_whose_input_took_all_its_time_says_nothing_was_evaluated():
+    # (KernelBench's BatchNorm as once generated: 1.9 s a launch, its measurement 40 s of 90)
+    t = asyncio.run(
+        optimize(
+            FIXTURES / "saxpy.cu", "saxpy", StandInExecutor(), OptimizeOptions(max_seconds=1e-3)
+        )
+    ).trajectory
+    assert t.stop == "time" and t.evaluations == 0 and t.winner is None
+    assert t.outcome.startswith("nothing was evaluated: measuring the input took ")
+    assert "ms a launch" in t.outcome and t.outcome.endswith("give the run more time (--time)")
+
+
 def test_progress_is_the_budget_that_runs_out_first():
     e = Event(phase="search", evaluations=6, budget=48, seconds=10.0, max_seconds=None)
     assert e.search_done() == pytest.approx(6 / 48)
