@@ -865,7 +865,7 @@ def _outcome(t: Trajectory, confirmed, verdict) -> str:
         launch = f", {b.candidate_ms:.4g} ms a launch" if b.candidate_ms else ""
         return (
             f"nothing was evaluated: measuring the input took {b.ended_s or 0:.0f} s{launch}, and "
-            f"of the {t.max_seconds:g} s budget the rest is kept for confirming and judging a "
-            "winner beside so slow an input; give the run more time (--time)"
+            f"the rest of the {t.max_seconds:g} s budget is kept for confirming and judging a "
+            "winner; give the run more time (--time, or the editor's optiml.seconds)"
         )
     return "no correct candidate faster than the input was found"
