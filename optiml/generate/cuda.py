@@ -313,6 +313,13 @@ class _Kernel:
             if len(group) > 1:
                 self._reductions(group, env, stack, k)
 
+    def _fold(self, op: str, acc: str, value: str) -> str:
+        """The statement adding `value` into the accumulator `acc` of a sum, mean, product,
+        maximum or minimum."""
+        if op in ("max", "min"):
+            return f"{acc} = {_MATH[op][self.f]}({acc}, {value});"
+        return f"{acc} {'*' if op == 'prod' else '+'}= {value};"
+
     def _reductions(self, nodes: list[Reduce], env, stack: list[_Block], k: int) -> None:
         """One loop (or nest) over the first reduction's indices computing every one of `nodes`
         (their levels, extents and loop forms the same), each result memoized in its block."""
@@ -362,12 +369,8 @@ class _Kernel:
             }[op]
             head.append(f"{T} {acc} = {init};")
             result = acc
-            if op in ("sum", "mean"):
-                updates.append(f"{acc} += {v};")
-            elif op == "prod":
-                updates.append(f"{acc} *= {v};")
-            elif op in ("max", "min"):
-                updates.append(f"{acc} = {_MATH[op][self.f]}({acc}, {v});")
+            if op not in ("argmax", "argmin"):
+                updates.append(self._fold(op, acc, v))
             else:
                 arg = self.fresh("arg")
                 head.append(f"int {arg} = 0;")
@@ -381,15 +384,9 @@ class _Kernel:
                 result = arg
             if lanes:  # every lane's part combined, the result in every lane
                 shuffled = f"__shfl_xor_sync(0xffffffffu, {acc}, optiml_o)"
-                combine = {
-                    "sum": f"{acc} += {shuffled};",
-                    "mean": f"{acc} += {shuffled};",
-                    "prod": f"{acc} *= {shuffled};",
-                    "max": f"{acc} = {_MATH['max'][self.f]}({acc}, {shuffled});",
-                    "min": f"{acc} = {_MATH['min'][self.f]}({acc}, {shuffled});",
-                }[op]
                 after.append(
-                    f"for (int optiml_o = {LANES // 2}; optiml_o > 0; optiml_o >>= 1) {combine}"
+                    f"for (int optiml_o = {LANES // 2}; optiml_o > 0; optiml_o >>= 1) "
+                    + self._fold(op, acc, shuffled)
                 )
             if op == "mean":
                 extent = " * ".join(self.c.ranges[i.name] for i in node.indices)
@@ -605,27 +602,31 @@ def _free(node: Node, names: set[str]) -> set[str]:
     return out
 
 
+def _every_read(node: Node, wanted: set[str], access_ok) -> bool:
+    """Whether every read in `node` of the indices in `wanted` is one `access_ok` accepts: an
+    access that reads none of them passes, an index read as a value does not."""
+    if isinstance(node, Name):
+        return node.name not in wanted or node.kind != "index"
+    if isinstance(node, Access):
+        return not _free(node, wanted) or access_ok(node)
+    return all(_every_read(ch, wanted, access_ok) for ch in children(node))
+
+
 def _plain_reads(c: Checked, node: Reduce) -> bool:
     """Whether every read of the reduction's indices is an input's plain subscript (no window,
     no gather, no index used as a value, no temporary at them)."""
     wanted = {i.name for i in node.indices}
 
-    def plain(n: Node) -> bool:
-        if isinstance(n, Name):
-            return n.name not in wanted or n.kind != "index"
-        if isinstance(n, Access):
-            if not _free(n, wanted):
-                return True
-            if c.tensors[n.tensor].statement is not None:
-                return False
-            return all(
-                ix.gather is None and not ix.affine
-                for ix in n.indices
-                if _free(Access(n.tensor, [ix], n.pos), wanted)
-            )
-        return all(plain(ch) for ch in children(n))
+    def plain(n: Access) -> bool:
+        if c.tensors[n.tensor].statement is not None:
+            return False
+        return all(
+            ix.gather is None and not ix.affine
+            for ix in n.indices
+            if _free(Access(n.tensor, [ix], n.pos), wanted)
+        )
 
-    return plain(node.body)
+    return _every_read(node.body, wanted, plain)
 
 
 def _flat_serves(c: Checked, node: Reduce) -> bool:
@@ -638,25 +639,19 @@ def _flat_serves(c: Checked, node: Reduce) -> bool:
     dims = [c.ranges[n] for n in names]
     wanted = set(names)
 
-    def served(n: Node) -> bool:
-        if isinstance(n, Name):
-            return n.name not in wanted or n.kind != "index"
-        if isinstance(n, Access):
-            if not _free(n, wanted):
-                return True
-            t = c.tensors[n.tensor]
-            cut = len(n.indices) - len(names)
-            if t.statement is not None or cut < 0 or list(t.dims[cut:]) != dims:
-                return False
-            tail = n.indices[cut:]
-            plain = all(
-                ix.gather is None and not ix.affine and ix.name == name
-                for ix, name in zip(tail, names, strict=True)
-            )
-            return plain and not _free(Access(n.tensor, n.indices[:cut], n.pos), wanted)
-        return all(served(ch) for ch in children(n))
+    def served(n: Access) -> bool:
+        t = c.tensors[n.tensor]
+        cut = len(n.indices) - len(names)
+        if t.statement is not None or cut < 0 or list(t.dims[cut:]) != dims:
+            return False
+        tail = n.indices[cut:]
+        plain = all(
+            ix.gather is None and not ix.affine and ix.name == name
+            for ix, name in zip(tail, names, strict=True)
+        )
+        return plain and not _free(Access(n.tensor, n.indices[:cut], n.pos), wanted)
 
-    return served(node.body)
+    return _every_read(node.body, wanted, served)
 
 
 def _rows_body(c: Checked, k: _Kernel, names, cvars, rows: list[str]) -> list[str]:

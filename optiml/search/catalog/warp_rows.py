@@ -102,86 +102,94 @@ class WarpRows(Transformation):
     description = "a warp per row, emitted from the lifted model, with shuffle all-reduces"
 
     def propose(self, ctx: Context) -> list[Rewrite]:
-        try:
-            lifted = lift(ctx.source, ctx.kernel, ctx.spec)
-            if not isinstance(lifted, Lifted):
-                return []
-            rows, body = _Writer(lifted).write()
-            _check_launch(ctx, rows)
-            count = _row_count(ctx, rows)
-        except (_NoPlan, NotEmittable, ExprError, KeyError, ValueError):
-            return []
-        # A warp per row pays where each row owns its data (a row to normalize or reduce); where
-        # the rows share their inputs (a GEMM's outputs, a stencil's windows) a warp per output
-        # loses the reuse between them: measured 0.04x to 0.13x on the H200 and H100
-        # (benchmarks/results/schedules). Rows must own a warp's worth of the largest input.
-        per_row = _row_elements(ctx, count)
-        if per_row < 32:
-            return []
-        head = ctx.source.text[ctx.kernel.span.start : ctx.kernel.body_span.start]
-        name_at = head.rindex(ctx.kernel.name)
-        # few rows leave warps idle: a block per row, or a cluster of blocks, fills the GPU
-        few = count * 32 < ctx.sm_count * BUSY_THREADS_PER_SM
-        # a long row keeps a warp's lanes walking it pass after pass (a softmax over a
-        # vocabulary): a block per row is worth measuring however many rows there are
-        long = per_row >= LONG_ROW
-        out = []
-        for threads in THREADS:
-            variant = ctx.rewrite(
-                head + body, launch=([f"cdiv({rows}, {threads // 32})"], [str(threads)], "0")
-            )
-            summary = (
-                f"warp per row ({threads // 32} rows per {threads}-thread block), from the lifted "
-                "model: lanes stride over the row, shuffle all-reduce"
-            )
-            weight = (1.0 if threads == 256 else 0.8) * (0.6 if few else 1.0)
-            out.append(Rewrite({"threads": threads, "per_row": "warp"}, summary, variant, weight))
-        if not (few or long):
-            return out
-        cluster = 1
-        while (
-            few
-            and cluster < MAX_CLUSTER
-            and count * cluster * BLOCK_THREADS < ctx.sm_count * (BUSY_THREADS_PER_SM)
-        ):
-            cluster *= 2
-        for per_row, cl, weight in (("block", 1, 0.9), ("cluster", cluster, 1.0)):
-            if per_row == "cluster" and cl == 1:
-                continue
-            try:
-                _, body = _Writer(lifted, BLOCK_THREADS, cl).write()
-            except (_NoPlan, NotEmittable):
-                continue
-            attribute = f"__attribute__((cluster_dims({cl}, 1, 1))) " if cl > 1 else ""
-            definition = (
-                head[:name_at]
-                + attribute
-                + f"__launch_bounds__({BLOCK_THREADS}) "
-                + head[name_at:]
-                + body
-            )
-            variant = ctx.rewrite(
-                definition, launch=([f"({rows}) * {cl}"], [str(BLOCK_THREADS)], "0")
-            )
-            summary = (
-                f"a {'cluster of ' + str(cl) + ' blocks' if cl > 1 else 'block'} per row "
-                f"({BLOCK_THREADS} threads each), from the lifted model: threads stride over the "
-                "row, shuffle and shared-memory all-reduce"
-                + (", combined across the cluster in distributed shared memory" if cl > 1 else "")
-            )
-            out.append(
-                Rewrite(
-                    {"threads": BLOCK_THREADS, "per_row": per_row, "cluster": cl},
-                    summary,
-                    variant,
-                    weight,
-                )
-            )
-        length = _row_elements(ctx, count)
-        for threads in KEEP_THREADS:
-            kept = _kept_row(ctx, lifted, head[:name_at], head[name_at:], rows, length, threads)
-            out += [kept] if kept is not None else []
+        plan = _plan(ctx)
+        return [] if plan is None else _proposals(ctx, *plan)
+
+
+def _plan(ctx: Context) -> tuple[Lifted, str, str, int] | None:
+    """The kernel's lifted model, its row count's expression, the warp per row's body and the
+    row count at the spec's first size; None where it is not one thread per row."""
+    try:
+        lifted = lift(ctx.source, ctx.kernel, ctx.spec)
+        if not isinstance(lifted, Lifted):
+            return None
+        rows, body = _Writer(lifted).write()
+        _check_launch(ctx, rows)
+        return lifted, rows, body, _row_count(ctx, rows)
+    except (_NoPlan, NotEmittable, ExprError, KeyError, ValueError):
+        return None
+
+
+def _proposals(ctx: Context, lifted: Lifted, rows: str, body: str, count: int) -> list[Rewrite]:
+    """What `propose` makes of a thread-per-row kernel's plan (`_plan`)."""
+    # A warp per row pays where each row owns its data (a row to normalize or reduce); where
+    # the rows share their inputs (a GEMM's outputs, a stencil's windows) a warp per output
+    # loses the reuse between them: measured 0.04x to 0.13x on the H200 and H100
+    # (benchmarks/results/schedules). Rows must own a warp's worth of the largest input.
+    per_row = _row_elements(ctx, count)
+    if per_row < 32:
+        return []
+    head = ctx.source.text[ctx.kernel.span.start : ctx.kernel.body_span.start]
+    name_at = head.rindex(ctx.kernel.name)
+    # few rows leave warps idle: a block per row, or a cluster of blocks, fills the GPU
+    few = count * 32 < ctx.sm_count * BUSY_THREADS_PER_SM
+    # a long row keeps a warp's lanes walking it pass after pass (a softmax over a
+    # vocabulary): a block per row is worth measuring however many rows there are
+    long = per_row >= LONG_ROW
+    out = []
+    for threads in THREADS:
+        variant = ctx.rewrite(
+            head + body, launch=([f"cdiv({rows}, {threads // 32})"], [str(threads)], "0")
+        )
+        summary = (
+            f"warp per row ({threads // 32} rows per {threads}-thread block), from the lifted "
+            "model: lanes stride over the row, shuffle all-reduce"
+        )
+        weight = (1.0 if threads == 256 else 0.8) * (0.6 if few else 1.0)
+        out.append(Rewrite({"threads": threads, "per_row": "warp"}, summary, variant, weight))
+    if not (few or long):
         return out
+    cluster = 1
+    while (
+        few
+        and cluster < MAX_CLUSTER
+        and count * cluster * BLOCK_THREADS < ctx.sm_count * (BUSY_THREADS_PER_SM)
+    ):
+        cluster *= 2
+    for kind, cl, weight in (("block", 1, 0.9), ("cluster", cluster, 1.0)):
+        if kind == "cluster" and cl == 1:
+            continue
+        try:
+            _, wide_body = _Writer(lifted, BLOCK_THREADS, cl).write()
+        except (_NoPlan, NotEmittable):
+            continue
+        attribute = f"__attribute__((cluster_dims({cl}, 1, 1))) " if cl > 1 else ""
+        definition = (
+            head[:name_at]
+            + attribute
+            + f"__launch_bounds__({BLOCK_THREADS}) "
+            + head[name_at:]
+            + wide_body
+        )
+        variant = ctx.rewrite(definition, launch=([f"({rows}) * {cl}"], [str(BLOCK_THREADS)], "0"))
+        summary = (
+            f"a {'cluster of ' + str(cl) + ' blocks' if cl > 1 else 'block'} per row "
+            f"({BLOCK_THREADS} threads each), from the lifted model: threads stride over the "
+            "row, shuffle and shared-memory all-reduce"
+            + (", combined across the cluster in distributed shared memory" if cl > 1 else "")
+        )
+        out.append(
+            Rewrite(
+                {"threads": BLOCK_THREADS, "per_row": kind, "cluster": cl},
+                summary,
+                variant,
+                weight,
+            )
+        )
+    for threads in KEEP_THREADS:
+        kept = _kept_row(ctx, lifted, head[:name_at], head[name_at:], rows, per_row, threads)
+        out += [kept] if kept is not None else []
+    return out
 
 
 # A thread walking its row alone takes about this long an element of each pass over it on an
@@ -203,21 +211,16 @@ def few_rows_schedule(ctx: Context, clusters: bool = True) -> Rewrite | None:
     `clusters`: before sm_90), the row read as the kernel reads it. None where the rows are
     enough or short, or the kernel is not one this transformation rewrites. `optiml generate`
     writes it for such rows."""
-    try:
-        lifted = lift(ctx.source, ctx.kernel, ctx.spec)
-        if not isinstance(lifted, Lifted):
-            return None
-        rows, _ = _Writer(lifted).write()
-        _check_launch(ctx, rows)
-        count = _row_count(ctx, rows)
-    except (_NoPlan, NotEmittable, ExprError, KeyError, ValueError):
+    plan = _plan(ctx)
+    if plan is None:
         return None
+    lifted, _, _, count = plan
     serial_s = _row_elements(ctx, count) * len(loops_of(lifted)) * SERIAL_NS * 1e-9
     if count * 32 >= ctx.sm_count * BUSY_THREADS_PER_SM or serial_s < SLOW_INPUT_S:
         return None
     wide = [
         r
-        for r in WarpRows().propose(ctx)
+        for r in _proposals(ctx, *plan)
         if r.params.get("per_row") in ("block", "cluster")
         and "keep" not in r.params
         and (clusters or r.params.get("cluster", 1) == 1)
