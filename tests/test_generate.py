@@ -917,6 +917,9 @@ def test_rows_too_few_and_long_get_a_cluster_each_and_plain_keeps_the_thread(tmp
     assert "a cluster of 8 blocks per row" in said
     plain, said = written(bn, "bn_plain", "--plain")
     assert "grid = cdiv(features, 256), block = 256" in plain and "per row:" not in said
+    # its reads around the channel take the counter over (b, h, w) apart once: b the quotient,
+    # (h, w) the remainder of height * width, where each index taken apart costs a division
+    assert "% ((long long)height * width))" in plain and "% width)" not in plain
     block, _ = written(bn, "bn_80", "--arch", "sm_80")
     assert "grid = (features) * 1, block = 512" in block and "cluster_dims" not in block
     # LogSoftmax's size in KernelBench: 4,096 rows of 393 K, a thread each walks 1.2 M reads

@@ -13,6 +13,7 @@ once per thread, not once per column).
 from __future__ import annotations
 
 import math
+import re
 
 from optiml.generate.check import BLOCK, SCANS, top_reductions
 from optiml.generate.model import (
@@ -113,6 +114,11 @@ class _Kernel:
         # index variables taken apart from one flat variable (`_decode`): their tuple -> (the flat
         # variable, their extents); a subscript ending in them is that flat variable's offset
         self.flat: dict[tuple[str, ...], tuple[str, tuple[str, ...]]] = {}
+        # flat variables whose indices a subscript put back together (`offset`), and those that
+        # must not be: an index of theirs is used alone elsewhere, so they are taken apart anyway
+        self.merged: set[str] = set()
+        self.apart: set[str] = set()
+        self.decodes: dict[str, list[str]] = {}  # a flat variable -> the lines taking it apart
         # a thread per row (`_rows_body`): a reduction over several indices that every read takes
         # as plain subscripts runs as one flat loop, its indices taken apart at each step (a batch
         # norm's (b, h, w) around its channel): one counter walks the row, as the row schedules
@@ -125,7 +131,14 @@ class _Kernel:
     def offset(self, dims: list[str], idx: list[str]) -> str:
         """`_offset`, with indices taken apart from a flat variable put back together as it:
         `x[b, f, h, w]` with (f, h, w) from `r` is `b * (F * H * W) + r` (affine in `r`, and
-        no division per element)."""
+        no division per element); and (`_runs`) with (b, h, w) from `r`, where none of them is
+        used alone, `(r / (H * W) * F + f) * (H * W) + r % (H * W)`."""
+        parts = self._runs(dims, idx)
+        if parts is not None:
+            text = f"(long long){parts[0][1]}"
+            for d, i in parts[1:]:
+                text = f"({text} * {d if ' ' not in d else f'({d})'} + {i})"
+            return text
         for cut in range(len(idx)):
             found = self.flat.get(tuple(idx[cut:]))
             if found is None or found[1] != tuple(dims[cut:]):
@@ -135,6 +148,57 @@ class _Kernel:
                 return flat
             return f"({self.offset(dims[:cut], idx[:cut])} * ({_total(list(inner))}) + {flat})"
         return _offset(dims, idx)
+
+    def _runs(self, dims: list[str], idx: list[str]) -> list[tuple[str, str]] | None:
+        """The subscript's axes as (extent, index) with runs of a flat variable's indices merged:
+        all of them as it, some as a quotient and remainder of it (one division for the run,
+        where taking each apart takes one per index; not for a flat variable `apart`, whose
+        indices are taken apart anyway), and then its single indices here from it too. None where
+        no run but a whole flat variable ending the subscript is merged (`offset`'s own case)."""
+        runs: dict[int, tuple[str, tuple[str, ...], int, int]] = {}  # at -> flat, extents, i, j
+        for names, (flat, extents) in self.flat.items():
+            p = 0
+            while p < len(idx):
+                if idx[p] not in names:
+                    p += 1
+                    continue
+                i = j = names.index(idx[p])
+                while (
+                    j < len(names)
+                    and p + j - i < len(idx)
+                    and idx[p + j - i] == names[j]
+                    and dims[p + j - i] == extents[j]
+                ):
+                    j += 1
+                runs[p] = (flat, extents, i, j)
+                p += max(j - i, 1)
+        complete = {p for p, (_, e, i, j) in runs.items() if i == 0 and j == len(e)}
+        # `offset`'s own case: whole flat variables one after another to the subscript's end
+        chain, end = set(), len(idx)
+        while (p := next((p for p in complete if p + len(runs[p][1]) == end), None)) is not None:
+            chain.add(p)
+            end = p
+        whole = chain | {p for p in complete if len(runs[p][1]) >= 2}
+        split = {r[0] for r in runs.values() if r[3] - r[2] >= 2 and r[0] not in self.apart}
+        if whole <= chain and not split - {runs[p][0] for p in whole}:
+            return None
+        self.merged |= split
+        parts: list[tuple[str, str]] = []
+        p = 0
+        while p < len(idx):
+            flat, extents, i, j = runs.get(p, ("", (), 0, 0))
+            if p not in whole and flat not in split:
+                parts.append((dims[p], idx[p]))
+                p += 1
+                continue
+            text = flat
+            if j < len(extents):
+                text = f"({text} / ({_total(list(extents[j:]))}))"
+            if i > 0:
+                text = f"({text} % ({_total(list(extents[i:j]))}))"
+            parts.append((_total(list(extents[i:j])), text))
+            p += j - i
+        return parts
 
     def fresh(self, base: str) -> str:
         while True:
@@ -471,6 +535,7 @@ def _decode(k: _Kernel, flat: str, names: list[str], dims: list[str]) -> list[st
         lines.append(f"const int {names[n]} = (int)({rest} % {dims[n]});")
         lines.append(f"{rest} /= {dims[n]};")
     lines.append(f"const int {names[0]} = (int){rest};")
+    k.decodes[flat] = lines
     return lines
 
 
@@ -487,7 +552,41 @@ def _store(c: Checked, dtype: str, value: str) -> str:
 
 
 def kernel_body(c: Checked, name: str = "kernel") -> list[str]:
-    k = _Kernel(c)
+    """The kernel's statements. A flat variable's indices put back together in the subscripts
+    (`_Kernel.offset`) where none of them is used alone: its division into them is then dead."""
+    apart: set[str] = set()
+    while True:
+        k = _Kernel(c)
+        k.apart = apart
+        lines = _kernel_body(c, k, name)
+        used = {
+            flat
+            for names, (flat, _) in k.flat.items()
+            if flat in k.merged and len(names) > 1 and _used_alone(lines, names)
+        }
+        if used <= apart:
+            break
+        apart = apart | used
+    # the lines taking apart a flat variable whose indices every subscript put back together
+    dead = {
+        line
+        for names, (flat, _) in k.flat.items()
+        if flat in k.merged - apart and len(names) > 1
+        for line in k.decodes[flat]
+    }
+    kept = ["\n".join(t for t in text.split("\n") if t.strip() not in dead) for text in lines]
+    return [text for text, was in zip(kept, lines, strict=True) if text or not was]
+
+
+def _used_alone(lines: list[str], names: tuple[str, ...]) -> bool:
+    """Whether a line other than their declarations uses one of `names`."""
+    word = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
+    declared = re.compile(r"^\s*const int (" + "|".join(map(re.escape, names)) + r") = ")
+    every = [line for text in lines for line in text.split("\n")]
+    return any(word.search(line) and not declared.match(line) for line in every)
+
+
+def _kernel_body(c: Checked, k: _Kernel, name: str) -> list[str]:
     if not c.domain:
         spread = spread_reduction(c)
         if spread is not None:

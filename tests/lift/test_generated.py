@@ -41,6 +41,16 @@ FORMULAS = [
         {"R": 20, "C": 31},
         "row normalization",
     ),
+    # a batch norm: the channel between the reduced indices, whose flat counter a read takes
+    # apart as a quotient and a remainder of H * W (`_Kernel.offset`)
+    (
+        "float x[B, F, H, W]; eps = 1e-5\n"
+        "mu[f] = mean(b, h, w) x[b, f, h, w]\n"
+        "var[f] = mean(b, h, w) (x[b, f, h, w] - mu[f]) ** 2\n"
+        "y[b, f, h, w] = (x[b, f, h, w] - mu[f]) * rsqrt(var[f] + eps)",
+        {"B": 3, "F": 5, "H": 7, "W": 6},
+        "row normalization",
+    ),
 ]
 
 

@@ -833,7 +833,9 @@ def test_a_run_whose_input_took_all_its_time_says_nothing_was_evaluated():
     ).trajectory
     assert t.stop == "time" and t.evaluations == 0 and t.winner is None
     assert t.outcome.startswith("nothing was evaluated: measuring the input took ")
-    assert "ms a launch" in t.outcome and t.outcome.endswith("(--time, or the editor's optiml.seconds)")
+    assert "ms a launch" in t.outcome and t.outcome.endswith(
+        "(--time, or the editor's optiml.seconds)"
+    )
 
 
 def test_progress_is_the_budget_that_runs_out_first():
