@@ -58,7 +58,7 @@ from optiml.harness.nvcc import demangle
 from optiml.harness.sanitize import TOOLS
 from optiml.harness.verdict import Verdict
 from optiml.search.trajectory import Check, JudgeVerdict, Measurement
-from optiml.spec import Case, Spec
+from optiml.spec import Case, Launch, Spec
 
 logger = logging.getLogger(__name__)
 
@@ -307,16 +307,28 @@ def _scalar_variations(spec: Spec, rng: random.Random) -> dict[str, float]:
 
 
 def hardcoded_constants(
-    original: SourceFile, candidate: SourceFile, kernel: str, spec: Spec
+    original: SourceFile,
+    candidate: SourceFile,
+    kernel: str,
+    spec: Spec,
+    launch: Launch | None = None,
 ) -> list[int]:
     """Integer literals of the candidate's kernel equal to a problem-size value of the spec (over
     255) that the input's kernel does not have: a variant that wires in the size it was tested at.
     `__launch_bounds__`'s arguments are not read: they bound the block's resources (a block of 256
-    threads where a dimension is 256 is no wired-in size), and a kernel cannot compute with them."""
+    threads where a dimension is 256 is no wired-in size), and a kernel cannot compute with them.
+    Nor are the numbers of the candidate's own `launch` (its spec's) and their products: a kernel
+    launched with blocks of 512 strides by 512, and a cluster of 8 such blocks by 4,096, whatever
+    the problem's sizes (KernelBench's InstanceNorm: planes of 512 x 512, whose cluster per row
+    the judge turned down for its block's 512)."""
     values = {v for s in spec.sizes for v in s.values() if v > 255}
     for s in spec.sizes:
         case = spec.case(s)
         values |= {v for v in case.lengths.values() if v > 255}
+    if launch is not None:
+        texts = [*launch.grid, *launch.block, launch.smem]
+        own = {int(n) for t in texts for n in re.findall(r"\b\d+\b", t)}
+        values -= own | {a * b for a in own for b in own}
 
     def literals(src: SourceFile) -> set[int]:
         ast = KernelAST(src, src.kernel(kernel))
@@ -535,7 +547,8 @@ async def judge(
     else:
         checks.append(await _state_check(executor, job, options, candidate, sizes, os_seeds))
 
-    constants = hardcoded_constants(job.source, candidate, job.kernel.name, spec)
+    launch = job.target[2].launch if job.candidate is not None else None
+    constants = hardcoded_constants(job.source, candidate, job.kernel.name, spec, launch)
     checks.append(
         Check(
             name="no hard-coded sizes",

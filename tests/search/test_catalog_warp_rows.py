@@ -7,6 +7,7 @@ thread get none. Results are checked against the originals on a GPU
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -257,6 +258,11 @@ def test_a_batch_norm_and_a_whole_norm_as_generated_get_a_warp_block_and_cluster
     assert by["cluster"].params["cluster"] == 8
     candidates = [Context.of(by[k].variant, str(path), name) for k in by]
     assert run_against(ctx, candidates, sizes, tmp_path) == [0, 0, 0]
+    # the batch norm's element of its channel, the quotient and remainder of the counter by
+    # H * W, divided before each loop and carried from step to step: no division in a loop
+    for p in by.values():
+        assert not re.search(r"optiml_k\d+ [/%]", p.variant.text), p.variant.text
+    assert ("optiml_q1_step" in by["cluster"].variant.text) == (name == "bnorm")
     # what `optiml generate` writes by default: its rows (64 channels of 2 M elements, one of 8 M)
     # too few for a warp each to fill 132 SMs and too long for a thread to walk in a second, the
     # cluster per row; before sm_90, the block per row
@@ -269,8 +275,9 @@ def test_a_batch_norm_and_a_whole_norm_as_generated_get_a_warp_block_and_cluster
 
 
 def test_a_store_that_two_of_the_counters_values_share_is_refused(tmp_path):
-    # the batch norm's output element moved from (h, w) to (h, h): the iterations along w share
-    # one element, and the row may not be split over lanes
+    # the batch norm's output element (b, h, w) of its channel, from the counter over them as
+    # the quotient and remainder of H * W, moved to the remainder of H: the iterations along w
+    # share one element, and the row may not be split over lanes
     from optiml.generate import generate
 
     g = generate(
@@ -282,9 +289,9 @@ def test_a_store_that_two_of_the_counters_values_share_is_refused(tmp_path):
     (tmp_path / "bn_ref.py").write_text(g.reference)
     path = str(tmp_path / "bn.cu")
     assert WARP.propose(Context.of(Variant(g.kernel), path, "bn", sm_count=132))
-    store = "y[((((long long)b * F + f) * H + h) * W + w)] ="
+    store = "* ((long long)H * W) + (col2 % ((long long)H * W)))] = (x["
     assert store in g.kernel, g.kernel
-    text = g.kernel.replace(store, store.replace("+ w)]", "+ h)]"))
+    text = g.kernel.replace(store, store.replace("% ((long long)H * W)", "% H"))
     assert WARP.propose(Context.of(Variant(text), path, "bn", sm_count=132)) == []
 
 

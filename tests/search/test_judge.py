@@ -464,6 +464,23 @@ __global__ void k(float* x, int n)
         "__global__ void __launch_bounds__(512) k(float* x, int n)\n{\n    if (n != 512) return;",
     )
     assert both == [512]
+    # a block of 512 threads, 8 blocks striding over the array, where a size is 512: the
+    # candidate's own launch, which its code strides by (512, and 8 x 512); a size it does not
+    # launch with, wired in beside them, is still found
+    wide = original.replace("grid = cdiv(n, 256), block = 256", "grid = 8, block = 512")
+    strided = wide.replace(
+        "int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n)",
+        "for (int i = blockIdx.x * 512 + threadIdx.x; i < n; i += 4096)",
+    )
+    assert strided != wide
+    launch = parse_spec(SourceFile(strided, "k.cu"), SourceFile(strided, "k.cu").kernel("k")).launch
+
+    def found_in(text: str) -> list[int]:
+        return hardcoded_constants(source, SourceFile(text, "k.cu"), "k", spec, launch)
+
+    assert found_in(strided) == []
+    assert hardcoded_constants(source, SourceFile(strided, "k.cu"), "k", spec) == [512]
+    assert found_in(strided.replace("i < n;", "i < n && n != 1000;")) == [1000]
 
 
 def test_unseen_sizes_keep_their_work_where_many_small_sizes_vary(tmp_path):

@@ -20,6 +20,7 @@ row longer than the launch's shared memory holds is read as the kernel reads it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from optiml.expr import Expr as SizeExpr
@@ -425,8 +426,15 @@ class _KeptEmitter(CEmitter):
         self.loaded: dict[str, str] = {}  # key -> the register the loop storing it loaded it to
         self.counter: int | None = None
         self.slot = ""
+        # (op, the counter's uid, the divisor's C) -> the register that follows the quotient or
+        # remainder of the counter by a loop-invariant divisor from one iteration to the next
+        self.divided: dict[tuple[str, int, str], str] = {}
 
     def expr(self, e) -> str:
+        if self.divided and isinstance(e, Binary) and e.op in "/%" and isinstance(e.a, Var):
+            found = self.divided.get((e.op, e.a.uid, super().expr(e.b)))
+            if found is not None:
+                return found
         if isinstance(e, Load) and self.counter is not None:
             key = canon(e, self.counter)
             if key in self.loaded:
@@ -490,6 +498,8 @@ class _Writer:
         self.row_length = ""  # the C expression of the row's length
         self._loads: dict[int, dict[str, Load]] = {}
         self._filled: dict[str, str] = {}
+        self._divided = 0  # the loops' followed divisions so far (`_divisions`)
+        self._steps: list[str] = []  # the open loop's steps of them
 
     def _head(self) -> list[str]:
         if self.threads is None:
@@ -653,8 +663,10 @@ class _Writer:
             offset = f"optiml_slots * {self.kept_bytes}"
 
     def _enter(self, loop: Loop, k: Var, name: str, start: str) -> None:
-        """In the loop just opened (`k` its counter, `name` its C name): the kept elements it
+        """In the loop just opened (`k` its counter, `name` its C name): its divisions of the
+        counter followed from one iteration to the next (`_divisions`); the kept elements it
         is the first to read stored to their slots, and every kept one read from there."""
+        self._divisions(loop, k, start)
         if not self.keep:
             return
         self.c.slot = f"(({name}) - ({start})) / {self.stride} * {self.threads} + threadIdx.x"
@@ -674,6 +686,48 @@ class _Writer:
     def _leave(self) -> None:
         self.c.counter = None
         self.c.loaded = {}
+        self.c.divided = {}
+        self.lines[-1:-1] = self._steps  # before the loop's closing brace
+        self._steps = []
+
+    def _divisions(self, loop: Loop, k: Var, start: str) -> None:
+        """A quotient or remainder of the loop's counter by a divisor the loop does not change
+        (a batch norm's element `k / (H * W)` and `k % (H * W)` of its channel): a 64-bit
+        division at every element, where the counter's fixed step moves them by a fixed quotient
+        and remainder: divided once before the loop, then added and carried at each step."""
+        if not re.fullmatch(r"\d+(LL)?", start):
+            return
+        found: dict[str, None] = {}
+        for x in loop_exprs(loop):
+            for e in walk_expr(x, into_loops=False):
+                if (
+                    isinstance(e, Binary)
+                    and e.op in ("/", "%")
+                    and e.type in (INT, LONG)
+                    and isinstance(e.a, Var)
+                    and e.a.uid == k.uid
+                    and not any(isinstance(y, Var | Load | LoopOut) for y in walk_expr(e.b))
+                ):
+                    found[self.c.expr(e.b)] = None
+        heads = []
+        for divisor in found:
+            j = self._divided = self._divided + 1
+            d, q, r = f"optiml_dv{j}", f"optiml_q{j}", f"optiml_r{j}"
+            at = f"({start} + optiml_lane)"
+            heads += [
+                f"    const long long {d} = {divisor};",
+                f"    long long {q} = {at} / {d}, {r} = {at} % {d};",
+                f"    const long long {q}_step = {self.stride} / {d}, "
+                f"{r}_step = {self.stride} % {d};",
+            ]
+            self._steps += [
+                f"        {q} += {q}_step;",
+                f"        {r} += {r}_step;",
+                f"        if ({r} >= {d}) {{ {r} -= {d}; ++{q}; }}",
+            ]
+            self.c.divided[("/", k.uid, divisor)] = q
+            self.c.divided[("%", k.uid, divisor)] = r
+        self.lines[-1:-1] = heads  # before the loop's head
 
     def _online(self, a: Loop, b: Loop, i: int) -> None:
         """`a`'s max and `b`'s sum of exp(value - that max) in one pass over the row: each lane
