@@ -897,7 +897,7 @@ def test_a_convolutions_reference_gathers_one_tap_at_a_time(tmp_path):
 def test_rows_too_few_and_long_get_a_cluster_each_and_plain_keeps_the_thread(tmp_path):
     """KernelBench's BatchNorm as `--from-torch` translates it: 64 channels of 2 M elements, a
     thread each would walk 6 M reads alone (1.9 s a launch on an H100): the file written holds a
-    cluster of 4 blocks per channel and says why; `--plain` writes the thread per channel, and
+    cluster of 8 blocks per channel and says why; `--plain` writes the thread per channel, and
     `--arch sm_80` a block per channel. LogSoftmax's 4,096 rows of 393 K stay a thread each."""
     from click.testing import CliRunner
 
@@ -913,10 +913,8 @@ def test_rows_too_few_and_long_get_a_cluster_each_and_plain_keeps_the_thread(tmp
         return (tmp_path / f"{out}.cu").read_text(), r.stderr
 
     text, said = written(bn, "bn")
-    # 4 blocks a channel: 256 blocks of 512 threads, one wave of two an SM on 132 SMs (8 made
-    # 512 blocks, of which 396 ran at once on an H100)
-    assert "grid = (features) * 4, block = 512" in text and "cluster_dims(4, 1, 1)" in text
-    assert "a cluster of 4 blocks per row" in said
+    assert "grid = (features) * 8, block = 512" in text and "cluster_dims(8, 1, 1)" in text
+    assert "a cluster of 8 blocks per row" in said
     plain, said = written(bn, "bn_plain", "--plain")
     assert "grid = cdiv(features, 256), block = 256" in plain and "per row:" not in said
     # its reads around the channel take the counter over (b, h, w) apart once: b the quotient,

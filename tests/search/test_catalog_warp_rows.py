@@ -255,8 +255,7 @@ def test_a_batch_norm_and_a_whole_norm_as_generated_get_a_warp_block_and_cluster
     ctx = Context.of(Variant(g.kernel), str(path), name, sm_count=132)
     by = {p.params["per_row"]: p for p in WARP.propose(ctx)}
     assert set(by) == {"warp", "block", "cluster"}
-    # as large a cluster as keeps the blocks one wave of two a SM: 64 channels get 4, one row 8
-    assert by["cluster"].params["cluster"] == (4 if name == "bnorm" else 8)
+    assert by["cluster"].params["cluster"] == 8
     candidates = [Context.of(by[k].variant, str(path), name) for k in by]
     assert run_against(ctx, candidates, sizes, tmp_path) == [0, 0, 0]
     # the batch norm's element of its channel, the quotient and remainder of the counter by

@@ -150,15 +150,11 @@ def _proposals(ctx: Context, lifted: Lifted, rows: str, body: str, count: int) -
         out.append(Rewrite({"threads": threads, "per_row": "warp"}, summary, variant, weight))
     if not (few or long):
         return out
-    # the cluster grows while the GPU is not yet busy, and as far as its blocks stay one wave
-    # (`BUSY_THREADS_PER_SM` a SM): a cluster of 8 for BatchNorm's 64 channels made 512 blocks
-    # of 512 where 396 fit at once (40 registers a thread: 3 an SM), a second wave 29 % full
     cluster = 1
     while (
         few
         and cluster < MAX_CLUSTER
-        and count * cluster * BLOCK_THREADS < ctx.sm_count * BUSY_THREADS_PER_SM
-        and count * cluster * 2 * BLOCK_THREADS <= ctx.sm_count * BUSY_THREADS_PER_SM
+        and count * cluster * BLOCK_THREADS < ctx.sm_count * (BUSY_THREADS_PER_SM)
     ):
         cluster *= 2
     for kind, cl, weight in (("block", 1, 0.9), ("cluster", cluster, 1.0)):
