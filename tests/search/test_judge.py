@@ -31,10 +31,12 @@ from optiml.search.judge import (
     RACECHECK_BYTES,
     SANITIZE_BYTES,
     SPAN,
+    VARIATION_BYTES,
     _scalar_variations,
     _scaling,
     _unseen_speed,
     _work,
+    capped_unseen,
     hidden_state,
     judge,
     local_statics,
@@ -91,6 +93,37 @@ def test_sanitizers_run_at_the_smallest_declared_size_and_an_unseen_one_of_a_few
     unseen = unseen_sizes(spec, random.Random(0), 1 << 26)
     assert _work(spec, unseen[0]) <= SANITIZE_BYTES
     assert sanitizer_sizes(spec, unseen, random.Random(0))[1] == unseen[0]
+
+
+def test_inputs_beyond_the_declared_run_at_an_unseen_size_of_at_most_64_mb():
+    """A map over 2^28 floats: its smallest unseen size holds over 64 MB, and the value
+    variations get an unseen size of about 64 MB with a tail; saxpy's smallest unseen size at a
+    small device's memory is under it and is kept."""
+    text = """
+/* @optiml
+ *   args:   x: in float[n], y: out float[n]
+ *   launch: grid = cdiv(n, 256), block = 256
+ *   sizes:  n = (1 << 28), (1000)
+ */
+__global__ void k(const float* x, float* y, int n)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i];
+}
+"""
+    source = SourceFile(text, "k.cu")
+    spec = parse_spec(source, source.kernel("k"))
+    for seed in range(4):
+        rng = random.Random(seed)
+        unseen = unseen_sizes(spec, rng, 80 << 30)
+        assert _work(spec, unseen[0]) > VARIATION_BYTES
+        at = capped_unseen(spec, unseen[0], VARIATION_BYTES, rng)
+        assert at not in spec.sizes and at["n"] % 2 == 1
+        assert 0.9 * VARIATION_BYTES <= _work(spec, at) <= 1.1 * VARIATION_BYTES
+    spec = spec_of("saxpy.cu", "saxpy")
+    unseen = unseen_sizes(spec, random.Random(0), 1 << 26)
+    assert _work(spec, unseen[0]) <= VARIATION_BYTES
+    assert capped_unseen(spec, unseen[0], VARIATION_BYTES, random.Random(0)) == unseen[0]
 
 
 def test_racecheck_runs_once_at_an_unseen_size_of_about_a_mb():
