@@ -274,6 +274,39 @@ def test_a_batch_norm_and_a_whole_norm_as_generated_get_a_warp_block_and_cluster
         assert any(kind in note for note in scheduled.notes)
 
 
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not installed")
+def test_a_batch_norms_carried_division_holds_in_every_schedule_and_a_kept_row(tmp_path):
+    """A batch norm short enough per channel (8 x 32 x 33 elements) for the row to be kept in
+    shared memory: each of warp_rows' six schedules carries the quotient and remainder of its
+    counter by H * W from step to step, and each equals the plain kernel where the plane is
+    shorter than a warp's step (3 x 5), between a warp's and a block's (5 x 7) and longer."""
+    from optiml.generate import generate
+
+    g = generate(
+        "float x[B, F, H, W]; B = 8; F = 64; H = 32; W = 33; eps = 1e-5\n"
+        "mu[f] = mean(b, h, w) x[b, f, h, w]\n"
+        "var[f] = mean(b, h, w) (x[b, f, h, w] - mu[f]) ** 2\n"
+        "y[b, f, h, w] = (x[b, f, h, w] - mu[f]) * rsqrt(var[f] + eps)",
+        "bn",
+        ref_file="bn_ref.py",
+        schedule=False,
+    )
+    path = tmp_path / "bn.cu"
+    path.write_text(g.kernel)
+    (tmp_path / "bn_ref.py").write_text(g.reference)
+    ctx = Context.of(Variant(g.kernel), str(path), "bn", sm_count=132)
+    proposals = WARP.propose(ctx)
+    assert sum("keep" in p.params for p in proposals) == 2 and len(proposals) == 6
+    assert all("optiml_q1_step" in p.variant.text for p in proposals)
+    candidates = [Context.of(p.variant, str(path), "bn") for p in proposals]
+    sizes = [
+        {"B": 3, "F": 2, "H": 3, "W": 5},
+        {"B": 2, "F": 3, "H": 5, "W": 7},
+        {"B": 2, "F": 2, "H": 23, "W": 29},
+    ]
+    assert run_against(ctx, candidates, sizes, tmp_path) == [0] * 6
+
+
 def test_a_store_that_two_of_the_counters_values_share_is_refused(tmp_path):
     # the batch norm's output element (b, h, w) of its channel, from the counter over them as
     # the quotient and remainder of H * W, moved to the remainder of H: the iterations along w
