@@ -179,15 +179,16 @@ class _Kernel:
             chain.add(p)
             end = p
         whole = chain | {p for p in complete if len(runs[p][1]) >= 2}
-        split = {r[0] for r in runs.values() if r[3] - r[2] >= 2 and r[0] not in self.apart}
-        if whole <= chain and not split - {runs[p][0] for p in whole}:
+        # flat variables with two or more indices in a row here, whose others here follow them
+        joined = {r[0] for r in runs.values() if r[3] - r[2] >= 2 and r[0] not in self.apart}
+        if whole <= chain and not joined - {runs[p][0] for p in whole}:
             return None
-        self.merged |= split
+        self.merged |= joined
         parts: list[tuple[str, str]] = []
         p = 0
         while p < len(idx):
             flat, extents, i, j = runs.get(p, ("", (), 0, 0))
-            if p not in whole and flat not in split:
+            if p not in whole and flat not in joined:
                 parts.append((dims[p], idx[p]))
                 p += 1
                 continue

@@ -564,7 +564,7 @@ async def judge(
     else:
         checks.append(await _state_check(executor, job, options, candidate, sizes, os_seeds))
 
-    launch = job.target[2].launch if job.candidate is not None else None
+    launch = job.target[2].launch  # the candidate's own (the input's where it is judged)
     constants = hardcoded_constants(job.source, candidate, job.kernel.name, spec, launch)
     checks.append(
         Check(

@@ -75,6 +75,7 @@ KEEP_BYTES = 220 * 1024
 # registers a thread). Both are proposed.
 KEEP_THREADS = (BLOCK_THREADS, BUSY_THREADS_PER_SM)
 MAX_CLUSTER = 8
+_DIVISIONS = ("/", "%")  # a quotient and a remainder, which `_Writer._divisions` carries
 LONG_ROW = 4096  # elements: 128 per lane of a warp, a pass of 8 per thread of a block
 FULL_MASK = "0xffffffffu"
 _IDENTITY = {
@@ -132,8 +133,7 @@ def _proposals(ctx: Context, lifted: Lifted, rows: str, body: str, count: int) -
         return []
     head = ctx.source.text[ctx.kernel.span.start : ctx.kernel.body_span.start]
     name_at = head.rindex(ctx.kernel.name)
-    # few rows leave warps idle: a block per row, or a cluster of blocks, fills the GPU
-    few = count * 32 < ctx.sm_count * BUSY_THREADS_PER_SM
+    few = _few(ctx, count)
     # a long row keeps a warp's lanes walking it pass after pass (a softmax over a
     # vocabulary): a block per row is worth measuring however many rows there are
     long = per_row >= LONG_ROW
@@ -150,17 +150,36 @@ def _proposals(ctx: Context, lifted: Lifted, rows: str, body: str, count: int) -
         out.append(Rewrite({"threads": threads, "per_row": "warp"}, summary, variant, weight))
     if not (few or long):
         return out
+    out += _wide(ctx, lifted, head, rows, count)
+    for threads in KEEP_THREADS:
+        kept = _kept_row(ctx, lifted, head[:name_at], head[name_at:], rows, per_row, threads)
+        out += [kept] if kept is not None else []
+    return out
+
+
+def _few(ctx: Context, count: int) -> bool:
+    """Whether `count` rows leave warps idle: a warp each fills fewer than the GPU's SMs at
+    `BUSY_THREADS_PER_SM` threads."""
+    return count * 32 < ctx.sm_count * BUSY_THREADS_PER_SM
+
+
+def _wide(ctx: Context, lifted: Lifted, head: str, rows: str, count: int) -> list[Rewrite]:
+    """A block per row and, where the rows are few, a cluster of blocks per row: as many (up to
+    `MAX_CLUSTER`) as bring the rows' threads to `BUSY_THREADS_PER_SM` a SM. `head`: the kernel's
+    definition up to its body."""
+    name_at = head.rindex(ctx.kernel.name)
     # (measured against one wave of two blocks a SM: BatchNorm's 64 channels in clusters of 4,
     # 256 blocks, took 1.42 ms on an H100 where 8, 512 blocks in two waves, took 0.905: a thread
     # with twice the elements bound by its division per element; 0.882 with it approximate:
     # kb-33-cluster-4-h100.json, kb-33-34-h100.json)
     cluster = 1
     while (
-        few
+        _few(ctx, count)
         and cluster < MAX_CLUSTER
         and count * cluster * BLOCK_THREADS < ctx.sm_count * (BUSY_THREADS_PER_SM)
     ):
         cluster *= 2
+    out = []
     for kind, cl, weight in (("block", 1, 0.9), ("cluster", cluster, 1.0)):
         if kind == "cluster" and cl == 1:
             continue
@@ -191,9 +210,6 @@ def _proposals(ctx: Context, lifted: Lifted, rows: str, body: str, count: int) -
                 weight,
             )
         )
-    for threads in KEEP_THREADS:
-        kept = _kept_row(ctx, lifted, head[:name_at], head[name_at:], rows, per_row, threads)
-        out += [kept] if kept is not None else []
     return out
 
 
@@ -219,18 +235,16 @@ def few_rows_schedule(ctx: Context, clusters: bool = True) -> Rewrite | None:
     plan = _plan(ctx)
     if plan is None:
         return None
-    lifted, _, _, count = plan
-    serial_s = _row_elements(ctx, count) * len(loops_of(lifted)) * SERIAL_NS * 1e-9
-    if count * 32 >= ctx.sm_count * BUSY_THREADS_PER_SM or serial_s < SLOW_INPUT_S:
+    lifted, rows, _, count = plan
+    per_row = _row_elements(ctx, count)
+    serial_s = per_row * len(loops_of(lifted)) * SERIAL_NS * 1e-9
+    if per_row < 32 or not _few(ctx, count) or serial_s < SLOW_INPUT_S:
         return None
+    head = ctx.source.text[ctx.kernel.span.start : ctx.kernel.body_span.start]
     wide = [
-        r
-        for r in _proposals(ctx, *plan)
-        if r.params.get("per_row") in ("block", "cluster")
-        and "keep" not in r.params
-        and (clusters or r.params.get("cluster", 1) == 1)
+        r for r in _wide(ctx, lifted, head, rows, count) if clusters or r.params["cluster"] == 1
     ]
-    return max(wide, key=lambda r: r.params.get("cluster", 1), default=None)
+    return max(wide, key=lambda r: r.params["cluster"], default=None)
 
 
 def _kept_row(
@@ -435,7 +449,7 @@ class _KeptEmitter(CEmitter):
         self.divided: dict[tuple[str, int, str], str] = {}
 
     def expr(self, e) -> str:
-        if self.divided and isinstance(e, Binary) and e.op in "/%" and isinstance(e.a, Var):
+        if self.divided and isinstance(e, Binary) and e.op in _DIVISIONS and isinstance(e.a, Var):
             found = self.divided.get((e.op, e.a.uid, super().expr(e.b)))
             if found is not None:
                 return found
@@ -706,7 +720,7 @@ class _Writer:
             for e in walk_expr(x, into_loops=False):
                 if (
                     isinstance(e, Binary)
-                    and e.op in ("/", "%")
+                    and e.op in _DIVISIONS
                     and e.type in (INT, LONG)
                     and isinstance(e.a, Var)
                     and e.a.uid == k.uid
